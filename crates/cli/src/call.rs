@@ -1,0 +1,69 @@
+//! `wasmgate call`: one call, output to stdout.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use wasmgate_extism::PoolConfig;
+
+use crate::plugin_args::PluginArgs;
+
+#[derive(Args)]
+pub struct CallArgs {
+    #[command(flatten)]
+    plugin: PluginArgs,
+    /// Function to call.
+    function: String,
+    /// Input to the function (default: empty).
+    #[arg(long, conflicts_with = "input_file")]
+    input: Option<String>,
+    /// Read the input from a file (`-` for stdin).
+    #[arg(long)]
+    input_file: Option<PathBuf>,
+    /// Call N times on the same plugin (vars persist), one output per line.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+}
+
+pub fn run(args: CallArgs) -> Result<ExitCode> {
+    let input = match (&args.input, &args.input_file) {
+        (Some(text), _) => text.clone().into_bytes(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf)?;
+            buf
+        }
+        (None, Some(path)) => {
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        (None, None) => Vec::new(),
+    };
+    let manifest = args.plugin.manifest()?;
+    let runtime = args.plugin.runtime()?;
+    let plugin = args
+        .plugin
+        .load(&runtime, PoolConfig::default(), &manifest)?;
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut stdout = std::io::stdout().lock();
+    for i in 0..args.repeat {
+        match tokio.block_on(plugin.call(&args.function, &input)) {
+            Ok(output) => {
+                stdout.write_all(&output)?;
+                if args.repeat > 1 && i + 1 < args.repeat {
+                    stdout.write_all(b"\n")?;
+                }
+            }
+            Err(error) => {
+                stdout.flush()?;
+                eprintln!("error ({}): {error}", error.kind());
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,49 @@
+//! The `wasmgate` command.
+
+mod call;
+mod compile;
+mod logging;
+mod plugin_args;
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "wasmgate",
+    version,
+    about = "Run WebAssembly plugins as HTTP microservices and gateway filters"
+)]
+struct Cli {
+    #[command(flatten)]
+    logging: logging::LogArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve an Extism plugin's functions over HTTP (POST body in, output out).
+    Serve(serve::ServeArgs),
+    /// Call an Extism plugin function once and print its output (like `extism call`).
+    Call(call::CallArgs),
+    /// Compile a module ahead of time into a .cwasm for this wasmgate version.
+    Compile(compile::CompileArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    logging::init(&cli.logging);
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Call(args) => call::run(args),
+        Command::Compile(args) => compile::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Flags shared by `serve` and `call`: which plugin, and what it may do.
+//! They start from the manifest (if one is given) and override it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use wasmgate_extism::{Manifest, Plugin, PluginOptions, PoolConfig, Runtime, RuntimeConfig};
+
+#[derive(Args, Clone, Debug)]
+pub struct PluginArgs {
+    /// Plugin: a .wasm/.wat module, a .cwasm from `wasmgate compile`, or an Extism manifest (.json).
+    pub plugin: PathBuf,
+    /// Config value for the plugin, `KEY=VALUE` (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    pub config: Vec<String>,
+    /// Host outbound HTTP may reach; globs like `*.example.com` (repeatable).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// Directory the plugin may open via WASI, `HOST_DIR:GUEST_DIR`; prefix `ro:` for read-only (repeatable).
+    #[arg(long = "allow-path", value_name = "[ro:]HOST:GUEST")]
+    pub allowed_paths: Vec<String>,
+    /// Linear memory cap per instance, in MiB (overrides the manifest's max_pages).
+    #[arg(long, value_name = "MIB")]
+    pub memory_limit: Option<u32>,
+    /// Deadline of one call in milliseconds (overrides the manifest's timeout_ms).
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// Largest total size of the plugin's vars, in bytes (0 disables vars).
+    #[arg(long, value_name = "BYTES")]
+    pub max_var_bytes: Option<u64>,
+    /// Largest HTTP response body the plugin may receive, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub max_http_response_bytes: Option<u64>,
+    /// Name for logs and errors (default: the module's file name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Directory for the compiled-module cache (default: $XDG_CACHE_HOME/wasmgate or ~/.cache/wasmgate).
+    #[arg(long, env = "WASMGATE_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile in memory every time instead of using the on-disk cache.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+impl PluginArgs {
+    /// The manifest the flags describe.
+    pub fn manifest(&self) -> Result<Manifest> {
+        let mut manifest = if self.plugin.extension().is_some_and(|e| e == "json") {
+            Manifest::from_file(&self.plugin)?
+        } else {
+            Manifest::from_wasm_file(&self.plugin)
+        };
+        for pair in &self.config {
+            let (key, value) = pair
+                .split_once('=')
+                .with_context(|| format!("--config {pair:?}: expected KEY=VALUE"))?;
+            manifest.config.insert(key.to_string(), value.to_string());
+        }
+        if !self.allowed_hosts.is_empty() {
+            manifest
+                .allowed_hosts
+                .get_or_insert_with(Vec::new)
+                .extend(self.allowed_hosts.iter().cloned());
+        }
+        for mapping in &self.allowed_paths {
+            let (ro, rest) = match mapping.strip_prefix("ro:") {
+                Some(rest) => ("ro:", rest),
+                None => ("", mapping.as_str()),
+            };
+            let Some((host, guest)) = rest.split_once(':') else {
+                bail!("--allow-path {mapping:?}: expected [ro:]HOST_DIR:GUEST_DIR");
+            };
+            manifest
+                .allowed_paths
+                .get_or_insert_with(Default::default)
+                .insert(format!("{ro}{host}"), PathBuf::from(guest));
+        }
+        if let Some(mib) = self.memory_limit {
+            manifest.memory.max_pages = Some(mib.saturating_mul(16));
+        }
+        if let Some(ms) = self.timeout_ms {
+            manifest.timeout_ms = Some(ms);
+        }
+        if let Some(bytes) = self.max_var_bytes {
+            manifest.memory.max_var_bytes = Some(bytes);
+        }
+        if let Some(bytes) = self.max_http_response_bytes {
+            manifest.memory.max_http_response_bytes = Some(bytes);
+        }
+        Ok(manifest)
+    }
+
+    pub fn runtime(&self) -> Result<Runtime> {
+        let cache_dir = if self.no_cache {
+            None
+        } else {
+            self.cache_dir.clone().or_else(default_cache_dir)
+        };
+        Runtime::new(RuntimeConfig {
+            cache_dir,
+            ..RuntimeConfig::default()
+        })
+    }
+
+    pub fn load(&self, runtime: &Runtime, pool: PoolConfig, manifest: &Manifest) -> Result<Plugin> {
+        Plugin::new(
+            runtime,
+            manifest,
+            PluginOptions {
+                name: self.name.clone(),
+                pool,
+                host_functions: Vec::new(),
+            },
+        )
+        .with_context(|| format!("loading plugin {}", self.plugin.display()))
+    }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("wasmgate"))
+}
+
+/// Parses a duration in milliseconds from a flag.
+pub fn millis(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}

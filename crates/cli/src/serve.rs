@@ -1,0 +1,121 @@
+//! `wasmgate serve`: one plugin's functions over HTTP.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use wasmgate_extism::PoolConfig;
+use wasmgate_gateway::{FunctionRoute, FunctionRouteConfig, ListenerConfig};
+
+use crate::plugin_args::{millis, PluginArgs};
+
+/// Call deadline when neither the manifest nor --timeout-ms sets one: a
+/// server must not let one request run forever.
+const DEFAULT_SERVE_TIMEOUT_MS: u64 = 30_000;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    plugin: PluginArgs,
+    /// Function called for `/` (any path `/NAME` calls function NAME).
+    function: Option<String>,
+    /// Port to listen on.
+    #[arg(long, short, default_value_t = 8080)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    address: String,
+    /// Worker threads (default: one per CPU).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Most instances of the plugin alive at once = most concurrent calls.
+    #[arg(long, default_value_t = 64)]
+    pool_size: usize,
+    /// A fresh instance for every request (nothing shared between requests).
+    #[arg(long)]
+    isolation: bool,
+    /// How long a request may wait for a free instance before a 503.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    queue_timeout_ms: u64,
+    /// Largest request body, in bytes (413 beyond).
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Content-Type of successful responses (default: guessed from the output).
+    #[arg(long)]
+    content_type: Option<String>,
+    /// Seconds in-flight requests get to finish on SIGTERM/SIGINT.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace_secs: u64,
+}
+
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
+    tokio.block_on(serve(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let mut manifest = args.plugin.manifest()?;
+    manifest.timeout_ms.get_or_insert(DEFAULT_SERVE_TIMEOUT_MS);
+    let runtime = args.plugin.runtime()?;
+    let pool = PoolConfig {
+        max_instances: args.pool_size,
+        isolation: args.isolation,
+        acquire_timeout: millis(args.queue_timeout_ms),
+    };
+    let plugin = Arc::new(args.plugin.load(&runtime, pool, &manifest)?);
+    if let Some(function) = &args.function {
+        if !plugin.function_exists(function) {
+            bail!(
+                "plugin {} has no callable export `{function}` (Extism exports take no parameters and return nothing or an i32)",
+                args.plugin.plugin.display()
+            );
+        }
+    }
+    let address: SocketAddr = format!("{}:{}", args.address, args.port)
+        .parse()
+        .with_context(|| format!("invalid listen address {}:{}", args.address, args.port))?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("binding {address}"))?;
+    tracing::info!(
+        %address,
+        plugin = plugin.name(),
+        function = args.function.as_deref().unwrap_or("(none: use /<function>)"),
+        pooling = runtime.pooling(),
+        isolation = args.isolation,
+        "serving"
+    );
+    let route = Arc::new(FunctionRoute::new(
+        plugin,
+        FunctionRouteConfig {
+            default_function: args.function.clone(),
+            max_body_bytes: args.max_body_bytes,
+            content_type: args.content_type.clone(),
+        },
+    ));
+    let config = ListenerConfig {
+        shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_secs),
+        ..ListenerConfig::default()
+    };
+    wasmgate_gateway::serve(listener, route, config, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}

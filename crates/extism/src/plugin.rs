@@ -1,0 +1,445 @@
+//! A loaded Extism plugin: its compiled modules, its shared state (config,
+//! vars, limits) and its pool of instances. [`Plugin::call`] is the whole life
+//! of a call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use wasmgate_runtime::limits::install_epoch_policy;
+use wasmgate_runtime::{CrashReport, InstancePool, PoolConfig, PoolStats, Runtime};
+use wasmtime::{ExternType, Func, Instance, InstancePre, Linker, Module, Store, Val, ValType};
+use wasmtime_wasi::I32Exit;
+
+use crate::error::CallError;
+use crate::host_env;
+use crate::host_function::HostFunction;
+use crate::http::{AllowedHosts, DEFAULT_MAX_RESPONSE_BYTES};
+use crate::manifest::{Manifest, MAIN_MODULE};
+use crate::state::ExtismState;
+
+const WASI_MODULE: &str = "wasi_snapshot_preview1";
+/// Default var store size, as in the reference runtime.
+const DEFAULT_MAX_VAR_BYTES: u64 = 1024 * 1024;
+/// Deadline for a guest's start-up code when the manifest sets no timeout.
+const INIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a plugin is run, beyond what its manifest says.
+#[derive(Clone, Default)]
+pub struct PluginOptions {
+    /// Name used in logs, errors and metrics (default: `main` module file stem).
+    pub name: Option<String>,
+    pub pool: PoolConfig,
+    /// Functions the embedder offers in `extism:host/user` (or other namespaces).
+    pub host_functions: Vec<HostFunction>,
+}
+
+/// What every instance of a plugin shares.
+pub(crate) struct PluginShared {
+    pub name: Arc<str>,
+    pub config: BTreeMap<String, String>,
+    /// Vars belong to the plugin, not to one instance, so every pooled
+    /// instance sees the same values (as a single reference-runtime plugin would).
+    pub vars: Mutex<BTreeMap<String, Vec<u8>>>,
+    pub max_var_bytes: u64,
+    pub allowed_hosts: AllowedHosts,
+    pub max_http_response_bytes: u64,
+    pub allowed_paths: BTreeMap<String, PathBuf>,
+    pub memory_limit: Option<u64>,
+    pub extism_memory_limit: u64,
+    pub timeout: Option<Duration>,
+    pub needs_wasi: bool,
+}
+
+/// How instances are made: from one pre-linked module, or by instantiating
+/// the named dependency modules into each new store first.
+enum Linking {
+    Single(InstancePre<ExtismState>),
+    Multi {
+        linker: Linker<ExtismState>,
+        dependencies: Vec<(String, Module)>,
+        main: Module,
+    },
+}
+
+pub(crate) struct ExtismInstance {
+    store: Store<ExtismState>,
+    instance: Instance,
+    exports: HashMap<String, (Func, bool)>,
+}
+
+/// A plugin ready to be called concurrently; each call gets its own instance.
+pub struct Plugin {
+    shared: Arc<PluginShared>,
+    runtime: Runtime,
+    linking: Linking,
+    main: Module,
+    pool: InstancePool<ExtismInstance>,
+}
+
+/// A snapshot for status pages.
+#[derive(Clone, Debug)]
+pub struct PluginStatus {
+    pub name: String,
+    pub pool: PoolStats,
+}
+
+impl Plugin {
+    /// Compiles the manifest's modules and links them; fails with a message
+    /// naming the module and import when something is missing.
+    pub fn new(runtime: &Runtime, manifest: &Manifest, options: PluginOptions) -> Result<Plugin> {
+        let loaded = manifest.load_modules()?;
+        let mut modules = Vec::with_capacity(loaded.len());
+        for m in &loaded {
+            let module = runtime
+                .load_module(&m.bytes)
+                .with_context(|| format!("module `{}` ({})", m.name, m.origin))?;
+            modules.push((m.name.clone(), module));
+        }
+        let main_index = modules
+            .iter()
+            .position(|(n, _)| n == MAIN_MODULE)
+            .expect("checked by load_modules");
+        let (_, main) = modules.remove(main_index);
+        let needs_wasi = std::iter::once(&main)
+            .chain(modules.iter().map(|(_, m)| m))
+            .any(|m| m.imports().any(|i| i.module() == WASI_MODULE));
+
+        let name: Arc<str> = options
+            .name
+            .clone()
+            .or_else(|| {
+                let origin = &loaded[main_index].origin;
+                std::path::Path::new(origin)
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "plugin".to_string())
+            .into();
+
+        let memory_limit = manifest.memory_limit_bytes();
+        let shared = Arc::new(PluginShared {
+            name: name.clone(),
+            config: manifest.config.clone(),
+            vars: Mutex::new(BTreeMap::new()),
+            max_var_bytes: manifest
+                .memory
+                .max_var_bytes
+                .unwrap_or(DEFAULT_MAX_VAR_BYTES),
+            allowed_hosts: AllowedHosts::new(manifest.allowed_hosts.as_deref().unwrap_or_default()),
+            max_http_response_bytes: manifest
+                .memory
+                .max_http_response_bytes
+                .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
+            allowed_paths: manifest.allowed_paths.clone().unwrap_or_default(),
+            // Extism memory is host memory the guest can make us allocate, so it
+            // gets the same cap as linear memory (or wasm32's 4 GiB without one).
+            extism_memory_limit: memory_limit.unwrap_or(4 << 30),
+            memory_limit,
+            timeout: manifest.timeout_ms.map(Duration::from_millis),
+            needs_wasi,
+        });
+
+        let mut linker = Linker::new(runtime.engine());
+        host_env::add_to_linker(&mut linker).map_err(anyhow::Error::from)?;
+        if needs_wasi {
+            wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut ExtismState| s.wasi())
+                .map_err(anyhow::Error::from)?;
+        }
+        for f in &options.host_functions {
+            f.define(&mut linker)?;
+        }
+        let dependency_names: Vec<&str> = modules.iter().map(|(n, _)| n.as_str()).collect();
+        for (module_name, module) in std::iter::once((MAIN_MODULE, &main))
+            .chain(modules.iter().map(|(n, m)| (n.as_str(), m)))
+        {
+            check_imports(
+                module_name,
+                module,
+                &options.host_functions,
+                &dependency_names,
+            )?;
+        }
+
+        let linking = if modules.is_empty() {
+            Linking::Single(
+                linker
+                    .instantiate_pre(&main)
+                    .map_err(anyhow::Error::from)
+                    .context("linking the main module")?,
+            )
+        } else {
+            Linking::Multi {
+                linker,
+                dependencies: order_dependencies(modules)?,
+                main: main.clone(),
+            }
+        };
+
+        Ok(Plugin {
+            shared,
+            runtime: runtime.clone(),
+            linking,
+            main,
+            pool: InstancePool::new(options.pool),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Whether `function` is an export Extism can call (`() -> i32` or `() -> ()`).
+    pub fn function_exists(&self, function: &str) -> bool {
+        self.main
+            .get_export(function)
+            .and_then(|e| e.func().cloned())
+            .is_some_and(|f| callable_signature(f.params().len(), &f.results().collect::<Vec<_>>()))
+    }
+
+    pub fn status(&self) -> PluginStatus {
+        PluginStatus {
+            name: self.shared.name.to_string(),
+            pool: self.pool.stats(),
+        }
+    }
+
+    /// Calls `function` with `input` and returns its output.
+    pub async fn call(&self, function: &str, input: &[u8]) -> Result<Vec<u8>, CallError> {
+        let mut lease = self.pool.acquire(|| self.instantiate()).await?;
+        let instance = lease.instance();
+        let (func, returns_code) = instance.export(function)?;
+
+        let store = &mut instance.store;
+        store.data_mut().memory.reset();
+        store.data_mut().memory.set_input(input)?;
+        let ticks = store.data_mut().budget.start(self.shared.timeout);
+        store.set_epoch_deadline(ticks);
+
+        let mut results = [Val::I32(0)];
+        let results = if returns_code {
+            &mut results[..]
+        } else {
+            &mut results[..0]
+        };
+        let outcome = func.call_async(&mut *store, &[], results).await;
+        let code = results.first().and_then(Val::i32).unwrap_or(0);
+        let state = store.data();
+        let plugin_error = state
+            .memory
+            .error()
+            .map(|e| String::from_utf8_lossy(e).into_owned());
+
+        match outcome {
+            Ok(()) => {
+                let result = match plugin_error {
+                    Some(message) => Err(CallError::Plugin(message)),
+                    None if code != 0 => Err(CallError::NonZeroExit(code)),
+                    None => Ok(state.memory.output().to_vec()),
+                };
+                lease.release();
+                result
+            }
+            // Past this point the instance is dropped with the lease, never reused.
+            Err(error) => {
+                if let Some(message) = plugin_error {
+                    return Err(CallError::Plugin(message));
+                }
+                if let Some(exit) = error.downcast_ref::<I32Exit>() {
+                    return match exit.0 {
+                        0 => Ok(state.memory.output().to_vec()),
+                        code => Err(CallError::Exit(code)),
+                    };
+                }
+                let report = CrashReport::from_error(
+                    &self.shared.name,
+                    function,
+                    &error,
+                    state.budget.timed_out(),
+                );
+                tracing::warn!(plugin = %self.shared.name, function, kind = report.kind.as_str(), "{report}");
+                Err(CallError::Crash(Box::new(report)))
+            }
+        }
+    }
+
+    async fn instantiate(&self) -> Result<ExtismInstance> {
+        let wasi = if self.shared.needs_wasi {
+            Some(crate::wasi::build_context(
+                &self.shared.name,
+                &self.shared.allowed_paths,
+            )?)
+        } else {
+            None
+        };
+        let mut store = Store::new(
+            self.runtime.engine(),
+            ExtismState::new(self.shared.clone(), wasi),
+        );
+        store.limiter(|s| &mut s.limiter);
+        install_epoch_policy(&mut store);
+        let ticks = store
+            .data_mut()
+            .budget
+            .start(Some(self.shared.timeout.unwrap_or(INIT_TIMEOUT)));
+        store.set_epoch_deadline(ticks);
+
+        let instance = match &self.linking {
+            Linking::Single(pre) => pre.instantiate_async(&mut store).await,
+            Linking::Multi {
+                linker,
+                dependencies,
+                main,
+            } => {
+                let mut linker = linker.clone();
+                for (name, module) in dependencies {
+                    let dependency = linker
+                        .instantiate_async(&mut store, module)
+                        .await
+                        .map_err(anyhow::Error::from)?;
+                    linker
+                        .instance(&mut store, name, dependency)
+                        .map_err(anyhow::Error::from)?;
+                }
+                linker.instantiate_async(&mut store, main).await
+            }
+        }
+        .map_err(|e| self.describe_start_failure("instantiation", e))?;
+        let mut instance = ExtismInstance {
+            store,
+            instance,
+            exports: HashMap::new(),
+        };
+        instance
+            .run_guest_initialisers()
+            .await
+            .map_err(|e| self.describe_start_failure("start-up", e))?;
+        Ok(instance)
+    }
+
+    fn describe_start_failure(&self, stage: &str, error: wasmtime::Error) -> anyhow::Error {
+        if error.downcast_ref::<wasmtime::Trap>().is_some() {
+            let report = CrashReport::from_error(&self.shared.name, stage, &error, false);
+            anyhow::anyhow!("{report}")
+        } else {
+            anyhow::Error::from(error)
+                .context(format!("plugin `{}` {stage} failed", self.shared.name))
+        }
+    }
+}
+
+impl ExtismInstance {
+    fn export(&mut self, name: &str) -> Result<(Func, bool), CallError> {
+        if let Some(found) = self.exports.get(name) {
+            return Ok(*found);
+        }
+        let func = self
+            .instance
+            .get_func(&mut self.store, name)
+            .ok_or_else(|| CallError::FunctionNotFound(name.to_string()))?;
+        let ty = func.ty(&self.store);
+        let results: Vec<ValType> = ty.results().collect();
+        if !callable_signature(ty.params().len(), &results) {
+            return Err(CallError::BadSignature {
+                function: name.to_string(),
+                signature: ty.to_string(),
+            });
+        }
+        let entry = (func, !results.is_empty());
+        self.exports.insert(name.to_string(), entry);
+        Ok(entry)
+    }
+
+    /// Runs the language runtime's start-up code once per instance, as the
+    /// reference runtime does: `hs_init` for Haskell, otherwise the reactor's
+    /// `__wasm_call_ctors` or `_initialize`.
+    async fn run_guest_initialisers(&mut self) -> wasmtime::Result<()> {
+        let store = &mut self.store;
+        let nullary = |store: &mut Store<ExtismState>, instance: &Instance, name: &str| {
+            instance.get_typed_func::<(), ()>(&mut *store, name).ok()
+        };
+        if let Some(hs_init) = self
+            .instance
+            .get_typed_func::<(i32, i32), ()>(&mut *store, "hs_init")
+            .ok()
+        {
+            if let Some(init) = nullary(store, &self.instance, "_initialize") {
+                init.call_async(&mut *store, ()).await?;
+            }
+            return hs_init.call_async(&mut *store, (0, 0)).await;
+        }
+        let init = nullary(store, &self.instance, "__wasm_call_ctors")
+            .or_else(|| nullary(store, &self.instance, "_initialize"));
+        if let Some(init) = init {
+            init.call_async(&mut *store, ()).await?;
+        }
+        Ok(())
+    }
+}
+
+fn callable_signature(params: usize, results: &[ValType]) -> bool {
+    params == 0
+        && (results.is_empty() || (results.len() == 1 && matches!(results[0], ValType::I32)))
+}
+
+/// Every import must be satisfiable: an `extism:host/env` function we provide,
+/// WASI, an embedder's host function, or another module of the manifest.
+fn check_imports(
+    module_name: &str,
+    module: &Module,
+    host_functions: &[HostFunction],
+    dependencies: &[&str],
+) -> Result<()> {
+    for import in module.imports() {
+        let from = import.module();
+        if dependencies.contains(&from) || from == WASI_MODULE {
+            continue;
+        }
+        if from == host_env::MODULE && !host_env::FUNCTIONS.contains(&import.name()) {
+            bail!(
+                "module `{module_name}` imports `{from}::{}`, which this host does not provide; the plugin may need a newer wasmgate",
+                import.name()
+            );
+        }
+        if from == host_env::MODULE {
+            continue;
+        }
+        let defined = host_functions
+            .iter()
+            .any(|f| f.namespace() == from && f.name() == import.name());
+        if !defined {
+            let kind = match import.ty() {
+                ExternType::Func(f) => format!("function {f}"),
+                other => format!("{other:?}"),
+            };
+            bail!(
+                "module `{module_name}` imports `{from}::{}` ({kind}), which is not provided: register a host function with that name or add a module named `{from}` to the manifest",
+                import.name()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Orders dependency modules so each is instantiated after the modules it imports.
+fn order_dependencies(mut pending: Vec<(String, Module)>) -> Result<Vec<(String, Module)>> {
+    let mut ordered: Vec<(String, Module)> = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        let names: Vec<String> = pending.iter().map(|(n, _)| n.clone()).collect();
+        let ready = pending.iter().position(|(name, module)| {
+            module
+                .imports()
+                .all(|i| i.module() == name || !names.iter().any(|n| n == i.module()))
+        });
+        match ready {
+            Some(i) => ordered.push(pending.remove(i)),
+            None => bail!(
+                "the manifest's modules import each other in a cycle: {}",
+                names.join(", ")
+            ),
+        }
+    }
+    Ok(ordered)
+}

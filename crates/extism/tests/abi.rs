@@ -1,0 +1,375 @@
+//! The Extism host ABI driven by hand-written modules: the paths a PDK never
+//! takes on purpose (hostile offsets, traps, runaway loops and allocations).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmgate_extism::{
+    CallError, Manifest, Plugin, PluginOptions, PoolConfig, Runtime, RuntimeConfig,
+};
+
+const ENV: &str = r#"
+  (import "extism:host/env" "input_length" (func $input_length (result i64)))
+  (import "extism:host/env" "input_load_u8" (func $input_load_u8 (param i64) (result i32)))
+  (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+  (import "extism:host/env" "store_u8" (func $store_u8 (param i64 i32)))
+  (import "extism:host/env" "load_u64" (func $load_u64 (param i64) (result i64)))
+  (import "extism:host/env" "store_u64" (func $store_u64 (param i64 i64)))
+  (import "extism:host/env" "output_set" (func $output_set (param i64 i64)))
+  (import "extism:host/env" "error_set" (func $error_set (param i64)))
+  (import "extism:host/env" "length" (func $length (param i64) (result i64)))
+  (import "extism:host/env" "free" (func $free (param i64)))
+  (import "extism:host/env" "config_get" (func $config_get (param i64) (result i64)))
+"#;
+
+/// A module with the imports above and `body` (functions in WAT).
+fn module(body: &str) -> String {
+    format!(
+        r#"(module {ENV}
+  (memory (export "memory") 1)
+  ;; copies the input byte by byte into a new block and returns its handle
+  (func $copy_input (result i64) (local $n i64) (local $i i64) (local $h i64)
+    (local.set $n (call $input_length))
+    (local.set $h (call $alloc (local.get $n)))
+    (block $done (loop $next
+      (br_if $done (i64.ge_u (local.get $i) (local.get $n)))
+      (call $store_u8 (i64.add (local.get $h) (local.get $i)) (call $input_load_u8 (local.get $i)))
+      (local.set $i (i64.add (local.get $i) (i64.const 1)))
+      (br $next)))
+    (local.get $h))
+  {body})"#
+    )
+}
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig::default()).unwrap()
+}
+
+fn plugin_with(runtime: &Runtime, wat: &str, manifest_json: &str, pool: PoolConfig) -> Plugin {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plugin.wat");
+    std::fs::write(&path, wat).unwrap();
+    let mut manifest = Manifest::from_json(manifest_json).unwrap();
+    manifest.wasm = Manifest::from_wasm_file(&path).wasm;
+    let plugin = Plugin::new(
+        runtime,
+        &manifest,
+        PluginOptions {
+            name: Some("abi-test".into()),
+            pool,
+            host_functions: vec![],
+        },
+    )
+    .unwrap();
+    drop(dir);
+    plugin
+}
+
+fn plugin(wat: &str) -> Plugin {
+    plugin_with(&runtime(), wat, "{}", PoolConfig::default())
+}
+
+const ECHO: &str = r#"(func (export "echo") (result i32) (local $h i64)
+    (local.set $h (call $copy_input))
+    (call $output_set (local.get $h) (call $input_length))
+    (i32.const 0))"#;
+
+#[tokio::test]
+async fn echo_roundtrip_and_empty_input() {
+    let p = plugin(&module(ECHO));
+    assert_eq!(p.call("echo", b"hello").await.unwrap(), b"hello");
+    assert_eq!(p.call("echo", b"").await.unwrap(), b"");
+    let big = vec![7u8; 100_000];
+    assert_eq!(p.call("echo", &big).await.unwrap(), big);
+}
+
+#[tokio::test]
+async fn error_set_becomes_the_plugin_error() {
+    let p = plugin(&module(
+        r#"(func (export "fail") (result i32)
+            (call $error_set (call $copy_input))
+            (i32.const 1))
+           (func (export "rc") (result i32) (i32.const 7))"#,
+    ));
+    match p.call("fail", b"it broke").await {
+        Err(CallError::Plugin(msg)) => assert_eq!(msg, "it broke"),
+        other => panic!("{other:?}"),
+    }
+    let err = p.call("rc", b"").await.unwrap_err();
+    assert_eq!(err.to_string(), "Returned non-zero exit code: 7");
+    assert_eq!(
+        p.status().pool.discarded,
+        0,
+        "plugin errors do not discard the instance"
+    );
+}
+
+#[tokio::test]
+async fn missing_function_and_bad_signature() {
+    let p = plugin(&module(
+        r#"(func (export "takes_arg") (param i32) (result i32) (i32.const 0))"#,
+    ));
+    assert_eq!(
+        p.call("nope", b"").await.unwrap_err().to_string(),
+        "Function not found: nope"
+    );
+    assert!(matches!(
+        p.call("takes_arg", b"").await,
+        Err(CallError::BadSignature { .. })
+    ));
+    assert!(!p.function_exists("takes_arg"));
+}
+
+#[tokio::test]
+async fn hostile_offsets_fail_only_the_call() {
+    let p = plugin(&module(&format!(
+        r#"{ECHO}
+        (func (export "load_far") (result i32) (drop (call $load_u64 (i64.const -4))) (i32.const 0))
+        (func (export "store_far") (result i32) (call $store_u64 (i64.const 1099511627776) (i64.const 1)) (i32.const 0))
+        (func (export "output_bogus") (result i32) (call $output_set (i64.const -1) (i64.const 16)) (i32.const 0))
+        (func (export "input_far") (result i32) (drop (call $input_load_u8 (i64.const 1099511627776))) (i32.const 0))
+        (func (export "config_bad") (result i32) (drop (call $config_get (i64.const 999999999))) (i32.const 0))
+        (func (export "free_garbage") (result i32) (call $free (i64.const 987654321)) (call $free (i64.const 0)) (i32.const 0))
+        (func (export "length_garbage") (result i32) (i32.wrap_i64 (call $length (i64.const 12345678))))
+        (func (export "alloc_huge") (result i32) (i32.wrap_i64 (call $alloc (i64.const 1099511627776))))
+        (func (export "error_bogus") (result i32) (call $error_set (i64.const 1099511627776)) (i32.const 1))"#
+    )));
+    for f in [
+        "load_far",
+        "store_far",
+        "output_bogus",
+        "input_far",
+        "config_bad",
+    ] {
+        let err = p.call(f, b"x").await.unwrap_err();
+        assert_eq!(err.kind(), "host_error", "{f}: {err}");
+        let report = err.crash_report().unwrap();
+        assert_eq!(report.function, f);
+        assert_eq!(report.plugin, "abi-test");
+    }
+    assert!(p
+        .call("load_far", b"")
+        .await
+        .unwrap_err()
+        .to_string()
+        .contains("load_u64: offset"));
+    assert_eq!(p.call("free_garbage", b"").await.unwrap(), b"");
+    assert_eq!(
+        p.call("length_garbage", b"").await.unwrap(),
+        b"",
+        "length of garbage is 0"
+    );
+    assert_eq!(
+        p.call("alloc_huge", b"").await.unwrap(),
+        b"",
+        "huge alloc returns 0"
+    );
+    // An error handle that names no block is no error: the return code decides.
+    assert_eq!(
+        p.call("error_bogus", b"").await.unwrap_err().to_string(),
+        "Returned non-zero exit code: 1"
+    );
+    // And the plugin still serves.
+    assert_eq!(p.call("echo", b"still here").await.unwrap(), b"still here");
+    assert!(
+        p.status().pool.discarded >= 5,
+        "failed instances are discarded"
+    );
+}
+
+#[tokio::test]
+async fn trap_discards_instance_and_reports_function() {
+    let p = plugin(&module(&format!(
+        r#"{ECHO}
+        (global $calls (mut i32) (i32.const 0))
+        (func $boom unreachable)
+        (func (export "trap") (result i32) (call $boom) (i32.const 0))
+        (func (export "count") (result i32) (local $h i64)
+          (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+          (local.set $h (call $alloc (i64.const 1)))
+          (call $store_u8 (local.get $h) (i32.add (i32.const 48) (global.get $calls)))
+          (call $output_set (local.get $h) (i64.const 1))
+          (i32.const 0))"#
+    )));
+    assert_eq!(p.call("count", b"").await.unwrap(), b"1");
+    assert_eq!(
+        p.call("count", b"").await.unwrap(),
+        b"2",
+        "pooled instance keeps its state"
+    );
+    let err = p.call("trap", b"").await.unwrap_err();
+    assert_eq!(err.kind(), "trap");
+    let report = err.crash_report().unwrap();
+    assert!(report.message.contains("unreachable"), "{}", report.message);
+    assert!(
+        report.frames.iter().any(|f| f.function == "boom"),
+        "{report}"
+    );
+    // The instance that trapped is gone; the next call starts from a clean one.
+    assert_eq!(p.call("count", b"").await.unwrap(), b"1");
+}
+
+#[tokio::test]
+async fn runaway_loop_times_out_without_blocking_others() {
+    let rt = runtime();
+    let p = Arc::new(plugin_with(
+        &rt,
+        &module(&format!(
+            r#"{ECHO} (func (export "spin") (result i32) (loop $l (br $l)) (i32.const 0))"#
+        )),
+        r#"{"timeout_ms": 200}"#,
+        PoolConfig::default(),
+    ));
+    let started = Instant::now();
+    let spinning = {
+        let p = p.clone();
+        tokio::spawn(async move { p.call("spin", b"").await })
+    };
+    // The spinning call yields between time slices, so on this same
+    // single-threaded test runtime another call still completes.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(p.call("echo", b"meanwhile").await.unwrap(), b"meanwhile");
+    assert!(started.elapsed() < Duration::from_millis(200));
+    let err = spinning.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), "timeout");
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(200) && elapsed < Duration::from_secs(2),
+        "{elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn memory_cap_stops_growth() {
+    let rt = runtime();
+    let p = plugin_with(
+        &rt,
+        &module(&format!(
+            r#"{ECHO}
+            (func (export "grow") (result i32)
+              (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
+              (i32.const 0))"#
+        )),
+        r#"{"memory": {"max_pages": 64}}"#,
+        PoolConfig::default(),
+    );
+    let err = p.call("grow", b"").await.unwrap_err();
+    assert_eq!(err.kind(), "out_of_memory", "{err}");
+    assert_eq!(p.call("echo", b"ok").await.unwrap(), b"ok");
+    // Extism memory is capped too: an input larger than the cap is refused up front.
+    let too_big = vec![0u8; 64 * 65536 + 1];
+    assert_eq!(
+        p.call("echo", &too_big).await.unwrap_err().kind(),
+        "input_too_large"
+    );
+}
+
+#[tokio::test]
+async fn config_lookup() {
+    let rt = runtime();
+    let p = plugin_with(
+        &rt,
+        &module(
+            r#"(func (export "config") (result i32) (local $v i64)
+                (local.set $v (call $config_get (call $copy_input)))
+                (call $output_set (local.get $v) (call $length (local.get $v)))
+                (i32.const 0))"#,
+        ),
+        r#"{"config": {"greeting": "hi there"}}"#,
+        PoolConfig::default(),
+    );
+    assert_eq!(p.call("config", b"greeting").await.unwrap(), b"hi there");
+    assert_eq!(p.call("config", b"missing").await.unwrap(), b"");
+}
+
+#[tokio::test]
+async fn pool_never_shares_an_instance_under_concurrency() {
+    // Each call bumps a global, yields for a while (a long loop), then checks
+    // the global is still its own value: two calls on one instance would see
+    // each other's increment.
+    let rt = runtime();
+    let p = Arc::new(plugin_with(
+        &rt,
+        &module(
+            r#"(global $busy (mut i32) (i32.const 0))
+            (func (export "exclusive") (result i32) (local $i i32)
+              (if (i32.ne (global.get $busy) (i32.const 0)) (then (return (i32.const 99))))
+              (global.set $busy (i32.const 1))
+              (loop $l (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                (br_if $l (i32.lt_u (local.get $i) (i32.const 20000000))))
+              (global.set $busy (i32.const 0))
+              (i32.const 0))"#,
+        ),
+        "{}",
+        PoolConfig {
+            max_instances: 4,
+            isolation: false,
+            acquire_timeout: Duration::from_secs(30),
+        },
+    ));
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let p = p.clone();
+            tokio::spawn(async move { p.call("exclusive", b"").await })
+        })
+        .collect();
+    for c in calls {
+        c.await.unwrap().unwrap();
+    }
+    assert!(p.status().pool.created <= 4);
+}
+
+#[tokio::test]
+async fn malformed_wasm_and_missing_imports_are_clear_errors() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.wasm");
+    std::fs::write(&bad, b"this is not wasm").unwrap();
+    let err = Plugin::new(
+        &rt,
+        &Manifest::from_wasm_file(&bad),
+        PluginOptions::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        format!("{err:#}").contains("not a WebAssembly module"),
+        "{err:#}"
+    );
+
+    let unknown = dir.path().join("unknown.wat");
+    std::fs::write(
+        &unknown,
+        r#"(module (import "extism:host/env" "teleport" (func)))"#,
+    )
+    .unwrap();
+    let err = Plugin::new(
+        &rt,
+        &Manifest::from_wasm_file(&unknown),
+        PluginOptions::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        format!("{err:#}").contains("extism:host/env::teleport"),
+        "{err:#}"
+    );
+
+    let user = dir.path().join("user.wat");
+    std::fs::write(
+        &user,
+        r#"(module (import "extism:host/user" "lookup" (func (param i64) (result i64))))"#,
+    )
+    .unwrap();
+    let err = Plugin::new(
+        &rt,
+        &Manifest::from_wasm_file(&user),
+        PluginOptions::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        format!("{err:#}").contains("register a host function"),
+        "{err:#}"
+    );
+}

@@ -1,0 +1,132 @@
+//! A route whose endpoint is an Extism function: the request body is the
+//! input, the output is the response body. The whole request path of
+//! `wasmgate serve` is [`FunctionRoute::handle`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use wasmgate_extism::Plugin;
+
+use crate::error_response;
+use crate::listener::Handler;
+
+#[derive(Clone, Debug)]
+pub struct FunctionRouteConfig {
+    /// Function called for `/`; other paths name the function (`/count_vowels`).
+    pub default_function: Option<String>,
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// Content-Type of successful responses; `None` guesses JSON / text / binary.
+    pub content_type: Option<String>,
+}
+
+impl Default for FunctionRouteConfig {
+    fn default() -> Self {
+        FunctionRouteConfig {
+            default_function: None,
+            max_body_bytes: 16 * 1024 * 1024,
+            content_type: None,
+        }
+    }
+}
+
+pub struct FunctionRoute {
+    plugin: Arc<Plugin>,
+    config: FunctionRouteConfig,
+}
+
+impl FunctionRoute {
+    pub fn new(plugin: Arc<Plugin>, config: FunctionRouteConfig) -> FunctionRoute {
+        FunctionRoute { plugin, config }
+    }
+
+    /// Which function a path names: `/` is the default function, `/name` is `name`.
+    fn function_for<'a>(&'a self, path: &'a str) -> Option<&'a str> {
+        match path.trim_start_matches('/') {
+            "" => self.config.default_function.as_deref(),
+            name => Some(name.trim_end_matches('/')),
+        }
+    }
+
+    pub async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let Some(function) = self.function_for(request.uri().path()).map(str::to_string) else {
+            return error_response::simple(
+                StatusCode::NOT_FOUND,
+                "function_not_found",
+                "no default function: call /<function>",
+            );
+        };
+        let body = match read_body(request.into_body(), self.config.max_body_bytes).await {
+            Ok(body) => body,
+            Err(response) => return response,
+        };
+        match self.plugin.call(&function, &body).await {
+            Ok(output) => self.success(output),
+            Err(error) => error_response::call_failed(self.plugin.name(), &function, &error),
+        }
+    }
+
+    fn success(&self, output: Vec<u8>) -> Response<Full<Bytes>> {
+        let content_type = match &self.config.content_type {
+            Some(ct) => ct.as_str(),
+            None => guess_content_type(&output),
+        };
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .body(Full::new(Bytes::from(output)))
+            .expect("static response parts are valid")
+    }
+}
+
+impl Handler for FunctionRoute {
+    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Full<Bytes>> {
+        FunctionRoute::handle(self, request).await
+    }
+}
+
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Response<Full<Bytes>>> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(error_response::simple(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("request body exceeds the limit of {limit} bytes"),
+        )),
+        Err(e) => Err(error_response::simple(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("reading the request body failed: {e}"),
+        )),
+    }
+}
+
+/// JSON when the output looks like a JSON object or array, text when it is
+/// UTF-8, bytes otherwise. The check is cheap: one byte and a UTF-8 scan.
+fn guess_content_type(output: &[u8]) -> &'static str {
+    match std::str::from_utf8(output) {
+        Ok(text) if text.trim_start().starts_with(['{', '[']) => "application/json",
+        Ok(_) => "text/plain; charset=utf-8",
+        Err(_) => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_type_guess() {
+        assert_eq!(guess_content_type(br#"{"a":1}"#), "application/json");
+        assert_eq!(guess_content_type(b"  [1]"), "application/json");
+        assert_eq!(guess_content_type(b"hello"), "text/plain; charset=utf-8");
+        assert_eq!(
+            guess_content_type(&[0xff, 0xfe]),
+            "application/octet-stream"
+        );
+    }
+}

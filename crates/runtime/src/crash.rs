@@ -1,0 +1,165 @@
+//! What went wrong in a failed call, in words an operator can act on.
+
+use std::fmt;
+
+use serde::Serialize;
+use wasmtime::{Trap, WasmBacktrace};
+
+use crate::limits::MemoryCapExceeded;
+
+/// The class of a failed call. Each maps to one status code and one metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// A wasm trap (`unreachable`, out-of-bounds access, ...): the message says which.
+    Trap,
+    /// The call ran past its deadline and was interrupted.
+    Timeout,
+    /// The plugin grew its memory past its cap.
+    OutOfMemory,
+    /// A host function refused the call (bad pointer, denied capability, ...).
+    HostError,
+}
+
+impl FailureKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FailureKind::Trap => "trap",
+            FailureKind::Timeout => "timeout",
+            FailureKind::OutOfMemory => "out_of_memory",
+            FailureKind::HostError => "host_error",
+        }
+    }
+}
+
+/// One wasm stack frame, innermost first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Frame {
+    pub function: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+}
+
+/// A failed call: which plugin and function, what kind of failure, the
+/// engine's message and the wasm backtrace (with file:line when the module
+/// carries DWARF).
+#[derive(Clone, Debug, Serialize)]
+pub struct CrashReport {
+    pub plugin: String,
+    pub function: String,
+    pub kind: FailureKind,
+    pub message: String,
+    pub frames: Vec<Frame>,
+}
+
+impl CrashReport {
+    /// Classifies an error returned by a wasmtime call. `timed_out` comes from
+    /// the store's [`crate::CallBudget`], which knows whether an interrupt was a deadline.
+    pub fn from_error(
+        plugin: &str,
+        function: &str,
+        error: &wasmtime::Error,
+        timed_out: bool,
+    ) -> Self {
+        let trap = error.downcast_ref::<Trap>().copied();
+        let kind = if timed_out || trap == Some(Trap::Interrupt) {
+            FailureKind::Timeout
+        } else if error.chain().any(|e| e.is::<MemoryCapExceeded>()) {
+            FailureKind::OutOfMemory
+        } else if trap.is_some() {
+            FailureKind::Trap
+        } else {
+            FailureKind::HostError
+        };
+        let message = match (&kind, trap) {
+            (FailureKind::Timeout, _) => "the call exceeded its deadline".to_string(),
+            (_, Some(trap)) => trap.to_string(),
+            _ => root_message(error),
+        };
+        let frames = error
+            .downcast_ref::<WasmBacktrace>()
+            .map(frames_of)
+            .unwrap_or_default();
+        CrashReport {
+            plugin: plugin.to_string(),
+            function: function.to_string(),
+            kind,
+            message,
+            frames,
+        }
+    }
+
+    /// The innermost frame that has a source location, if any.
+    pub fn origin(&self) -> Option<&Frame> {
+        self.frames.iter().find(|f| f.file.is_some())
+    }
+}
+
+/// The most specific message in an error chain, without wasmtime's backtrace dump.
+fn root_message(error: &wasmtime::Error) -> String {
+    if error.downcast_ref::<WasmBacktrace>().is_some() {
+        error.root_cause().to_string()
+    } else {
+        error.to_string()
+    }
+}
+
+fn frames_of(backtrace: &WasmBacktrace) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for info in backtrace.frames() {
+        let fallback = info
+            .func_name()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("wasm-function[{}]", info.func_index()));
+        if info.symbols().is_empty() {
+            frames.push(Frame {
+                function: fallback,
+                file: None,
+                line: None,
+                column: None,
+            });
+            continue;
+        }
+        // With inlining one machine frame holds several source frames.
+        for symbol in info.symbols() {
+            frames.push(Frame {
+                function: symbol
+                    .name()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| fallback.clone()),
+                file: symbol.file().map(str::to_string),
+                line: symbol.line(),
+                column: symbol.column(),
+            });
+        }
+    }
+    frames
+}
+
+impl fmt::Display for CrashReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "plugin `{}` function `{}` failed ({}): {}",
+            self.plugin,
+            self.function,
+            self.kind.as_str(),
+            self.message
+        )?;
+        for frame in &self.frames {
+            write!(f, "\n    at {}", frame.function)?;
+            if let Some(file) = &frame.file {
+                write!(f, " ({file}")?;
+                if let Some(line) = frame.line {
+                    write!(f, ":{line}")?;
+                    if let Some(col) = frame.column {
+                        write!(f, ":{col}")?;
+                    }
+                }
+                write!(f, ")")?;
+            }
+        }
+        Ok(())
+    }
+}

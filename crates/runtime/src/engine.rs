@@ -1,0 +1,195 @@
+//! The engine: compiler settings, the instance allocator and the epoch ticker.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, Module, OptLevel, PoolingAllocationConfig,
+    Precompiled, WasmBacktraceDetails,
+};
+
+use crate::cache::ModuleCache;
+
+/// How the engine is built. Every field has a default suited to a server.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Directory for precompiled modules; `None` compiles in memory every time.
+    pub cache_dir: Option<PathBuf>,
+    /// Use the pooling instance allocator (falls back to on-demand allocation
+    /// when the pool's virtual-memory reservation cannot be made).
+    pub pooling: bool,
+    /// Instances (and linear memories, and fiber stacks) the pool can hold at once,
+    /// across all plugins. Default 1000.
+    pub pool_slots: u32,
+    /// Largest linear memory any instance may have, in bytes. Per-plugin caps
+    /// are lower and enforced by [`crate::MemoryLimiter`]. Default 4 GiB (all of wasm32).
+    pub max_memory_bytes: u64,
+    /// Period of the epoch ticker: the granularity of deadlines and of the
+    /// time slices after which a running call yields. Default 1 ms.
+    pub epoch_tick: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            cache_dir: None,
+            pooling: true,
+            pool_slots: 1000,
+            max_memory_bytes: 4 << 30,
+            epoch_tick: Duration::from_millis(1),
+        }
+    }
+}
+
+/// One wasmtime engine plus what every plugin shares: the module cache and the
+/// epoch ticker. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+struct RuntimeInner {
+    engine: Engine,
+    cache: Option<ModuleCache>,
+    epoch_tick: Duration,
+    pooling: bool,
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Runtime> {
+        let (engine, pooling) = build_engine(&config)?;
+        start_epoch_ticker(&engine, config.epoch_tick);
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(ModuleCache::open(dir.clone())?),
+            None => None,
+        };
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                cache,
+                epoch_tick: config.epoch_tick,
+                pooling,
+            }),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// Whether the pooling allocator is in use (false after a fallback).
+    pub fn pooling(&self) -> bool {
+        self.inner.pooling
+    }
+
+    /// Period of the epoch ticker.
+    pub fn epoch_tick(&self) -> Duration {
+        self.inner.epoch_tick
+    }
+
+    /// Compile (or load from the cache) a module from wasm, WAT text, or a
+    /// `.cwasm` produced by [`Runtime::precompile`].
+    ///
+    /// Precompiled input is machine code: wasmtime checks that it was made by a
+    /// compatible engine, but its contents are trusted, so only load `.cwasm`
+    /// files you produced yourself.
+    pub fn load_module(&self, bytes: &[u8]) -> Result<Module> {
+        if let Some(kind) = Engine::detect_precompiled(bytes) {
+            anyhow::ensure!(
+                kind == Precompiled::Module,
+                "this precompiled artifact is a component, not a core module"
+            );
+            // SAFETY: documented above: a .cwasm is trusted input given by the operator.
+            return unsafe { Module::deserialize(self.engine(), bytes) }
+                .map_err(anyhow::Error::from)
+                .context(
+                    "loading a precompiled module (was it compiled by this wasmgate version?)",
+                );
+        }
+        validate_magic(bytes)?;
+        match &self.inner.cache {
+            Some(cache) => cache.load_or_compile(self.engine(), bytes),
+            None => Module::new(self.engine(), bytes).map_err(explain_compile_error),
+        }
+    }
+
+    /// Ahead-of-time compile wasm into an artifact for [`Runtime::load_module`].
+    pub fn precompile(&self, bytes: &[u8]) -> Result<Vec<u8>> {
+        validate_magic(bytes)?;
+        self.engine()
+            .precompile_module(bytes)
+            .map_err(explain_compile_error)
+    }
+}
+
+/// A quick, specific error for files that are not wasm at all (a common mistake:
+/// pointing at the wrong file), before the compiler reports something vaguer.
+fn validate_magic(bytes: &[u8]) -> Result<()> {
+    let is_binary = bytes.starts_with(b"\0asm");
+    let looks_like_wat = std::str::from_utf8(bytes)
+        .map(|s| s.trim_start().starts_with('('))
+        .unwrap_or(false);
+    anyhow::ensure!(
+        is_binary || looks_like_wat,
+        "not a WebAssembly module: expected the \\0asm header or WAT text, found {} bytes starting {:02x?}",
+        bytes.len(),
+        &bytes[..bytes.len().min(8)]
+    );
+    Ok(())
+}
+
+fn explain_compile_error(e: wasmtime::Error) -> anyhow::Error {
+    anyhow::Error::from(e).context("invalid WebAssembly module")
+}
+
+fn base_config() -> Config {
+    let mut config = Config::new();
+    config
+        .cranelift_opt_level(OptLevel::Speed)
+        // Deadlines without a thread per call: compiled code checks a shared
+        // epoch counter that one ticker thread advances.
+        .epoch_interruption(true)
+        .wasm_backtrace_details(WasmBacktraceDetails::Enable);
+    config
+}
+
+fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool)> {
+    if config.pooling {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_core_instances(config.pool_slots)
+            .total_memories(config.pool_slots)
+            .total_tables(config.pool_slots)
+            .total_stacks(config.pool_slots)
+            .max_memory_size(config.max_memory_bytes as usize);
+        let mut pooled = base_config();
+        pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        match Engine::new(&pooled) {
+            Ok(engine) => return Ok((engine, true)),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "pooling allocator unavailable (virtual memory reservation failed); using on-demand allocation"
+            ),
+        }
+    }
+    let engine = Engine::new(&base_config())
+        .map_err(anyhow::Error::from)
+        .context("creating the wasmtime engine")?;
+    Ok((engine, false))
+}
+
+/// One thread per engine advances the epoch; it stops when the engine is dropped.
+fn start_epoch_ticker(engine: &Engine, tick: Duration) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("wasmgate-epoch".into())
+        .spawn(move || loop {
+            std::thread::sleep(tick);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}

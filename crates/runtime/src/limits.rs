@@ -1,0 +1,159 @@
+//! Per-store resource limits: a memory cap and a call deadline.
+
+use std::time::{Duration, Instant};
+
+use wasmtime::{ResourceLimiter, StoreContextMut, UpdateDeadline};
+
+/// Caps the total linear memory (all memories of one store together) and the
+/// size of tables. Growth past the cap fails the running call with
+/// [`MemoryCapExceeded`] instead of letting the guest limp on, so the failure
+/// is reported as what it is.
+#[derive(Debug)]
+pub struct MemoryLimiter {
+    max_bytes: Option<usize>,
+    max_table_elements: usize,
+    committed: usize,
+    exceeded: bool,
+}
+
+/// The error that ends a call whose plugin grew memory past its cap.
+#[derive(Debug, thiserror::Error)]
+#[error("memory cap exceeded: the plugin asked for {requested} bytes of linear memory, its limit is {limit} bytes")]
+pub struct MemoryCapExceeded {
+    pub requested: usize,
+    pub limit: usize,
+}
+
+impl MemoryLimiter {
+    /// `max_bytes: None` leaves memory limited only by wasm32 and the pool slot.
+    pub fn new(max_bytes: Option<usize>) -> MemoryLimiter {
+        MemoryLimiter {
+            max_bytes,
+            max_table_elements: 1_000_000,
+            committed: 0,
+            exceeded: false,
+        }
+    }
+
+    pub fn max_bytes(&self) -> Option<usize> {
+        self.max_bytes
+    }
+
+    /// Bytes of linear memory this store holds now.
+    pub fn committed_bytes(&self) -> usize {
+        self.committed
+    }
+
+    /// True once a growth was refused; the instance should not be reused.
+    pub fn exceeded(&self) -> bool {
+        self.exceeded
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let after = self.committed - current.min(self.committed) + desired;
+        if let Some(limit) = self.max_bytes {
+            if after > limit {
+                self.exceeded = true;
+                return Err(MemoryCapExceeded {
+                    requested: after,
+                    limit,
+                }
+                .into());
+            }
+        }
+        self.committed = after;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= self.max_table_elements)
+    }
+}
+
+/// A call's time budget, kept in the store data of every ABI.
+///
+/// The engine's ticker advances the epoch every tick; a store's deadline is a
+/// time slice of a few ticks. When a slice runs out wasmtime calls
+/// [`CallBudget::on_epoch`]: past the call's deadline the call is interrupted,
+/// otherwise it yields to the async executor so one long call cannot starve
+/// the others sharing its thread.
+#[derive(Debug, Default)]
+pub struct CallBudget {
+    deadline: Option<Instant>,
+    timed_out: bool,
+    slice_ticks: u64,
+}
+
+/// Store data that carries a [`CallBudget`].
+pub trait HasCallBudget {
+    fn call_budget(&mut self) -> &mut CallBudget;
+}
+
+impl CallBudget {
+    /// Time slice between yields, in epoch ticks.
+    pub const DEFAULT_SLICE_TICKS: u64 = 10;
+
+    pub fn new() -> CallBudget {
+        CallBudget {
+            deadline: None,
+            timed_out: false,
+            slice_ticks: Self::DEFAULT_SLICE_TICKS,
+        }
+    }
+
+    /// Starts a call that may run for `timeout` (or forever with `None`).
+    /// Returns the epoch deadline, in ticks from now, for `Store::set_epoch_deadline`.
+    pub fn start(&mut self, timeout: Option<Duration>) -> u64 {
+        self.deadline = timeout.map(|t| Instant::now() + t);
+        self.timed_out = false;
+        self.slice_ticks
+    }
+
+    /// Time left before the deadline (`None`: no deadline).
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// Records that a host function gave up because the call's deadline passed.
+    pub fn mark_timed_out(&mut self) {
+        self.timed_out = true;
+    }
+
+    /// True if the last call was interrupted at its deadline.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    fn on_epoch(&mut self) -> UpdateDeadline {
+        match self.deadline {
+            Some(deadline) if Instant::now() >= deadline => {
+                self.timed_out = true;
+                UpdateDeadline::Interrupt
+            }
+            // tokio's yield_now defers the wake-up until the scheduler has
+            // polled its timers and sockets, so a spinning plugin cannot keep
+            // them waiting (a plain re-wake would run again first).
+            _ => UpdateDeadline::YieldCustom(self.slice_ticks, Box::pin(tokio::task::yield_now())),
+        }
+    }
+}
+
+/// Installs the deadline/yield policy on a store; call once per store.
+pub fn install_epoch_policy<T: HasCallBudget + 'static>(store: &mut wasmtime::Store<T>) {
+    store.epoch_deadline_callback(|mut ctx: StoreContextMut<'_, T>| {
+        Ok(ctx.data_mut().call_budget().on_epoch())
+    });
+}

@@ -1,0 +1,366 @@
+//! Bounded pools of plugin instances.
+//!
+//! An instance is checked out as a [`Lease`] by exactly one call at a time and
+//! comes back only if the call released it as healthy; a lease dropped any
+//! other way (a trap, a timeout, a cancelled request) discards the instance,
+//! because its memory may be half-written. In isolation mode nothing comes
+//! back: every call gets a fresh instance.
+//!
+//! Waiting for an instance is bounded: past `acquire_timeout` the caller gets
+//! [`AcquireError::Overloaded`] instead of joining an unbounded queue. A plugin
+//! whose instances keep failing to start is put in a growing backoff so a
+//! broken plugin costs a fast error, not a busy loop of instantiations.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+/// Sizing and policy of one pool.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Most instances alive at once (checked out plus idle).
+    pub max_instances: usize,
+    /// Fresh instance for every call; nothing is reused.
+    pub isolation: bool,
+    /// How long a call may wait for a free instance before it is refused.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            max_instances: 64,
+            isolation: false,
+            acquire_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why no instance could be had.
+#[derive(Debug, thiserror::Error)]
+pub enum AcquireError {
+    #[error("all {max} instances are busy and none became free within {waited:?}")]
+    Overloaded { max: usize, waited: Duration },
+    #[error("instantiation is backing off after {failures} consecutive failures (retry in {retry_after:?}); last error: {last_error}")]
+    BackingOff {
+        failures: u32,
+        retry_after: Duration,
+        last_error: String,
+    },
+    #[error("instantiation failed: {0:#}")]
+    Instantiate(anyhow::Error),
+}
+
+/// Counters for status pages and metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub created: u64,
+    pub discarded: u64,
+    pub instantiation_failures: u64,
+    pub rejected: u64,
+    pub idle: usize,
+    pub in_use: usize,
+}
+
+pub struct InstancePool<I> {
+    config: PoolConfig,
+    idle: Mutex<Vec<I>>,
+    slots: Semaphore,
+    backoff: Mutex<Backoff>,
+    created: AtomicU64,
+    discarded: AtomicU64,
+    rejected: AtomicU64,
+}
+
+#[derive(Default)]
+struct Backoff {
+    consecutive_failures: u32,
+    until: Option<Instant>,
+    last_error: String,
+    total_failures: u64,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn record_failure(&mut self, error: &anyhow::Error) {
+        self.consecutive_failures += 1;
+        self.total_failures += 1;
+        self.last_error = format!("{error:#}");
+        // The first failure is retried at once (it may be a transient pool
+        // exhaustion); from the second on, wait 50 ms, 100 ms, ... up to 30 s.
+        if self.consecutive_failures >= 2 {
+            let exp = (self.consecutive_failures - 2).min(16);
+            let wait = Self::FIRST.saturating_mul(1 << exp).min(Self::MAX);
+            self.until = Some(Instant::now() + wait);
+        }
+    }
+}
+
+impl<I: Send> InstancePool<I> {
+    pub fn new(config: PoolConfig) -> InstancePool<I> {
+        let max = config.max_instances.max(1);
+        InstancePool {
+            idle: Mutex::new(Vec::with_capacity(max)),
+            slots: Semaphore::new(max),
+            config: PoolConfig {
+                max_instances: max,
+                ..config
+            },
+            backoff: Mutex::new(Backoff::default()),
+            created: AtomicU64::new(0),
+            discarded: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+        }
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Checks out an idle instance, or creates one with `create` when none is
+    /// idle and the pool is below its size.
+    pub async fn acquire<F, Fut>(&self, create: F) -> Result<Lease<'_, I>, AcquireError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = anyhow::Result<I>>,
+    {
+        let permit = match self.slots.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                match tokio::time::timeout(self.config.acquire_timeout, self.slots.acquire()).await
+                {
+                    Ok(Ok(permit)) => permit,
+                    _ => {
+                        self.rejected.fetch_add(1, Ordering::Relaxed);
+                        return Err(AcquireError::Overloaded {
+                            max: self.config.max_instances,
+                            waited: self.config.acquire_timeout,
+                        });
+                    }
+                }
+            }
+        };
+        if !self.config.isolation {
+            if let Some(instance) = self.idle.lock().unwrap().pop() {
+                return Ok(Lease::new(self, instance, permit));
+            }
+        }
+        self.check_backoff()?;
+        match create().await {
+            Ok(instance) => {
+                self.created.fetch_add(1, Ordering::Relaxed);
+                let mut backoff = self.backoff.lock().unwrap();
+                backoff.consecutive_failures = 0;
+                backoff.until = None;
+                drop(backoff);
+                Ok(Lease::new(self, instance, permit))
+            }
+            Err(error) => {
+                self.backoff.lock().unwrap().record_failure(&error);
+                Err(AcquireError::Instantiate(error))
+            }
+        }
+    }
+
+    fn check_backoff(&self) -> Result<(), AcquireError> {
+        let backoff = self.backoff.lock().unwrap();
+        if let Some(until) = backoff.until {
+            let now = Instant::now();
+            if now < until {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(AcquireError::BackingOff {
+                    failures: backoff.consecutive_failures,
+                    retry_after: until - now,
+                    last_error: backoff.last_error.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every idle instance (after a reload, say); leased ones finish first.
+    pub fn clear_idle(&self) {
+        let drained: Vec<I> = std::mem::take(&mut *self.idle.lock().unwrap());
+        self.discarded
+            .fetch_add(drained.len() as u64, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        let idle = self.idle.lock().unwrap().len();
+        PoolStats {
+            created: self.created.load(Ordering::Relaxed),
+            discarded: self.discarded.load(Ordering::Relaxed),
+            instantiation_failures: self.backoff.lock().unwrap().total_failures,
+            rejected: self.rejected.load(Ordering::Relaxed),
+            idle,
+            in_use: self.config.max_instances - self.slots.available_permits(),
+        }
+    }
+}
+
+/// One instance, checked out to one call.
+pub struct Lease<'a, I: Send> {
+    pool: &'a InstancePool<I>,
+    instance: Option<I>,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl<'a, I: Send> Lease<'a, I> {
+    fn new(pool: &'a InstancePool<I>, instance: I, permit: SemaphorePermit<'a>) -> Self {
+        Lease {
+            pool,
+            instance: Some(instance),
+            _permit: permit,
+        }
+    }
+
+    pub fn instance(&mut self) -> &mut I {
+        self.instance
+            .as_mut()
+            .expect("lease holds an instance until dropped")
+    }
+
+    /// Returns a healthy instance to the pool (or drops it in isolation mode).
+    pub fn release(mut self) {
+        let instance = self.instance.take().expect("released once");
+        if self.pool.config.isolation {
+            self.pool.discarded.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.pool.idle.lock().unwrap().push(instance);
+        }
+    }
+}
+
+impl<I: Send> Drop for Lease<'_, I> {
+    fn drop(&mut self) {
+        if self.instance.take().is_some() {
+            self.pool.discarded.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    fn pool(max: usize, isolation: bool, wait_ms: u64) -> InstancePool<usize> {
+        InstancePool::new(PoolConfig {
+            max_instances: max,
+            isolation,
+            acquire_timeout: Duration::from_millis(wait_ms),
+        })
+    }
+
+    #[tokio::test]
+    async fn reuses_released_instances_and_never_shares_one() {
+        let pool = pool(2, false, 1000);
+        let counter = AtomicUsize::new(0);
+        let make = || async { Ok(counter.fetch_add(1, Ordering::SeqCst)) };
+        let mut a = pool.acquire(make).await.unwrap();
+        let mut b = pool.acquire(make).await.unwrap();
+        assert_ne!(*a.instance(), *b.instance());
+        a.release();
+        let mut c = pool.acquire(make).await.unwrap();
+        assert_eq!(*c.instance(), 0, "released instance is reused");
+        b.release();
+        c.release();
+        assert_eq!(pool.stats().created, 2);
+    }
+
+    #[tokio::test]
+    async fn dropped_lease_discards_the_instance() {
+        let pool = pool(1, false, 1000);
+        let counter = AtomicUsize::new(0);
+        let make = || async { Ok(counter.fetch_add(1, Ordering::SeqCst)) };
+        drop(pool.acquire(make).await.unwrap());
+        let mut next = pool.acquire(make).await.unwrap();
+        assert_eq!(
+            *next.instance(),
+            1,
+            "a crashed instance is never handed out again"
+        );
+        assert_eq!(pool.stats().discarded, 1);
+    }
+
+    #[tokio::test]
+    async fn isolation_creates_a_fresh_instance_per_call() {
+        let pool = pool(1, true, 1000);
+        let counter = AtomicUsize::new(0);
+        let make = || async { Ok(counter.fetch_add(1, Ordering::SeqCst)) };
+        for expected in 0..3 {
+            let mut lease = pool.acquire(make).await.unwrap();
+            assert_eq!(*lease.instance(), expected);
+            lease.release();
+        }
+    }
+
+    #[tokio::test]
+    async fn full_pool_rejects_after_bounded_wait() {
+        let pool = pool(1, false, 20);
+        let held = pool.acquire(|| async { Ok(7) }).await.unwrap();
+        let started = Instant::now();
+        let err = pool.acquire(|| async { Ok(8) }).await.err().unwrap();
+        assert!(matches!(err, AcquireError::Overloaded { max: 1, .. }));
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        assert_eq!(pool.stats().rejected, 1);
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn waiter_gets_the_instance_released_meanwhile() {
+        let pool = Arc::new(pool(1, false, 2000));
+        let lease = pool.acquire(|| async { Ok(1) }).await.unwrap();
+        let waiter = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut lease = pool.acquire(|| async { Ok(2) }).await.unwrap();
+                *lease.instance()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        lease.release();
+        assert_eq!(waiter.await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn repeated_instantiation_failures_back_off() {
+        let pool = pool(4, false, 1000);
+        let attempts = AtomicUsize::new(0);
+        let failing = || async {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            Err::<usize, _>(anyhow::anyhow!("start function trapped"))
+        };
+        assert!(matches!(
+            pool.acquire(failing).await,
+            Err(AcquireError::Instantiate(_))
+        ));
+        assert!(matches!(
+            pool.acquire(failing).await,
+            Err(AcquireError::Instantiate(_))
+        ));
+        // Now in backoff: no further attempt is made.
+        match pool.acquire(failing).await {
+            Err(AcquireError::BackingOff {
+                failures,
+                last_error,
+                ..
+            }) => {
+                assert_eq!(failures, 2);
+                assert!(last_error.contains("start function trapped"));
+            }
+            other => panic!("expected backoff, got {:?}", other.map(|_| ())),
+        }
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+        // After the backoff window a success resets it.
+        tokio::time::sleep(Backoff::FIRST + Duration::from_millis(10)).await;
+        let mut lease = pool.acquire(|| async { Ok(5) }).await.unwrap();
+        assert_eq!(*lease.instance(), 5);
+    }
+}
