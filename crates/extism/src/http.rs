@@ -17,9 +17,8 @@ use serde::Deserialize;
 /// Default cap on a response body, as in the reference runtime.
 pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 50 * 1024 * 1024;
 
-/// The request a PDK serialises for `http_request`.
+/// The request a PDK serialises for `http_request` (fields other PDKs may add are ignored).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct PluginRequest {
     pub url: String,
     #[serde(default)]

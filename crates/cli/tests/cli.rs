@@ -1,0 +1,117 @@
+//! `wasmgate call` and `wasmgate compile`.
+
+mod common;
+
+use common::{plugin, wasmgate};
+
+fn call(args: &[&str]) -> (bool, String, String) {
+    let out = wasmgate().arg("call").args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn call_prints_the_output() {
+    let hello = plugin("hello");
+    let (ok, out, err) = call(&[hello.to_str().unwrap(), "hello", "--input", "John Doe"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, r#"{"message":"Hello John Doe"}"#);
+}
+
+#[test]
+fn vars_persist_across_repeated_calls_and_config_applies() {
+    let p = plugin("count_vowels");
+    let (ok, out, err) = call(&[
+        p.to_str().unwrap(),
+        "count_vowels",
+        "--input",
+        "aaa",
+        "--repeat",
+        "3",
+        "--config",
+        "vowels=a",
+    ]);
+    assert!(ok, "{err}");
+    let totals: Vec<u64> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["total"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(totals, vec![3, 6, 9]);
+}
+
+#[test]
+fn failed_call_exits_non_zero_with_the_reason() {
+    let p = plugin("capabilities");
+    let (ok, _, err) = call(&[p.to_str().unwrap(), "fail", "--input", "nope"]);
+    assert!(!ok);
+    assert!(
+        err.contains("plugin_error") && err.contains("nope"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compile_then_run_the_precompiled_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = dir.path().join("hello.cwasm");
+    let out = wasmgate()
+        .args([
+            "compile",
+            plugin("hello").to_str().unwrap(),
+            "-o",
+            cwasm.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::metadata(&cwasm).unwrap().len() > 0);
+    let (ok, out, err) = call(&[cwasm.to_str().unwrap(), "hello", "--input", "AOT"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, r#"{"message":"Hello AOT"}"#);
+}
+
+#[test]
+fn manifest_with_hash_config_and_relative_path() {
+    use sha2::{Digest, Sha256};
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = std::fs::read(plugin("count_vowels")).unwrap();
+    std::fs::write(dir.path().join("cv.wasm"), &wasm).unwrap();
+    let hash = hex::encode(Sha256::digest(&wasm));
+    let manifest = dir.path().join("plugin.json");
+    std::fs::write(
+        &manifest,
+        format!(r#"{{"wasm":[{{"path":"cv.wasm","hash":"{hash}"}}],"config":{{"vowels":"o"}}}}"#),
+    )
+    .unwrap();
+    let (ok, out, err) = call(&[
+        manifest.to_str().unwrap(),
+        "count_vowels",
+        "--input",
+        "foo boo",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, r#"{"count":4,"total":4,"vowels":"o"}"#);
+
+    std::fs::write(
+        &manifest,
+        format!(
+            r#"{{"wasm":[{{"path":"cv.wasm","hash":"{}"}}]}}"#,
+            "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    let (ok, _, err) = call(&[manifest.to_str().unwrap(), "count_vowels"]);
+    assert!(!ok);
+    assert!(err.contains("hash mismatch"), "{err}");
+}

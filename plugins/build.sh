@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds every guest plugin from source into target/wasm/ (repo root).
+# Safe to run again; needs rustup and Go (see ../scripts/install-deps.sh).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="$here/../target/wasm"
+mkdir -p "$out"
+
+rustup target add --toolchain "$(sed -n 's/^channel = "\(.*\)"/\1/p' "$here/rust-toolchain.toml")" \
+  wasm32-unknown-unknown wasm32-wasip1 >/dev/null
+
+cd "$here"
+cargo build --release --target wasm32-unknown-unknown -p hello -p count_vowels -p bench -p capabilities
+cargo build --release --target wasm32-wasip1 -p faults
+for p in hello count_vowels bench capabilities; do
+  cp "target/wasm32-unknown-unknown/release/$p.wasm" "$out/$p.wasm"
+done
+cp target/wasm32-wasip1/release/faults.wasm "$out/faults.wasm"
+
+command -v go >/dev/null || { echo "error: Go is needed for the Go plugins (go/)" >&2; exit 1; }
+for dir in "$here"/go/*/; do
+  name="go_$(basename "$dir")"
+  (cd "$dir" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$out/$name.wasm" .)
+done
+ls -l "$out"
