@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use clap::Args;
+use serde_json::json;
 use wasmgate_extism::PoolConfig;
 
 use crate::plugin_args::PluginArgs;
@@ -25,6 +28,10 @@ pub struct CallArgs {
     /// Call N times on the same plugin (vars persist), one output per line.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
+    /// Print one JSON object per call: `{"ok":true,"output_b64":...}` or
+    /// `{"ok":false,"kind":...,"error":...}`; always exits 0 once the plugin loaded.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: CallArgs) -> Result<ExitCode> {
@@ -50,7 +57,18 @@ pub fn run(args: CallArgs) -> Result<ExitCode> {
         .build()?;
     let mut stdout = std::io::stdout().lock();
     for i in 0..args.repeat {
-        match tokio.block_on(plugin.call(&args.function, &input)) {
+        let result = tokio.block_on(plugin.call(&args.function, &input));
+        if args.json {
+            let line = match &result {
+                Ok(output) => json!({"ok": true, "output_b64": BASE64.encode(output)}),
+                Err(error) => {
+                    json!({"ok": false, "kind": error.kind(), "error": error.to_string()})
+                }
+            };
+            writeln!(stdout, "{line}")?;
+            continue;
+        }
+        match result {
             Ok(output) => {
                 stdout.write_all(&output)?;
                 if args.repeat > 1 && i + 1 < args.repeat {

@@ -360,10 +360,9 @@ impl ExtismInstance {
         let nullary = |store: &mut Store<ExtismState>, instance: &Instance, name: &str| {
             instance.get_typed_func::<(), ()>(&mut *store, name).ok()
         };
-        if let Some(hs_init) = self
+        if let Ok(hs_init) = self
             .instance
             .get_typed_func::<(i32, i32), ()>(&mut *store, "hs_init")
-            .ok()
         {
             if let Some(init) = nullary(store, &self.instance, "_initialize") {
                 init.call_async(&mut *store, ()).await?;

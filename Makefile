@@ -1,0 +1,43 @@
+# wasmgate: the two commands that matter are `make demo` and `make test`.
+CARGO ?= cargo
+WASMGATE := target/release/wasmgate
+PORT ?= 8080
+
+.PHONY: demo test deps plugins build reference lint unit e2e bench clean
+
+## Serve the bundled hello plugin on :$(PORT).
+demo: deps plugins build
+	@echo
+	@echo "wasmgate is serving target/wasm/hello.wasm (function hello) on 127.0.0.1:$(PORT). Try:"
+	@echo "  curl -X POST 127.0.0.1:$(PORT) -d 'John Doe'"
+	@echo
+	$(WASMGATE) serve target/wasm/hello.wasm hello --port $(PORT)
+
+## Everything CI checks: lint, unit and end-to-end tests, differential tests.
+test: deps plugins build reference lint
+	$(CARGO) test --release --workspace
+
+deps:
+	scripts/install-deps.sh
+
+plugins:
+	plugins/build.sh
+
+build:
+	$(CARGO) build --release
+
+## The official extism crate (=1.30.0), for differential tests and benchmarks.
+reference:
+	cd reference/extism-ref && $(CARGO) build --release
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+bench: deps plugins build reference
+	scripts/install-deps.sh --bench
+	bench/run.sh
+
+clean:
+	$(CARGO) clean
+	rm -rf plugins/target reference/extism-ref/target

@@ -1,0 +1,241 @@
+//! Differential tests: the same plugins and inputs through `wasmgate call`
+//! and through the official `extism` crate (reference/extism-ref, built by
+//! `make reference`). Outputs must be byte-identical; errors must be of the
+//! same class, and where the reference's message is the plugin's own (or a
+//! fixed text), identical.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{plugin, wasmgate};
+use serde_json::Value;
+
+fn reference_binary() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../reference/extism-ref/target/release/extism-ref");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make reference` first",
+        path.display()
+    );
+    path
+}
+
+/// One JSON result line per call from each runtime.
+fn run_both(plugin_path: &str, function: &str, flags: &[&str]) -> (Vec<Value>, Vec<Value>) {
+    let parse = |out: std::process::Output, who: &str| -> Vec<Value> {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{who} failed: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let ours = wasmgate()
+        .args(["call", plugin_path, function, "--json"])
+        .args(flags)
+        .output()
+        .unwrap();
+    let theirs = Command::new(reference_binary())
+        .args(["call", plugin_path, function])
+        .args(flags)
+        .output()
+        .unwrap();
+    (parse(ours, "wasmgate"), parse(theirs, "extism-ref"))
+}
+
+/// The reference's error text, classified like wasmgate's `kind`.
+fn reference_kind(error: &str) -> &'static str {
+    if error.starts_with("Function not found") {
+        "function_not_found"
+    } else if error == "timeout" {
+        "timeout"
+    } else if error == "oom" {
+        "out_of_memory"
+    } else if error.contains("exit status") {
+        "plugin_exit"
+    } else if error.contains("wasm trap")
+        || error.contains("wasm backtrace")
+        || error.contains("unreachable")
+    {
+        "trap"
+    } else if error.contains("is not allowed") {
+        "host_error"
+    } else {
+        "plugin_error"
+    }
+}
+
+fn assert_same(plugin_path: &str, function: &str, flags: &[&str]) -> Vec<Value> {
+    let (ours, theirs) = run_both(plugin_path, function, flags);
+    assert_eq!(ours.len(), theirs.len());
+    for (o, t) in ours.iter().zip(&theirs) {
+        let context = format!("{function} {flags:?}\n  wasmgate: {o}\n  extism:   {t}");
+        assert_eq!(o["ok"], t["ok"], "{context}");
+        if o["ok"] == true {
+            assert_eq!(
+                o["output_b64"], t["output_b64"],
+                "outputs differ: {context}"
+            );
+        } else {
+            let their_error = t["error"].as_str().unwrap();
+            assert_eq!(
+                o["kind"],
+                reference_kind(their_error),
+                "error classes differ: {context}"
+            );
+            if o["kind"] == "plugin_error"
+                || o["kind"] == "function_not_found"
+                || o["kind"] == "plugin_exit"
+            {
+                assert_eq!(o["error"], t["error"], "messages differ: {context}");
+            }
+        }
+    }
+    ours
+}
+
+fn p(name: &str) -> String {
+    plugin(name).to_str().unwrap().to_string()
+}
+
+#[test]
+fn hello_rust_and_go() {
+    for plugin in [p("hello"), p("go_hello")] {
+        for input in [
+            "John Doe",
+            "",
+            "quote \" and \\ backslash",
+            "ünïcödé ✓",
+            &"long ".repeat(5000),
+        ] {
+            assert_same(&plugin, "hello", &["--input", input]);
+        }
+        assert_same(&plugin, "no_such_export", &[]);
+    }
+}
+
+#[test]
+fn vars_and_config_across_repeated_calls() {
+    for plugin in [p("count_vowels"), p("go_hello")] {
+        let ours = assert_same(
+            &plugin,
+            "count_vowels",
+            &["--input", "Hello World", "--repeat", "3"],
+        );
+        assert_eq!(ours.len(), 3);
+        assert_same(
+            &plugin,
+            "count_vowels",
+            &[
+                "--input",
+                "Hello World",
+                "--config",
+                "vowels=lo",
+                "--repeat",
+                "2",
+            ],
+        );
+    }
+    let caps = p("capabilities");
+    assert_same(&caps, "var_roundtrip", &["--input", "color=blue"]);
+    assert_same(&caps, "var_get", &["--input", "unset"]);
+    assert_same(
+        &caps,
+        "config",
+        &["--input", "greeting", "--config", "greeting=hello there"],
+    );
+    assert_same(&caps, "config", &["--input", "missing"]);
+    assert_same(
+        &caps,
+        "var_roundtrip",
+        &["--input", "k=v", "--max-var-bytes", "0"],
+    );
+}
+
+#[test]
+fn binary_payloads_are_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.bin");
+    let bytes: Vec<u8> = (0..300_007u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&input, bytes).unwrap();
+    let bench = p("bench");
+    assert_same(&bench, "echo", &["--input-file", input.to_str().unwrap()]);
+    assert_same(
+        &bench,
+        "consume",
+        &["--input-file", input.to_str().unwrap()],
+    );
+    assert_same(&bench, "noop", &[]);
+}
+
+#[test]
+fn plugin_errors_and_return_codes() {
+    let caps = p("capabilities");
+    assert_same(&caps, "fail", &["--input", "it went wrong"]);
+    assert_same(&caps, "exit_code", &[]);
+    assert_same(&caps, "log", &["--input", "a line"]);
+}
+
+#[test]
+fn traps_timeouts_memory_and_exits() {
+    let faults = p("faults");
+    assert_same(&faults, "trap", &["--input", "x"]);
+    assert_same(&faults, "trap_sometimes", &["--input", "7"]);
+    assert_same(&faults, "trap_sometimes", &["--input", "30"]);
+    assert_same(&faults, "spin", &["--timeout-ms", "300"]);
+    assert_same(&faults, "grow", &["--max-pages", "512"]);
+    assert_same(&faults, "exit_three", &[]);
+    assert_same(&faults, "exit_zero", &[]);
+    assert_same(&faults, "stdout", &["--input", "hi"]);
+}
+
+#[test]
+fn http_allow_list_and_requests() {
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in upstream.incoming() {
+            let mut stream = stream.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let body = "upstream says hi";
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-upstream: yes\r\nconnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    let caps = p("capabilities");
+    let url = format!("http://127.0.0.1:{port}/hello");
+    // Allowed: status and body must match (headers differ by runtime, e.g. none vs date).
+    let (ours, theirs) = run_both(
+        &caps,
+        "http_get",
+        &["--input", &url, "--allow-host", "127.0.0.1"],
+    );
+    let decode = |v: &Value| -> Value {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v["output_b64"].as_str().unwrap())
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    let (o, t) = (decode(&ours[0]), decode(&theirs[0]));
+    assert_eq!(o["status"], 200);
+    assert_eq!((&o["status"], &o["body"]), (&t["status"], &t["body"]));
+    assert_eq!(o["headers"]["x-upstream"], t["headers"]["x-upstream"]);
+    // Not on the list: both refuse.
+    assert_same(
+        &caps,
+        "http_get",
+        &["--input", &url, "--allow-host", "example.com"],
+    );
+    assert_same(&caps, "http_get", &["--input", &url]);
+}
