@@ -10,9 +10,9 @@ rustup target add --toolchain "$(sed -n 's/^channel = "\(.*\)"/\1/p' "$here/rust
   wasm32-unknown-unknown wasm32-wasip1 >/dev/null
 
 cd "$here"
-cargo build --release --target wasm32-unknown-unknown -p hello -p count_vowels -p bench -p capabilities
+cargo build --release --target wasm32-unknown-unknown -p hello -p count_vowels -p bench -p reflect -p capabilities
 cargo build --release --target wasm32-wasip1 -p faults
-for p in hello count_vowels bench capabilities; do
+for p in hello count_vowels bench reflect capabilities; do
   cp "target/wasm32-unknown-unknown/release/$p.wasm" "$out/$p.wasm"
 done
 cp target/wasm32-wasip1/release/faults.wasm "$out/faults.wasm"

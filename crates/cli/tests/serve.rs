@@ -170,7 +170,7 @@ async fn full_pool_answers_503_after_a_bounded_wait() {
     let c = client();
     let busy = {
         let (c, url) = (c.clone(), server.url("/sleep_ms"));
-        tokio::spawn(async move { post(&c, &url, "1500").await })
+        tokio::spawn(async move { post(&c, &url, "3000").await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
@@ -178,7 +178,7 @@ async fn full_pool_answers_503_after_a_bounded_wait() {
     assert_eq!(rejected.status, 503, "{}", rejected.text());
     assert_eq!(rejected.json()["error"]["kind"], "overloaded");
     assert!(rejected.headers.contains_key("retry-after"));
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(busy.await.unwrap().status, 200);
 }
 

@@ -217,7 +217,7 @@ async fn runaway_loop_times_out_without_blocking_others() {
         &module(&format!(
             r#"{ECHO} (func (export "spin") (result i32) (loop $l (br $l)) (i32.const 0))"#
         )),
-        r#"{"timeout_ms": 200}"#,
+        r#"{"timeout_ms": 1000}"#,
         PoolConfig::default(),
     ));
     let started = Instant::now();
@@ -226,15 +226,18 @@ async fn runaway_loop_times_out_without_blocking_others() {
         tokio::spawn(async move { p.call("spin", b"").await })
     };
     // The spinning call yields between time slices, so on this same
-    // single-threaded test runtime another call still completes.
+    // single-threaded test runtime another call completes while it spins.
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(p.call("echo", b"meanwhile").await.unwrap(), b"meanwhile");
-    assert!(started.elapsed() < Duration::from_millis(200));
+    assert!(
+        !spinning.is_finished(),
+        "the echo finished while the loop was still running"
+    );
     let err = spinning.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), "timeout");
     let elapsed = started.elapsed();
     assert!(
-        elapsed >= Duration::from_millis(200) && elapsed < Duration::from_secs(2),
+        elapsed >= Duration::from_millis(1000) && elapsed < Duration::from_secs(10),
         "{elapsed:?}"
     );
 }

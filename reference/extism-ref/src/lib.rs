@@ -35,13 +35,22 @@ pub fn imports_wasi(manifest: &Manifest) -> bool {
 
 pub fn build(manifest: Manifest, with_reflect: bool) -> Result<Plugin, extism::Error> {
     let wasi = imports_wasi(&manifest);
-    let mut builder = PluginBuilder::new(manifest).with_wasi(wasi).with_http_response_headers(true);
+    let mut builder = PluginBuilder::new(manifest)
+        .with_wasi(wasi)
+        .with_http_response_headers(true);
     if with_reflect {
-        builder = builder.with_function_in_namespace("extism:host/user", "reflect", [PTR], [PTR], extism::UserData::new(()), |plugin, inputs, outputs, _| {
-            let input: Vec<u8> = plugin.memory_get_val(&inputs[0])?;
-            plugin.memory_set_val(&mut outputs[0], input)?;
-            Ok(())
-        });
+        builder = builder.with_function_in_namespace(
+            "extism:host/user",
+            "reflect",
+            [PTR],
+            [PTR],
+            extism::UserData::new(()),
+            |plugin, inputs, outputs, _| {
+                let input: Vec<u8> = plugin.memory_get_val(&inputs[0])?;
+                plugin.memory_set_val(&mut outputs[0], input)?;
+                Ok(())
+            },
+        );
     }
     builder.build()
 }

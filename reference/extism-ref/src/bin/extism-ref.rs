@@ -1,5 +1,5 @@
 //! `extism-ref call PLUGIN FUNCTION [--input S] [--config K=V].. [--allow-host H]..
-//!  [--max-pages N] [--timeout-ms N] [--max-var-bytes N] [--repeat N] [--host-reflect]`
+//!  [--memory-limit MIB] [--timeout-ms N] [--max-var-bytes N] [--repeat N] [--host-reflect]`
 //!
 //! One JSON line per call: `{"ok":true,"output_b64":...}` or
 //! `{"ok":false,"error":"..."}` (the error's Display, as the SDK reports it).
@@ -27,8 +27,13 @@ fn main() {
                 let (k, v) = v.split_once('=').expect("KEY=VALUE");
                 manifest.config.insert(k.into(), v.into());
             }
-            "--allow-host" => manifest.allowed_hosts.get_or_insert_with(Vec::new).push(value()),
-            "--max-pages" => manifest.memory.max_pages = Some(value().parse().unwrap()),
+            "--allow-host" => manifest
+                .allowed_hosts
+                .get_or_insert_with(Vec::new)
+                .push(value()),
+            "--memory-limit" => {
+                manifest.memory.max_pages = Some(value().parse::<u32>().unwrap() * 16)
+            }
             "--timeout-ms" => manifest.timeout_ms = Some(value().parse().unwrap()),
             "--max-var-bytes" => manifest.memory.max_var_bytes = Some(value().parse().unwrap()),
             "--repeat" => repeat = value().parse().unwrap(),
@@ -50,7 +55,9 @@ fn main() {
     };
     for _ in 0..repeat {
         let line = match plugin.call::<&[u8], Vec<u8>>(&function, &input) {
-            Ok(out) => json!({"ok": true, "output_b64": base64::engine::general_purpose::STANDARD.encode(out)}),
+            Ok(out) => {
+                json!({"ok": true, "output_b64": base64::engine::general_purpose::STANDARD.encode(out)})
+            }
             Err(e) => json!({"ok": false, "error": e.to_string(), "error_chain": format!("{e:#}")}),
         };
         println!("{line}");

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark side by side, then the tables and plots.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+cargo build --release -p wasmgate-extism --example inprocess_bench -p wasmgate-gateway --example native_hello
+reference/go-fiber/build.sh
+python3 -c "import matplotlib" 2>/dev/null || pip install -q matplotlib || true
+bench/inprocess.sh 3
+bench/http.py --rounds 3 --seconds 8
+bench/report.py

@@ -1,0 +1,105 @@
+//! In-process benchmark of wasmgate's Extism runtime, the counterpart of
+//! `reference/extism-ref/src/bin/extism-bench.rs` (same plugin, cases and
+//! timing protocol). Run by `bench/inprocess.sh`.
+//!
+//! `cargo run --release -p wasmgate-extism --example inprocess_bench -- --plugin target/wasm/bench.wasm --reflect-plugin target/wasm/reflect.wasm [--quick] [--case NAME]`
+
+use bench_timing::{payload, report, selected, Protocol, SIZES};
+use wasmgate_extism::{
+    HostFunction, Manifest, Plugin, PluginOptions, PoolConfig, Runtime, RuntimeConfig,
+};
+use wasmtime::{Val, ValType};
+
+const IMPL: &str = "wasmgate";
+
+fn reflect() -> HostFunction {
+    HostFunction::new(
+        "reflect",
+        [ValType::I64],
+        [ValType::I64],
+        |plugin, args, results| {
+            let handle = args[0].unwrap_i64() as u64;
+            let copy = plugin.block(handle)?.to_vec();
+            results[0] = Val::I64(plugin.new_block(&copy)? as i64);
+            Ok(())
+        },
+    )
+}
+
+fn load(
+    runtime: &Runtime,
+    path: &str,
+    isolation: bool,
+    host_functions: Vec<HostFunction>,
+) -> Plugin {
+    Plugin::new(
+        runtime,
+        &Manifest::from_wasm_file(path),
+        PluginOptions {
+            name: Some("bench".into()),
+            pool: PoolConfig {
+                max_instances: 1,
+                isolation,
+                ..PoolConfig::default()
+            },
+            host_functions,
+        },
+    )
+    .expect("loading the bench plugin")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| {
+        let i = args.iter().position(|a| a == name);
+        i.and_then(|i| args.get(i + 1))
+            .unwrap_or_else(|| panic!("{name} PATH is required"))
+            .clone()
+    };
+    let (path, reflect_path) = (flag("--plugin"), flag("--reflect-plugin"));
+    let protocol = Protocol::from_args();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let plugin = load(&runtime, &path, false, vec![]);
+    let reflector = load(&runtime, &reflect_path, false, vec![reflect()]);
+    let call = |function: &str, input: &[u8]| {
+        let target = if function == "reflect" {
+            &reflector
+        } else {
+            &plugin
+        };
+        tokio
+            .block_on(target.call(function, input))
+            .expect("bench call failed");
+    };
+
+    if selected("call_overhead") {
+        let input = [7u8; 16];
+        let (iters, ns) = protocol.measure(|| call("echo", &input));
+        report(IMPL, "call_overhead", 16, iters, ns);
+    }
+    for case in ["echo", "consume", "reflect"] {
+        if !selected(case) {
+            continue;
+        }
+        for size in SIZES {
+            let input = payload(size);
+            let (iters, ns) = protocol.measure(|| call(case, &input));
+            report(IMPL, case, size, iters, ns);
+        }
+    }
+    if selected("fresh_instance") {
+        // Isolation mode: every call instantiates from the compiled module,
+        // runs `noop`, and drops the instance.
+        let fresh = load(&runtime, &path, true, vec![]);
+        let (iters, ns) = protocol.measure(|| {
+            tokio
+                .block_on(fresh.call("noop", b""))
+                .expect("noop failed");
+        });
+        report(IMPL, "fresh_instance", 0, iters, ns);
+    }
+}

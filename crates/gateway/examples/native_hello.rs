@@ -1,0 +1,56 @@
+//! The HTTP benchmark's ceiling: wasmgate's listener answering with the same
+//! JSON as the hello plugin, from native Rust and no wasm.
+//!
+//! `native_hello [PORT] [THREADS]`
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use wasmgate_gateway::{Handler, ListenerConfig};
+
+struct NativeHello;
+
+impl Handler for NativeHello {
+    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Full<Bytes>> {
+        let body = request
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let name = String::from_utf8_lossy(&body);
+        let json = serde_json::json!({ "message": format!("Hello {name}") }).to_string();
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(json)))
+            .unwrap()
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let port: u16 = args.next().map_or(8093, |p| p.parse().unwrap());
+    let threads: usize = args.next().map_or(1, |t| t.parse().unwrap());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        wasmgate_gateway::serve(
+            listener,
+            Arc::new(NativeHello),
+            ListenerConfig::default(),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    });
+}
