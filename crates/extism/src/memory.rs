@@ -11,7 +11,7 @@
 //! access is bounds-checked; a bad offset is an error for the guest's call,
 //! never a read outside the buffer.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// First usable offset, so that 0 is never a valid handle.
 pub const BASE: u64 = 64;
@@ -26,7 +26,7 @@ struct Block {
 #[derive(Debug)]
 pub struct ExtismMemory {
     bytes: Vec<u8>,
-    blocks: HashMap<u64, Block>,
+    blocks: FxHashMap<u64, Block>,
     free: Vec<(u64, u64)>,
     limit: u64,
     input: (u64, u64),
@@ -51,7 +51,7 @@ impl ExtismMemory {
     pub fn new(limit: u64) -> ExtismMemory {
         ExtismMemory {
             bytes: vec![0; BASE as usize],
-            blocks: HashMap::new(),
+            blocks: FxHashMap::default(),
             free: Vec::new(),
             limit,
             input: (0, 0),

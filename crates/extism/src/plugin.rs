@@ -2,15 +2,16 @@
 //! vars, limits) and its pool of instances. [`Plugin::call`] is the whole life
 //! of a call.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use rustc_hash::FxHashMap;
 use wasmgate_runtime::limits::install_epoch_policy;
 use wasmgate_runtime::{CrashReport, InstancePool, PoolConfig, PoolStats, Runtime};
-use wasmtime::{ExternType, Func, Instance, InstancePre, Linker, Module, Store, Val, ValType};
+use wasmtime::{ExternType, Instance, InstancePre, Linker, Module, Store, TypedFunc, ValType};
 use wasmtime_wasi::I32Exit;
 
 use crate::error::CallError;
@@ -67,7 +68,14 @@ enum Linking {
 pub(crate) struct ExtismInstance {
     store: Store<ExtismState>,
     instance: Instance,
-    exports: HashMap<String, (Func, bool)>,
+    exports: FxHashMap<String, Export>,
+}
+
+/// A callable export, typed once so calls skip the dynamic type check.
+#[derive(Clone)]
+enum Export {
+    ReturnsCode(TypedFunc<(), i32>),
+    ReturnsNothing(TypedFunc<(), ()>),
 }
 
 /// A plugin ready to be called concurrently; each call gets its own instance.
@@ -210,7 +218,7 @@ impl Plugin {
     pub async fn call(&self, function: &str, input: &[u8]) -> Result<Vec<u8>, CallError> {
         let mut lease = self.pool.acquire(|| self.instantiate()).await?;
         let instance = lease.instance();
-        let (func, returns_code) = instance.export(function)?;
+        let export = instance.export(function)?;
 
         let store = &mut instance.store;
         store.data_mut().memory.reset();
@@ -218,14 +226,11 @@ impl Plugin {
         let ticks = store.data_mut().budget.start(self.shared.timeout);
         store.set_epoch_deadline(ticks);
 
-        let mut results = [Val::I32(0)];
-        let results = if returns_code {
-            &mut results[..]
-        } else {
-            &mut results[..0]
+        let outcome = match &export {
+            Export::ReturnsCode(f) => f.call_async(&mut *store, ()).await,
+            Export::ReturnsNothing(f) => f.call_async(&mut *store, ()).await.map(|()| 0),
         };
-        let outcome = func.call_async(&mut *store, &[], results).await;
-        let code = results.first().and_then(Val::i32).unwrap_or(0);
+        let code = *outcome.as_ref().unwrap_or(&0);
         let state = store.data();
         let plugin_error = state
             .memory
@@ -233,7 +238,7 @@ impl Plugin {
             .map(|e| String::from_utf8_lossy(e).into_owned());
 
         match outcome {
-            Ok(()) => {
+            Ok(_) => {
                 let result = match plugin_error {
                     Some(message) => Err(CallError::Plugin(message)),
                     None if code != 0 => Err(CallError::NonZeroExit(code)),
@@ -310,7 +315,7 @@ impl Plugin {
         let mut instance = ExtismInstance {
             store,
             instance,
-            exports: HashMap::new(),
+            exports: FxHashMap::default(),
         };
         instance
             .run_guest_initialisers()
@@ -331,9 +336,9 @@ impl Plugin {
 }
 
 impl ExtismInstance {
-    fn export(&mut self, name: &str) -> Result<(Func, bool), CallError> {
+    fn export(&mut self, name: &str) -> Result<Export, CallError> {
         if let Some(found) = self.exports.get(name) {
-            return Ok(*found);
+            return Ok(found.clone());
         }
         let func = self
             .instance
@@ -347,30 +352,37 @@ impl ExtismInstance {
                 signature: ty.to_string(),
             });
         }
-        let entry = (func, !results.is_empty());
-        self.exports.insert(name.to_string(), entry);
-        Ok(entry)
+        let export = if results.is_empty() {
+            Export::ReturnsNothing(func.typed(&self.store).expect("signature checked above"))
+        } else {
+            Export::ReturnsCode(func.typed(&self.store).expect("signature checked above"))
+        };
+        self.exports.insert(name.to_string(), export.clone());
+        Ok(export)
     }
 
     /// Runs the language runtime's start-up code once per instance, as the
     /// reference runtime does: `hs_init` for Haskell, otherwise the reactor's
     /// `__wasm_call_ctors` or `_initialize`.
     async fn run_guest_initialisers(&mut self) -> wasmtime::Result<()> {
+        // Probe with `get_func` (an Option): a failed typed lookup builds an
+        // error, with a backtrace when RUST_BACKTRACE is set, on every instance.
         let store = &mut self.store;
-        let nullary = |store: &mut Store<ExtismState>, instance: &Instance, name: &str| {
-            instance.get_typed_func::<(), ()>(&mut *store, name).ok()
+        let instance = self.instance;
+        let nullary = |store: &mut Store<ExtismState>, name: &str| {
+            let func = instance.get_func(&mut *store, name)?;
+            func.typed::<(), ()>(&*store).ok()
         };
-        if let Ok(hs_init) = self
-            .instance
-            .get_typed_func::<(i32, i32), ()>(&mut *store, "hs_init")
-        {
-            if let Some(init) = nullary(store, &self.instance, "_initialize") {
+        if let Some(hs_init) = instance.get_func(&mut *store, "hs_init") {
+            if let Some(init) = nullary(store, "_initialize") {
                 init.call_async(&mut *store, ()).await?;
             }
-            return hs_init.call_async(&mut *store, (0, 0)).await;
+            return hs_init
+                .typed::<(i32, i32), ()>(&*store)?
+                .call_async(&mut *store, (0, 0))
+                .await;
         }
-        let init = nullary(store, &self.instance, "__wasm_call_ctors")
-            .or_else(|| nullary(store, &self.instance, "_initialize"));
+        let init = nullary(store, "__wasm_call_ctors").or_else(|| nullary(store, "_initialize"));
         if let Some(init) = init {
             init.call_async(&mut *store, ()).await?;
         }
