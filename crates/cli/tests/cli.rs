@@ -115,3 +115,53 @@ fn manifest_with_hash_config_and_relative_path() {
     assert!(!ok);
     assert!(err.contains("hash mismatch"), "{err}");
 }
+
+#[test]
+fn allowed_paths_grant_exactly_what_they_say() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.txt"), "file contents").unwrap();
+    let faults = plugin("faults");
+    let faults = faults.to_str().unwrap();
+    let ro = format!("ro:{}:/data", dir.path().display());
+    let rw = format!("{}:/data", dir.path().display());
+
+    let (ok, out, err) = call(&[
+        faults,
+        "read_file",
+        "--input",
+        "/data/hello.txt",
+        "--allow-path",
+        &ro,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "file contents");
+    // Read-only: writing fails; read-write: it works.
+    let (ok, _, err) = call(&[
+        faults,
+        "write_file",
+        "--input",
+        "/data/new.txt=x",
+        "--allow-path",
+        &ro,
+    ]);
+    assert!(!ok, "write through a read-only preopen succeeded");
+    assert!(err.contains("plugin_error"), "{err}");
+    assert!(!dir.path().join("new.txt").exists());
+    let (ok, out, err) = call(&[
+        faults,
+        "write_file",
+        "--input",
+        "/data/new.txt=x",
+        "--allow-path",
+        &rw,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "written");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("new.txt")).unwrap(),
+        "x"
+    );
+    // Nothing granted: no filesystem at all.
+    let (ok, _, _) = call(&[faults, "read_file", "--input", "/data/hello.txt"]);
+    assert!(!ok);
+}

@@ -237,6 +237,19 @@ fn http_allow_list_and_requests() {
     assert_eq!(o["status"], 200);
     assert_eq!((&o["status"], &o["body"]), (&t["status"], &t["body"]));
     assert_eq!(o["headers"]["x-upstream"], t["headers"]["x-upstream"]);
+    // Larger than max_http_response_bytes: both refuse.
+    assert_same(
+        &caps,
+        "http_get",
+        &[
+            "--input",
+            &url,
+            "--allow-host",
+            "127.0.0.1",
+            "--max-http-response-bytes",
+            "5",
+        ],
+    );
     // Not on the list: both refuse.
     assert_same(
         &caps,

@@ -48,6 +48,20 @@ fn load(
     .expect("loading the bench plugin")
 }
 
+/// Drives a call to completion by polling with a no-op waker: what an embedder
+/// without an async runtime does, and what the call costs without a
+/// scheduler around it (the SDK's calls are synchronous). A call that yields
+/// (a time slice ended) is simply polled again.
+fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str| {
@@ -58,10 +72,6 @@ fn main() {
     };
     let (path, reflect_path) = (flag("--plugin"), flag("--reflect-plugin"));
     let protocol = Protocol::from_args();
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let plugin = load(&runtime, &path, false, vec![]);
     let reflector = load(&runtime, &reflect_path, false, vec![reflect()]);
@@ -71,9 +81,7 @@ fn main() {
         } else {
             &plugin
         };
-        tokio
-            .block_on(target.call(function, input))
-            .expect("bench call failed");
+        run(target.call(function, input)).expect("bench call failed");
     };
 
     if selected("call_overhead") {
@@ -96,9 +104,7 @@ fn main() {
         // runs `noop`, and drops the instance.
         let fresh = load(&runtime, &path, true, vec![]);
         let (iters, ns) = protocol.measure(|| {
-            tokio
-                .block_on(fresh.call("noop", b""))
-                .expect("noop failed");
+            run(fresh.call("noop", b"")).expect("noop failed");
         });
         report(IMPL, "fresh_instance", 0, iters, ns);
     }

@@ -24,8 +24,13 @@ const ENV: &str = r#"
 
 /// A module with the imports above and `body` (functions in WAT).
 fn module(body: &str) -> String {
+    module_with_imports("", body)
+}
+
+/// Like [`module`], with more imports (they must precede the definitions).
+fn module_with_imports(imports: &str, body: &str) -> String {
     format!(
-        r#"(module {ENV}
+        r#"(module {ENV} {imports}
   (memory (export "memory") 1)
   ;; copies the input byte by byte into a new block and returns its handle
   (func $copy_input (result i64) (local $n i64) (local $i i64) (local $h i64)
@@ -375,4 +380,100 @@ async fn malformed_wasm_and_missing_imports_are_clear_errors() {
         format!("{err:#}").contains("register a host function"),
         "{err:#}"
     );
+}
+
+#[tokio::test]
+async fn embedder_host_functions_see_extism_memory() {
+    use wasmgate_extism::HostFunction;
+    use wasmtime::{Val, ValType};
+    let wat = module_with_imports(
+        r#"(import "extism:host/user" "shout" (func $shout (param i64) (result i64)))"#,
+        r#"(func (export "run") (result i32) (local $h i64)
+          (local.set $h (call $shout (call $copy_input)))
+          (call $output_set (local.get $h) (call $length (local.get $h)))
+          (i32.const 0))"#,
+    );
+    let shout = HostFunction::new(
+        "shout",
+        [ValType::I64],
+        [ValType::I64],
+        |plugin, args, results| {
+            let text = plugin
+                .block(args[0].unwrap_i64() as u64)?
+                .to_ascii_uppercase();
+            results[0] = Val::I64(plugin.new_block(&text)? as i64);
+            Ok(())
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("user.wat");
+    std::fs::write(&path, wat).unwrap();
+    let p = Plugin::new(
+        &runtime(),
+        &Manifest::from_wasm_file(&path),
+        PluginOptions {
+            host_functions: vec![shout],
+            ..PluginOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        p.call("run", b"quiet please").await.unwrap(),
+        b"QUIET PLEASE"
+    );
+}
+
+#[tokio::test]
+async fn manifest_modules_link_by_name() {
+    use wasmgate_extism::manifest::{WasmData, WasmSource};
+    let lib = r#"(module (func (export "add_one") (param i32) (result i32) (i32.add (local.get 0) (i32.const 1))))"#;
+    let main = module_with_imports(
+        r#"(import "lib" "add_one" (func $add_one (param i32) (result i32)))"#,
+        r#"(func (export "run") (result i32) (local $h i64)
+          (local.set $h (call $alloc (i64.const 1)))
+          (call $store_u8 (local.get $h) (call $add_one (i32.const 64)))
+          (call $output_set (local.get $h) (i64.const 1))
+          (i32.const 0))"#,
+    );
+    let source = |text: &str, name: Option<&str>| WasmSource {
+        data: Some(WasmData::Bytes(text.as_bytes().to_vec())),
+        name: name.map(str::to_string),
+        ..WasmSource::default()
+    };
+    let manifest = Manifest {
+        wasm: vec![source(&main, None), source(lib, Some("lib"))],
+        ..Manifest::default()
+    };
+    let p = Plugin::new(&runtime(), &manifest, PluginOptions::default()).unwrap();
+    assert_eq!(p.call("run", b"").await.unwrap(), b"A");
+    assert_eq!(
+        p.call("run", b"").await.unwrap(),
+        b"A",
+        "second instance links too"
+    );
+}
+
+#[tokio::test]
+async fn isolation_mode_gives_every_call_a_fresh_instance() {
+    let rt = runtime();
+    let p = plugin_with(
+        &rt,
+        &module(
+            r#"(global $calls (mut i32) (i32.const 0))
+            (func (export "count") (result i32) (local $h i64)
+              (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+              (local.set $h (call $alloc (i64.const 1)))
+              (call $store_u8 (local.get $h) (i32.add (i32.const 48) (global.get $calls)))
+              (call $output_set (local.get $h) (i64.const 1))
+              (i32.const 0))"#,
+        ),
+        "{}",
+        PoolConfig {
+            isolation: true,
+            ..PoolConfig::default()
+        },
+    );
+    for _ in 0..3 {
+        assert_eq!(p.call("count", b"").await.unwrap(), b"1");
+    }
 }

@@ -199,3 +199,50 @@ fn start_epoch_ticker(engine: &Engine, tick: Duration) {
         })
         .expect("spawning the epoch ticker thread");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserved() {
+        // A billion 4 GiB slots cannot be reserved in any address space.
+        let runtime = Runtime::new(RuntimeConfig {
+            pool_slots: 1_000_000_000,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        assert!(!runtime.pooling());
+        let module = runtime
+            .load_module(b"(module (func (export \"f\")))")
+            .unwrap();
+        let mut store = wasmtime::Store::new(runtime.engine(), ());
+        wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+    }
+
+    #[test]
+    fn pooling_is_used_when_available() {
+        assert!(Runtime::new(RuntimeConfig::default()).unwrap().pooling());
+    }
+
+    #[test]
+    fn rejects_files_that_are_not_wasm() {
+        let runtime = Runtime::new(RuntimeConfig {
+            pooling: false,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let err = runtime.load_module(b"PK\x03\x04 a zip file").unwrap_err();
+        assert!(
+            err.to_string().contains("not a WebAssembly module"),
+            "{err}"
+        );
+        let err = runtime
+            .load_module(b"\0asm\x01\0\0\0\x99garbage")
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("invalid WebAssembly module"),
+            "{err:#}"
+        );
+    }
+}

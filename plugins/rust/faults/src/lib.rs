@@ -74,3 +74,18 @@ pub fn stdout(input: String) -> FnResult<String> {
     eprintln!("to stderr: {input}");
     Ok("printed".to_string())
 }
+
+/// Input: a path. Outputs the file's contents (WASI filesystem; only what
+/// `allowed_paths` preopens is reachable).
+#[plugin_fn]
+pub fn read_file(path: String) -> FnResult<String> {
+    Ok(std::fs::read_to_string(path)?)
+}
+
+/// Input: `path=content`. Writes the file; outputs "written".
+#[plugin_fn]
+pub fn write_file(input: String) -> FnResult<String> {
+    let (path, content) = input.split_once('=').ok_or_else(|| Error::msg("expected path=content"))?;
+    std::fs::write(path, content)?;
+    Ok("written".to_string())
+}

@@ -36,6 +36,9 @@ fn main() {
             }
             "--timeout-ms" => manifest.timeout_ms = Some(value().parse().unwrap()),
             "--max-var-bytes" => manifest.memory.max_var_bytes = Some(value().parse().unwrap()),
+            "--max-http-response-bytes" => {
+                manifest.memory.max_http_response_bytes = Some(value().parse().unwrap())
+            }
             "--repeat" => repeat = value().parse().unwrap(),
             "--host-reflect" => {
                 reflect = true;
