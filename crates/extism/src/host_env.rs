@@ -5,9 +5,10 @@
 //! ends the guest's own call with an error naming the function, the offset and
 //! the memory size. Behaviour and messages follow the reference runtime.
 
-use wasmtime::{Caller, Linker};
+use wasmtime::{AsContextMut, Caller, Linker};
 
 use crate::http::{self, PluginRequest};
+use crate::kernel;
 use crate::state::ExtismState;
 
 pub const MODULE: &str = "extism:host/env";
@@ -63,57 +64,33 @@ pub const FUNCTIONS: &[&str] = &[
 
 fn add_memory_functions(linker: &mut Linker<ExtismState>) -> Result<()> {
     linker.func_wrap(MODULE, "alloc", |mut c: Ctx, n: u64| {
-        c.data_mut().memory.alloc(n)
+        kernel::alloc(&mut c.as_context_mut(), n)
     })?;
     linker.func_wrap(MODULE, "free", |mut c: Ctx, p: u64| {
-        c.data_mut().memory.free(p)
+        c.data_mut().memory.free(p);
+        kernel::sync_header(&mut c.as_context_mut());
     })?;
     linker.func_wrap(MODULE, "length", |c: Ctx, p: u64| c.data().memory.length(p))?;
     // The kernel's unchecked variant; here it is the same checked lookup.
     linker.func_wrap(MODULE, "length_unsafe", |c: Ctx, p: u64| {
         c.data().memory.length(p)
     })?;
-    linker.func_wrap(MODULE, "load_u8", |c: Ctx, p: u64| -> Result<u32> {
-        Ok(c.data().memory.load_u8(p)?.into())
+    linker.func_wrap(MODULE, "reset", |mut c: Ctx| {
+        c.data_mut().memory.reset();
+        kernel::sync_header(&mut c.as_context_mut());
     })?;
-    linker.func_wrap(MODULE, "load_u64", |c: Ctx, p: u64| -> Result<u64> {
-        Ok(c.data().memory.load_u64(p)?)
-    })?;
-    linker.func_wrap(
-        MODULE,
-        "store_u8",
-        |mut c: Ctx, p: u64, v: u32| -> Result<()> {
-            Ok(c.data_mut().memory.store_u8(p, v as u8)?)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "store_u64",
-        |mut c: Ctx, p: u64, v: u64| -> Result<()> { Ok(c.data_mut().memory.store_u64(p, v)?) },
-    )?;
-    linker.func_wrap(MODULE, "reset", |mut c: Ctx| c.data_mut().memory.reset())?;
     linker.func_wrap(MODULE, "memory_bytes", |c: Ctx| c.data().memory.size())?;
     Ok(())
 }
 
 fn add_io_functions(linker: &mut Linker<ExtismState>) -> Result<()> {
-    linker.func_wrap(MODULE, "input_length", |c: Ctx| {
-        c.data().memory.input_length()
-    })?;
-    linker.func_wrap(MODULE, "input_offset", |c: Ctx| {
-        c.data().memory.input_offset()
-    })?;
-    linker.func_wrap(MODULE, "input_load_u8", |c: Ctx, at: u64| -> Result<u32> {
-        Ok(c.data().memory.input_load_u8(at)?.into())
-    })?;
-    linker.func_wrap(MODULE, "input_load_u64", |c: Ctx, at: u64| -> Result<u64> {
-        Ok(c.data().memory.input_load_u64(at)?)
-    })?;
     linker.func_wrap(
         MODULE,
         "input_set",
         |mut c: Ctx, p: u64, len: u64| -> Result<()> {
-            Ok(c.data_mut().memory.mark_input(p, len)?)
+            c.data_mut().memory.mark_input(p, len)?;
+            kernel::sync_header(&mut c.as_context_mut());
+            Ok(())
         },
     )?;
     linker.func_wrap(
@@ -136,22 +113,27 @@ fn add_io_functions(linker: &mut Linker<ExtismState>) -> Result<()> {
     Ok(())
 }
 
-/// Reads the string in the block at `handle`, frees the block (the callee owns
-/// handles passed to it, as in the reference runtime) and returns the string.
-fn take_string(state: &mut ExtismState, handle: u64, what: &str) -> Result<String> {
-    let Some(bytes) = state.memory.block(handle) else {
-        wasmtime::bail!("invalid handle offset for {what}: {handle}");
-    };
-    let text = String::from_utf8_lossy(bytes).into_owned();
-    state.memory.free(handle);
-    Ok(text)
+/// Reads the block at `handle` and frees it (the callee owns handles passed
+/// to it, as in the reference runtime).
+fn take_bytes(c: &mut Ctx, handle: u64, what: &str) -> Result<Vec<u8>> {
+    match kernel::take_block(&mut c.as_context_mut(), handle) {
+        Some(bytes) => Ok(bytes),
+        None => wasmtime::bail!("invalid handle offset for {what}: {handle}"),
+    }
+}
+
+/// Like [`take_bytes`], as text.
+fn take_string(c: &mut Ctx, handle: u64, what: &str) -> Result<String> {
+    let bytes = take_bytes(c, handle, what)?;
+    Ok(String::from_utf8(bytes)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 /// Copies `bytes` into a new block for the guest; fails the call if memory is exhausted.
-fn give_bytes(state: &mut ExtismState, bytes: &[u8]) -> Result<u64> {
-    match state.memory.alloc_bytes(bytes) {
+fn give_bytes(c: &mut Ctx, bytes: &[u8]) -> Result<u64> {
+    match kernel::alloc_bytes(&mut c.as_context_mut(), bytes) {
         0 if !bytes.is_empty() => {
-            wasmtime::bail!("{} unable to allocate memory", state.plugin.name)
+            wasmtime::bail!("{} unable to allocate memory", c.data().plugin.name)
         }
         handle => Ok(handle),
     }
@@ -168,21 +150,19 @@ fn add_config_and_vars(linker: &mut Linker<ExtismState>) -> Result<()> {
         MODULE,
         "config_get",
         |mut c: Ctx, key: u64| -> Result<u64> {
-            let state = c.data_mut();
-            let key = take_string(state, key, "config key")?;
-            let plugin = state.plugin.clone();
+            let key = take_string(&mut c, key, "config key")?;
+            let plugin = c.data().plugin.clone();
             match plugin.config.get(&key) {
-                Some(value) => give_bytes(state, value.as_bytes()),
+                Some(value) => give_bytes(&mut c, value.as_bytes()),
                 None => Ok(0),
             }
         },
     )?;
     linker.func_wrap(MODULE, "var_get", |mut c: Ctx, key: u64| -> Result<u64> {
-        let state = c.data_mut();
-        let key = take_string(state, key, "var key")?;
-        let value = state.plugin.vars.lock().unwrap().get(&key).cloned();
+        let key = take_string(&mut c, key, "var key")?;
+        let value = c.data().plugin.vars.lock().unwrap().get(&key).cloned();
         match value {
-            Some(value) => give_bytes(state, &value),
+            Some(value) => give_bytes(&mut c, &value),
             None => Ok(0),
         }
     })?;
@@ -190,21 +170,18 @@ fn add_config_and_vars(linker: &mut Linker<ExtismState>) -> Result<()> {
         MODULE,
         "var_set",
         |mut c: Ctx, key: u64, value: u64| -> Result<()> {
-            let state = c.data_mut();
-            let max = state.plugin.max_var_bytes;
+            let max = c.data().plugin.max_var_bytes;
             if max == 0 {
                 wasmtime::bail!("Vars are disabled by this host");
             }
-            let key = take_string(state, key, "var key")?;
-            let plugin = state.plugin.clone();
+            let key = take_string(&mut c, key, "var key")?;
+            let plugin = c.data().plugin.clone();
             let mut vars = plugin.vars.lock().unwrap();
             if value == 0 {
                 vars.remove(&key);
                 return Ok(());
             }
-            let Some(bytes) = state.memory.block(value) else {
-                wasmtime::bail!("invalid handle offset for var value: {value}");
-            };
+            let bytes = take_bytes(&mut c, value, "var value")?;
             let size: usize = var_entry_size(&key, bytes.len())
                 + vars
                     .iter()
@@ -213,9 +190,7 @@ fn add_config_and_vars(linker: &mut Linker<ExtismState>) -> Result<()> {
             if size > max as usize {
                 wasmtime::bail!("Variable store is full");
             }
-            vars.insert(key, bytes.to_vec());
-            drop(vars);
-            state.memory.free(value);
+            vars.insert(key, bytes);
             Ok(())
         },
     )?;
@@ -231,24 +206,15 @@ fn add_http(linker: &mut Linker<ExtismState>) -> Result<()> {
                 let state = c.data_mut();
                 state.http_status = 0;
                 state.http_headers = None;
-                let Some(json) = state.memory.block(request) else {
-                    wasmtime::bail!("invalid handle offset for http request: {request}");
-                };
-                let parsed: PluginRequest = serde_json::from_slice(json)
+                let json = take_bytes(&mut c, request, "http request")?;
+                let parsed: PluginRequest = serde_json::from_slice(&json)
                     .map_err(|e| wasmtime::format_err!("invalid http request JSON: {e}"))?;
-                state.memory.free(request);
-                let payload = if body == 0 {
-                    Vec::new()
-                } else {
-                    let Some(bytes) = state.memory.block(body) else {
-                        wasmtime::bail!("invalid handle offset for http request body: {body}");
-                    };
-                    let bytes = bytes.to_vec();
-                    state.memory.free(body);
-                    bytes
+                let payload = match body {
+                    0 => Vec::new(),
+                    body => take_bytes(&mut c, body, "http request body")?,
                 };
-                let plugin = state.plugin.clone();
-                let remaining = state.budget.remaining();
+                let plugin = c.data().plugin.clone();
+                let remaining = c.data().budget.remaining();
                 let response = http::send(
                     parsed,
                     payload,
@@ -268,7 +234,7 @@ fn add_http(linker: &mut Linker<ExtismState>) -> Result<()> {
                 };
                 state.http_status = response.status;
                 state.http_headers = Some(response.headers);
-                give_bytes(state, &response.body)
+                give_bytes(&mut c, &response.body)
             })
         },
     )?;
@@ -276,11 +242,10 @@ fn add_http(linker: &mut Linker<ExtismState>) -> Result<()> {
         i32::from(c.data().http_status)
     })?;
     linker.func_wrap(MODULE, "http_headers", |mut c: Ctx| -> Result<u64> {
-        let state = c.data_mut();
-        match &state.http_headers {
+        match &c.data().http_headers {
             Some(headers) => {
                 let json = serde_json::to_vec(headers)?;
-                give_bytes(state, &json)
+                give_bytes(&mut c, &json)
             }
             None => Ok(0),
         }
@@ -289,13 +254,13 @@ fn add_http(linker: &mut Linker<ExtismState>) -> Result<()> {
 }
 
 fn log(c: &mut Ctx, level: tracing::Level, handle: u64) -> Result<()> {
-    let state = c.data_mut();
     if tracing::level_filters::LevelFilter::current() < level {
-        state.memory.free(handle);
+        c.data_mut().memory.free(handle);
+        kernel::sync_header(&mut c.as_context_mut());
         return Ok(());
     }
-    let message = take_string(state, handle, "log message")?;
-    let plugin = &state.plugin.name;
+    let message = take_string(c, handle, "log message")?;
+    let plugin = &c.data().plugin.name;
     match level {
         tracing::Level::ERROR => {
             tracing::error!(target: "wasmgate::plugin", plugin = %plugin, "{message}")

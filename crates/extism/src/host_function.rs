@@ -3,27 +3,29 @@
 
 use std::sync::Arc;
 
-use wasmtime::{Caller, FuncType, Linker, Val, ValType};
+use wasmtime::{AsContextMut, Caller, FuncType, Linker, StoreContextMut, Val, ValType};
 
+use crate::kernel;
 use crate::state::ExtismState;
 
 /// The plugin a host function was called from.
 pub struct CurrentPlugin<'a> {
-    state: &'a mut ExtismState,
+    store: StoreContextMut<'a, ExtismState>,
 }
 
 impl CurrentPlugin<'_> {
     /// Bytes of the Extism memory block at `handle` (what a PDK passes for a `Vec<u8>`/`String`).
-    pub fn block(&self, handle: u64) -> anyhow::Result<&[u8]> {
-        self.state
+    pub fn block(&mut self, handle: u64) -> anyhow::Result<&[u8]> {
+        let (bytes, state) = kernel::split(&mut self.store);
+        state
             .memory
-            .block(handle)
+            .block(bytes, handle)
             .ok_or_else(|| anyhow::anyhow!("{handle} is not an Extism memory block"))
     }
 
     /// Copies `data` into a new block and returns its handle for the guest.
     pub fn new_block(&mut self, data: &[u8]) -> anyhow::Result<u64> {
-        match self.state.memory.alloc_bytes(data) {
+        match kernel::alloc_bytes(&mut self.store, data) {
             0 if !data.is_empty() => anyhow::bail!("out of Extism memory for {} bytes", data.len()),
             handle => Ok(handle),
         }
@@ -31,15 +33,16 @@ impl CurrentPlugin<'_> {
 
     /// Frees a block the guest handed over.
     pub fn free(&mut self, handle: u64) {
-        self.state.memory.free(handle)
+        self.store.data_mut().memory.free(handle);
+        kernel::sync_header(&mut self.store);
     }
 
     pub fn plugin_name(&self) -> &str {
-        &self.state.plugin.name
+        &self.store.data().plugin.name
     }
 
     pub fn config(&self, key: &str) -> Option<&str> {
-        self.state.plugin.config.get(key).map(String::as_str)
+        self.store.data().plugin.config.get(key).map(String::as_str)
     }
 }
 
@@ -101,7 +104,7 @@ impl HostFunction {
                 ty,
                 move |mut caller: Caller<'_, ExtismState>, args, results| {
                     let mut current = CurrentPlugin {
-                        state: caller.data_mut(),
+                        store: caller.as_context_mut(),
                     };
                     callback(&mut current, args, results).map_err(|e| {
                         wasmtime::Error::from_anyhow(e.context(format!("host function {name}")))

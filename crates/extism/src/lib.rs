@@ -2,7 +2,8 @@
 //!
 //! Plugins built with the official Extism PDKs import their host functions
 //! from `extism:host/env`; this crate provides every one of them
-//! ([`host_env`]), keeps Extism memory on the host ([`memory`]), reads the
+//! ([`host_env`]), keeps Extism memory in a small per-instance wasm kernel
+//! whose bookkeeping the host does ([`memory`]), reads the
 //! manifest format ([`manifest`]), and runs calls through a pool of instances
 //! ([`Plugin`]). Results and error messages follow the reference runtime
 //! (the `extism` crate) so the same plugin behaves the same under both.
@@ -17,6 +18,7 @@ mod error;
 pub mod host_env;
 mod host_function;
 mod http;
+mod kernel;
 pub mod manifest;
 pub mod memory;
 mod plugin;

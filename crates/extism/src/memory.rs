@@ -1,20 +1,26 @@
 //! Extism memory: the byte store the `extism:host/env` functions read and write.
 //!
-//! The reference runtime keeps it in a second wasm instance (its "kernel");
-//! wasmgate keeps it on the host, in one growable buffer per instance, which
-//! saves a wasm-to-wasm hop on every `load_u64`/`store_u64` the PDKs make for
-//! each 8 bytes of input and output. Offsets handed to the guest are positions
-//! in that buffer; 0 means "null", so the first block starts at [`BASE`].
+//! The bytes live in the linear memory of the instance's kernel (see
+//! `kernel.wat`), so the PDKs' per-8-byte `load_u64`/`store_u64`/`input_load_u64`
+//! calls are wasm-to-wasm calls. This module is the host's half: the block
+//! bookkeeping (offsets handed to the guest are positions in the kernel's
+//! memory; 0 means "null", so the first block starts at [`BASE`]) and the
+//! header it keeps in the kernel's first bytes so the kernel can check
+//! bounds. Functions that touch bytes take the kernel memory's slice.
 //!
-//! Allocation follows the kernel's shape: bump allocation, freed blocks reused
-//! when large enough, everything dropped at the start of each call. Every
-//! access is bounds-checked; a bad offset is an error for the guest's call,
-//! never a read outside the buffer.
+//! Allocation follows the reference kernel's shape: bump allocation, freed
+//! blocks reused when large enough, everything dropped at the start of each
+//! call. Every access is bounds-checked; a bad offset is an error for the
+//! guest's call, never a read outside the memory.
 
 use rustc_hash::FxHashMap;
 
-/// First usable offset, so that 0 is never a valid handle.
+/// First usable offset, so that 0 is never a valid handle. The bytes before
+/// it hold the header the kernel reads.
 pub const BASE: u64 = 64;
+const HEADER_USED: usize = 8;
+const HEADER_INPUT_OFFSET: usize = 16;
+const HEADER_INPUT_LENGTH: usize = 24;
 
 #[derive(Clone, Copy, Debug)]
 struct Block {
@@ -22,10 +28,11 @@ struct Block {
     len: u64,
 }
 
-/// One instance's Extism memory.
+/// One instance's Extism memory bookkeeping.
 #[derive(Debug)]
 pub struct ExtismMemory {
-    bytes: Vec<u8>,
+    /// End of the last block: bytes in use.
+    used: u64,
     blocks: FxHashMap<u64, Block>,
     free: Vec<(u64, u64)>,
     limit: u64,
@@ -50,7 +57,7 @@ impl ExtismMemory {
     /// `limit` caps the bytes this memory may hold (allocations past it return 0).
     pub fn new(limit: u64) -> ExtismMemory {
         ExtismMemory {
-            bytes: vec![0; BASE as usize],
+            used: BASE,
             blocks: FxHashMap::default(),
             free: Vec::new(),
             limit,
@@ -62,7 +69,7 @@ impl ExtismMemory {
 
     /// Forgets every block, the input, the output and the error: start of a call.
     pub fn reset(&mut self) {
-        self.bytes.truncate(BASE as usize);
+        self.used = BASE;
         self.blocks.clear();
         self.free.clear();
         self.input = (0, 0);
@@ -72,10 +79,27 @@ impl ExtismMemory {
 
     /// Bytes in use (the high-water mark of the bump allocator).
     pub fn size(&self) -> u64 {
-        self.bytes.len() as u64
+        self.used
+    }
+
+    /// Most bytes this memory may hold.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Writes what the kernel checks against (bytes in use, the input's place)
+    /// into the first bytes of its memory. Call after every change.
+    pub fn write_header(&self, bytes: &mut [u8]) {
+        let mut put = |at: usize, value: u64| {
+            bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        };
+        put(HEADER_USED, self.used);
+        put(HEADER_INPUT_OFFSET, self.input.0);
+        put(HEADER_INPUT_LENGTH, self.input.1);
     }
 
     /// Allocates `n` bytes; 0 when `n` is 0 or the limit would be exceeded.
+    /// The caller makes sure the kernel's memory holds [`ExtismMemory::size`] bytes.
     pub fn alloc(&mut self, n: u64) -> u64 {
         if n == 0 {
             return 0;
@@ -85,12 +109,11 @@ impl ExtismMemory {
             self.blocks.insert(offset, Block { capacity, len: n });
             return offset;
         }
-        let offset = self.bytes.len() as u64;
-        let end = match offset.checked_add(n) {
-            Some(end) if end <= self.limit => end,
+        let offset = self.used;
+        match offset.checked_add(n) {
+            Some(end) if end <= self.limit => self.used = end,
             _ => return 0,
-        };
-        self.bytes.resize(end as usize, 0);
+        }
         self.blocks.insert(
             offset,
             Block {
@@ -98,15 +121,6 @@ impl ExtismMemory {
                 len: n,
             },
         );
-        offset
-    }
-
-    /// Allocates a block holding `data`; 0 if it does not fit.
-    pub fn alloc_bytes(&mut self, data: &[u8]) -> u64 {
-        let offset = self.alloc(data.len() as u64);
-        if offset != 0 {
-            self.bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
-        }
         offset
     }
 
@@ -118,8 +132,8 @@ impl ExtismMemory {
         if offset == self.input.0 {
             self.input.1 = 0;
         }
-        if offset + block.capacity == self.bytes.len() as u64 {
-            self.bytes.truncate(offset as usize);
+        if offset + block.capacity == self.used {
+            self.used = offset;
         } else {
             self.free.push((offset, block.capacity));
         }
@@ -131,20 +145,26 @@ impl ExtismMemory {
     }
 
     /// The bytes of the block at `offset`, if one starts there.
-    pub fn block(&self, offset: u64) -> Option<&[u8]> {
+    pub fn block<'b>(&self, bytes: &'b [u8], offset: u64) -> Option<&'b [u8]> {
         let block = self.blocks.get(&offset)?;
-        Some(&self.bytes[offset as usize..(offset + block.len) as usize])
+        bytes.get(offset as usize..(offset + block.len) as usize)
     }
 
     /// Bytes `[offset, offset + len)`, bounds-checked.
-    pub fn slice(
+    pub fn slice<'b>(
         &self,
+        bytes: &'b [u8],
         operation: &'static str,
         offset: u64,
         len: u64,
-    ) -> Result<&[u8], OutOfBounds> {
+    ) -> Result<&'b [u8], OutOfBounds> {
         let range = self.range(operation, offset, len)?;
-        Ok(&self.bytes[range])
+        bytes.get(range).ok_or(OutOfBounds {
+            operation,
+            offset,
+            width: len,
+            size: bytes.len() as u64,
+        })
     }
 
     fn range(
@@ -154,55 +174,14 @@ impl ExtismMemory {
         width: u64,
     ) -> Result<std::ops::Range<usize>, OutOfBounds> {
         match offset.checked_add(width) {
-            Some(end) if offset >= BASE && end <= self.bytes.len() as u64 => {
-                Ok(offset as usize..end as usize)
-            }
+            Some(end) if offset >= BASE && end <= self.used => Ok(offset as usize..end as usize),
             _ => Err(OutOfBounds {
                 operation,
                 offset,
                 width,
-                size: self.bytes.len() as u64,
+                size: self.used,
             }),
         }
-    }
-
-    pub fn load_u8(&self, offset: u64) -> Result<u8, OutOfBounds> {
-        let r = self.range("load_u8", offset, 1)?;
-        Ok(self.bytes[r.start])
-    }
-
-    pub fn load_u64(&self, offset: u64) -> Result<u64, OutOfBounds> {
-        let r = self.range("load_u64", offset, 8)?;
-        Ok(u64::from_le_bytes(self.bytes[r].try_into().unwrap()))
-    }
-
-    pub fn store_u8(&mut self, offset: u64, value: u8) -> Result<(), OutOfBounds> {
-        let r = self.range("store_u8", offset, 1)?;
-        self.bytes[r.start] = value;
-        Ok(())
-    }
-
-    pub fn store_u64(&mut self, offset: u64, value: u64) -> Result<(), OutOfBounds> {
-        let r = self.range("store_u64", offset, 8)?;
-        self.bytes[r].copy_from_slice(&value.to_le_bytes());
-        Ok(())
-    }
-
-    /// Copies the call's input into a fresh block.
-    pub fn set_input(&mut self, data: &[u8]) -> Result<(), InputTooLarge> {
-        if data.is_empty() {
-            self.input = (0, 0);
-            return Ok(());
-        }
-        let offset = self.alloc_bytes(data);
-        if offset == 0 {
-            return Err(InputTooLarge {
-                len: data.len() as u64,
-                limit: self.limit,
-            });
-        }
-        self.input = (offset, data.len() as u64);
-        Ok(())
     }
 
     /// Marks a block (given by the guest) as the input, like the kernel's `input_set`.
@@ -220,34 +199,6 @@ impl ExtismMemory {
 
     pub fn input_length(&self) -> u64 {
         self.input.1
-    }
-
-    fn input_range(
-        &self,
-        operation: &'static str,
-        at: u64,
-        width: u64,
-    ) -> Result<std::ops::Range<usize>, OutOfBounds> {
-        let (start, len) = self.input;
-        match at.checked_add(width) {
-            Some(end) if end <= len => Ok((start + at) as usize..(start + end) as usize),
-            _ => Err(OutOfBounds {
-                operation,
-                offset: at,
-                width,
-                size: len,
-            }),
-        }
-    }
-
-    pub fn input_load_u8(&self, at: u64) -> Result<u8, OutOfBounds> {
-        let r = self.input_range("input_load_u8", at, 1)?;
-        Ok(self.bytes[r.start])
-    }
-
-    pub fn input_load_u64(&self, at: u64) -> Result<u64, OutOfBounds> {
-        let r = self.input_range("input_load_u64", at, 8)?;
-        Ok(u64::from_le_bytes(self.bytes[r].try_into().unwrap()))
     }
 
     /// Records the output range; checked now so a bogus range fails the call
@@ -269,9 +220,9 @@ impl ExtismMemory {
     }
 
     /// The output bytes the guest set (empty if none).
-    pub fn output(&self) -> &[u8] {
+    pub fn output<'b>(&self, bytes: &'b [u8]) -> &'b [u8] {
         let (offset, len) = self.output;
-        self.slice("output", offset, len).unwrap_or_default()
+        self.slice(bytes, "output", offset, len).unwrap_or_default()
     }
 
     /// Sets the error handle (0 clears it). The message is the block's content;
@@ -285,8 +236,26 @@ impl ExtismMemory {
     }
 
     /// The error message the guest set, if it names a non-empty block.
-    pub fn error(&self) -> Option<&[u8]> {
-        self.block(self.error).filter(|b| !b.is_empty())
+    pub fn error<'b>(&self, bytes: &'b [u8]) -> Option<&'b [u8]> {
+        self.block(bytes, self.error).filter(|b| !b.is_empty())
+    }
+
+    /// Describes an access the kernel refused (`code` as in `kernel.wat`).
+    pub fn out_of_bounds(&self, code: i32, offset: u64, width: u64) -> OutOfBounds {
+        let (operation, size) = match code {
+            0 => ("load_u8", self.used),
+            1 => ("load_u64", self.used),
+            2 => ("store_u8", self.used),
+            3 => ("store_u64", self.used),
+            4 => ("input_load_u8", self.input.1),
+            _ => ("input_load_u64", self.input.1),
+        };
+        OutOfBounds {
+            operation,
+            offset,
+            width,
+            size,
+        }
     }
 }
 
@@ -302,17 +271,19 @@ pub struct InputTooLarge {
 mod tests {
     use super::*;
 
+    /// Bookkeeping plus a byte buffer standing in for the kernel's memory.
+    fn with_bytes(limit: u64) -> (ExtismMemory, Vec<u8>) {
+        (ExtismMemory::new(limit), vec![0; 1 << 16])
+    }
+
     #[test]
-    fn alloc_store_load_roundtrip() {
-        let mut m = ExtismMemory::new(1 << 20);
+    fn blocks_have_lengths_only_at_their_start() {
+        let (mut m, _) = with_bytes(1 << 20);
         let h = m.alloc(16);
         assert!(h >= BASE);
-        m.store_u64(h, 0x0102030405060708).unwrap();
-        m.store_u8(h + 8, 9).unwrap();
-        assert_eq!(m.load_u64(h).unwrap(), 0x0102030405060708);
-        assert_eq!(m.load_u8(h + 8).unwrap(), 9);
         assert_eq!(m.length(h), 16);
         assert_eq!(m.length(h + 1), 0, "length only answers for block starts");
+        assert_eq!(m.size(), h + 16);
     }
 
     #[test]
@@ -326,18 +297,22 @@ mod tests {
 
     #[test]
     fn hostile_offsets_are_errors_not_panics() {
-        let mut m = ExtismMemory::new(1 << 20);
+        let (mut m, bytes) = with_bytes(1 << 20);
         let h = m.alloc(8);
-        assert!(m.load_u64(u64::MAX - 3).is_err());
-        assert!(m.load_u64(h + 1).is_err(), "straddles the end");
-        assert!(m.load_u8(0).is_err(), "null");
-        assert!(m.store_u64(1 << 40, 1).is_err());
+        assert!(m.slice(&bytes, "x", u64::MAX - 3, 8).is_err());
+        assert!(m.slice(&bytes, "x", h + 1, 8).is_err(), "straddles the end");
+        assert!(m.slice(&bytes, "x", 0, 1).is_err(), "null and the header");
         assert!(m.set_output(u64::MAX, 16).is_err());
         assert!(m.set_output(1 << 40, 1 << 40).is_err());
-        assert!(m.input_load_u64(1 << 40).is_err());
+        assert!(m.mark_input(h, 1 << 40).is_err());
         m.free(987654321);
         m.free(0);
-        assert!(m.slice("x", u64::MAX, 2).is_err());
+        assert!(m.block(&bytes, 987654321).is_none());
+        let err = m.out_of_bounds(1, 1 << 40, 8);
+        assert_eq!(
+            err.to_string(),
+            format!("load_u64: offset 1099511627776 (+8 bytes) is outside Extism memory ({} bytes in use)", m.size())
+        );
     }
 
     #[test]
@@ -358,31 +333,47 @@ mod tests {
     }
 
     #[test]
-    fn input_and_output() {
-        let mut m = ExtismMemory::new(1 << 20);
-        m.set_input(b"hello world").unwrap();
-        assert_eq!(m.input_length(), 11);
+    fn header_tells_the_kernel_the_bounds() {
+        let (mut m, mut bytes) = with_bytes(1 << 20);
+        let h = m.alloc(11);
+        bytes[h as usize..h as usize + 11].copy_from_slice(b"hello world");
+        m.mark_input(h, 11).unwrap();
+        m.write_header(&mut bytes);
+        let word =
+            |bytes: &[u8], at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        assert_eq!(word(&bytes, HEADER_USED), h + 11);
+        assert_eq!(word(&bytes, HEADER_INPUT_OFFSET), h);
+        assert_eq!(word(&bytes, HEADER_INPUT_LENGTH), 11);
+        m.free(h);
+        m.write_header(&mut bytes);
         assert_eq!(
-            m.input_load_u64(0).unwrap(),
-            u64::from_le_bytes(*b"hello wo")
+            word(&bytes, HEADER_INPUT_LENGTH),
+            0,
+            "a freed input is empty"
         );
-        assert_eq!(m.input_load_u8(10).unwrap(), b'd');
-        assert!(m.input_load_u64(4).is_err());
-        let out = m.alloc_bytes(b"result");
+    }
+
+    #[test]
+    fn output_and_reset() {
+        let (mut m, mut bytes) = with_bytes(1 << 20);
+        let out = m.alloc(6);
+        bytes[out as usize..out as usize + 6].copy_from_slice(b"result");
         m.set_output(out, 6).unwrap();
-        assert_eq!(m.output(), b"result");
+        assert_eq!(m.output(&bytes), b"result");
         m.reset();
-        assert_eq!(m.output(), b"");
+        assert_eq!(m.output(&bytes), b"");
         assert_eq!(m.input_length(), 0);
+        assert_eq!(m.size(), BASE);
     }
 
     #[test]
     fn error_must_name_a_block() {
-        let mut m = ExtismMemory::new(1 << 20);
+        let (mut m, mut bytes) = with_bytes(1 << 20);
         m.set_error(1 << 40);
-        assert!(m.error().is_none());
-        let e = m.alloc_bytes(b"boom");
+        assert!(m.error(&bytes).is_none());
+        let e = m.alloc(4);
+        bytes[e as usize..e as usize + 4].copy_from_slice(b"boom");
         m.set_error(e);
-        assert_eq!(m.error(), Some(&b"boom"[..]));
+        assert_eq!(m.error(&bytes), Some(&b"boom"[..]));
     }
 }

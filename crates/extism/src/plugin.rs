@@ -11,13 +11,14 @@ use anyhow::{bail, Context, Result};
 use rustc_hash::FxHashMap;
 use wasmgate_runtime::limits::install_epoch_policy;
 use wasmgate_runtime::{CrashReport, InstancePool, PoolConfig, PoolStats, Runtime};
-use wasmtime::{ExternType, Instance, InstancePre, Linker, Module, Store, TypedFunc, ValType};
+use wasmtime::{AsContextMut, ExternType, Instance, Linker, Module, Store, TypedFunc, ValType};
 use wasmtime_wasi::I32Exit;
 
 use crate::error::CallError;
 use crate::host_env;
 use crate::host_function::HostFunction;
 use crate::http::{AllowedHosts, DEFAULT_MAX_RESPONSE_BYTES};
+use crate::kernel::{self, Kernel};
 use crate::manifest::{Manifest, MAIN_MODULE};
 use crate::state::ExtismState;
 
@@ -54,15 +55,21 @@ pub(crate) struct PluginShared {
     pub needs_wasi: bool,
 }
 
-/// How instances are made: from one pre-linked module, or by instantiating
-/// the named dependency modules into each new store first.
-enum Linking {
-    Single(InstancePre<ExtismState>),
-    Multi {
-        linker: Linker<ExtismState>,
-        dependencies: Vec<(String, Module)>,
-        main: Module,
-    },
+/// A module of the manifest with, for each of its imports, where a new
+/// store gets it from; worked out once at load so instantiation is a loop.
+struct LinkedModule {
+    module: Module,
+    imports: Vec<ImportSource>,
+}
+
+enum ImportSource {
+    /// An Extism memory accessor served by the kernel (index into [`kernel::FUNCTIONS`]).
+    Kernel(usize),
+    /// An export of another module of the manifest (index into `Plugin::dependencies`).
+    Dependency(usize),
+    /// A host function from the linker: the rest of `extism:host/env`, WASI,
+    /// an embedder's functions.
+    Host,
 }
 
 pub(crate) struct ExtismInstance {
@@ -82,8 +89,11 @@ enum Export {
 pub struct Plugin {
     shared: Arc<PluginShared>,
     runtime: Runtime,
-    linking: Linking,
-    main: Module,
+    linker: Linker<ExtismState>,
+    kernel: Kernel,
+    /// Other modules of the manifest, in instantiation order.
+    dependencies: Vec<LinkedModule>,
+    main: LinkedModule,
     pool: InstancePool<ExtismInstance>,
 }
 
@@ -159,37 +169,32 @@ impl Plugin {
         for f in &options.host_functions {
             f.define(&mut linker)?;
         }
-        let dependency_names: Vec<&str> = modules.iter().map(|(n, _)| n.as_str()).collect();
-        for (module_name, module) in std::iter::once((MAIN_MODULE, &main))
-            .chain(modules.iter().map(|(n, m)| (n.as_str(), m)))
-        {
+        let kernel = Kernel::new(runtime)?;
+        let dependencies = order_dependencies(modules)?;
+        let names: Vec<String> = dependencies.iter().map(|(n, _)| n.clone()).collect();
+        let dependency_names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let link = |module_name: &str, module: Module| -> Result<LinkedModule> {
             check_imports(
                 module_name,
-                module,
+                &module,
                 &options.host_functions,
                 &dependency_names,
             )?;
-        }
-
-        let linking = if modules.is_empty() {
-            Linking::Single(
-                linker
-                    .instantiate_pre(&main)
-                    .map_err(anyhow::Error::from)
-                    .context("linking the main module")?,
-            )
-        } else {
-            Linking::Multi {
-                linker,
-                dependencies: order_dependencies(modules)?,
-                main: main.clone(),
-            }
+            let imports = plan_imports(module_name, &module, &kernel, &dependency_names)?;
+            Ok(LinkedModule { module, imports })
         };
+        let main = link(MAIN_MODULE, main)?;
+        let dependencies = dependencies
+            .into_iter()
+            .map(|(name, module)| link(&name, module))
+            .collect::<Result<Vec<_>>>()?;
 
         Ok(Plugin {
             shared,
             runtime: runtime.clone(),
-            linking,
+            linker,
+            kernel,
+            dependencies,
             main,
             pool: InstancePool::new(options.pool),
         })
@@ -202,6 +207,7 @@ impl Plugin {
     /// Whether `function` is an export Extism can call (`() -> i32` or `() -> ()`).
     pub fn function_exists(&self, function: &str) -> bool {
         self.main
+            .module
             .get_export(function)
             .and_then(|e| e.func().cloned())
             .is_some_and(|f| callable_signature(f.params().len(), &f.results().collect::<Vec<_>>()))
@@ -221,8 +227,7 @@ impl Plugin {
         let export = instance.export(function)?;
 
         let store = &mut instance.store;
-        store.data_mut().memory.reset();
-        store.data_mut().memory.set_input(input)?;
+        kernel::begin_call(&mut store.as_context_mut(), input)?;
         let ticks = store.data_mut().budget.start(self.shared.timeout);
         store.set_epoch_deadline(ticks);
 
@@ -231,10 +236,10 @@ impl Plugin {
             Export::ReturnsNothing(f) => f.call_async(&mut *store, ()).await.map(|()| 0),
         };
         let code = *outcome.as_ref().unwrap_or(&0);
-        let state = store.data();
+        let (bytes, state) = kernel::split(&mut *store);
         let plugin_error = state
             .memory
-            .error()
+            .error(bytes)
             .map(|e| String::from_utf8_lossy(e).into_owned());
 
         match outcome {
@@ -242,7 +247,7 @@ impl Plugin {
                 let result = match plugin_error {
                     Some(message) => Err(CallError::Plugin(message)),
                     None if code != 0 => Err(CallError::NonZeroExit(code)),
-                    None => Ok(state.memory.output().to_vec()),
+                    None => Ok(state.memory.output(bytes).to_vec()),
                 };
                 lease.release();
                 result
@@ -254,7 +259,7 @@ impl Plugin {
                 }
                 if let Some(exit) = error.downcast_ref::<I32Exit>() {
                     return match exit.0 {
-                        0 => Ok(state.memory.output().to_vec()),
+                        0 => Ok(state.memory.output(bytes).to_vec()),
                         code => Err(CallError::Exit(code)),
                     };
                 }
@@ -291,27 +296,10 @@ impl Plugin {
             .start(Some(self.shared.timeout.unwrap_or(INIT_TIMEOUT)));
         store.set_epoch_deadline(ticks);
 
-        let instance = match &self.linking {
-            Linking::Single(pre) => pre.instantiate_async(&mut store).await,
-            Linking::Multi {
-                linker,
-                dependencies,
-                main,
-            } => {
-                let mut linker = linker.clone();
-                for (name, module) in dependencies {
-                    let dependency = linker
-                        .instantiate_async(&mut store, module)
-                        .await
-                        .map_err(anyhow::Error::from)?;
-                    linker
-                        .instance(&mut store, name, dependency)
-                        .map_err(anyhow::Error::from)?;
-                }
-                linker.instantiate_async(&mut store, main).await
-            }
-        }
-        .map_err(|e| self.describe_start_failure("instantiation", e))?;
+        let instance = self
+            .link(&mut store)
+            .await
+            .map_err(|e| self.describe_start_failure("instantiation", e))?;
         let mut instance = ExtismInstance {
             store,
             instance,
@@ -322,6 +310,60 @@ impl Plugin {
             .await
             .map_err(|e| self.describe_start_failure("start-up", e))?;
         Ok(instance)
+    }
+
+    /// Instantiates the kernel, then the dependencies in order, then the main module.
+    async fn link(&self, store: &mut Store<ExtismState>) -> wasmtime::Result<Instance> {
+        let kernel = self.kernel.instantiate(&mut store.as_context_mut()).await?;
+        let mut dependencies = Vec::with_capacity(self.dependencies.len());
+        for linked in &self.dependencies {
+            let instance = self
+                .instantiate_module(store, linked, &kernel, &dependencies)
+                .await?;
+            dependencies.push(instance);
+        }
+        self.instantiate_module(store, &self.main, &kernel, &dependencies)
+            .await
+    }
+
+    async fn instantiate_module(
+        &self,
+        store: &mut Store<ExtismState>,
+        linked: &LinkedModule,
+        kernel: &Instance,
+        dependencies: &[Instance],
+    ) -> wasmtime::Result<Instance> {
+        let mut imports = Vec::with_capacity(linked.imports.len());
+        for (import, source) in linked.module.imports().zip(&linked.imports) {
+            let item = match *source {
+                ImportSource::Kernel(index) => {
+                    self.kernel
+                        .function(&mut store.as_context_mut(), kernel, index)
+                }
+                ImportSource::Dependency(index) => dependencies[index]
+                    .get_export(&mut *store, import.name())
+                    .ok_or_else(|| {
+                        wasmtime::format_err!(
+                            "module `{}` exports no `{}`",
+                            import.module(),
+                            import.name()
+                        )
+                    })?,
+                ImportSource::Host => {
+                    self.linker
+                        .get_by_import(&mut *store, &import)
+                        .ok_or_else(|| {
+                            wasmtime::format_err!(
+                                "no host function `{}::{}`",
+                                import.module(),
+                                import.name()
+                            )
+                        })?
+                }
+            };
+            imports.push(item);
+        }
+        Instance::new_async(&mut *store, &linked.module, &imports).await
     }
 
     fn describe_start_failure(&self, stage: &str, error: wasmtime::Error) -> anyhow::Error {
@@ -432,6 +474,41 @@ fn check_imports(
         }
     }
     Ok(())
+}
+
+/// Where each import of `module` comes from in a new store. Imports the
+/// kernel serves are type-checked here, so a mismatch fails at load.
+fn plan_imports(
+    module_name: &str,
+    module: &Module,
+    kernel: &Kernel,
+    dependencies: &[&str],
+) -> Result<Vec<ImportSource>> {
+    module
+        .imports()
+        .map(|import| {
+            if let Some(index) = dependencies.iter().position(|d| *d == import.module()) {
+                return Ok(ImportSource::Dependency(index));
+            }
+            let served = (import.module() == host_env::MODULE)
+                .then(|| kernel::serves(import.name()))
+                .flatten();
+            let Some(index) = served else {
+                return Ok(ImportSource::Host);
+            };
+            match import.ty() {
+                ExternType::Func(ty) if kernel.accepts(index, &ty) => {
+                    Ok(ImportSource::Kernel(index))
+                }
+                other => bail!(
+                    "module `{module_name}` imports `{}::{}` as {other:?}, but it is {}",
+                    import.module(),
+                    import.name(),
+                    kernel.describe(index)
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Orders dependency modules so each is instantiated after the modules it imports.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use wasmgate_runtime::limits::HasCallBudget;
 use wasmgate_runtime::{CallBudget, MemoryLimiter};
+use wasmtime::Memory;
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::memory::ExtismMemory;
@@ -14,6 +15,8 @@ use crate::plugin::PluginShared;
 pub struct ExtismState {
     pub(crate) plugin: Arc<PluginShared>,
     pub(crate) memory: ExtismMemory,
+    /// The kernel instance's memory, which holds the Extism memory's bytes.
+    pub(crate) kernel_memory: Option<Memory>,
     pub(crate) http_status: u16,
     pub(crate) http_headers: Option<BTreeMap<String, String>>,
     pub(crate) limiter: MemoryLimiter,
@@ -25,6 +28,7 @@ impl ExtismState {
     pub(crate) fn new(plugin: Arc<PluginShared>, wasi: Option<WasiP1Ctx>) -> ExtismState {
         ExtismState {
             memory: ExtismMemory::new(plugin.extism_memory_limit),
+            kernel_memory: None,
             limiter: MemoryLimiter::new(plugin.memory_limit.map(|b| b as usize)),
             plugin,
             http_status: 0,

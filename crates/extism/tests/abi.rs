@@ -130,6 +130,7 @@ async fn hostile_offsets_fail_only_the_call() {
     let p = plugin(&module(&format!(
         r#"{ECHO}
         (func (export "load_far") (result i32) (drop (call $load_u64 (i64.const -4))) (i32.const 0))
+        (func (export "store_header") (result i32) (call $store_u64 (i64.const 8) (i64.const -1)) (i32.const 0))
         (func (export "store_far") (result i32) (call $store_u64 (i64.const 1099511627776) (i64.const 1)) (i32.const 0))
         (func (export "output_bogus") (result i32) (call $output_set (i64.const -1) (i64.const 16)) (i32.const 0))
         (func (export "input_far") (result i32) (drop (call $input_load_u8 (i64.const 1099511627776))) (i32.const 0))
@@ -141,6 +142,7 @@ async fn hostile_offsets_fail_only_the_call() {
     )));
     for f in [
         "load_far",
+        "store_header",
         "store_far",
         "output_bogus",
         "input_far",

@@ -20,8 +20,9 @@ pub struct RuntimeConfig {
     /// Use the pooling instance allocator (falls back to on-demand allocation
     /// when the pool's virtual-memory reservation cannot be made).
     pub pooling: bool,
-    /// Instances (and linear memories, and fiber stacks) the pool can hold at once,
-    /// across all plugins. Default 1000.
+    /// Plugin instances the pool can hold at once, across all plugins. Each
+    /// gets a fiber stack and up to two core instances and linear memories
+    /// (an Extism plugin's kernel is the second). Default 1000.
     pub pool_slots: u32,
     /// Largest linear memory any instance may have, in bytes. Per-plugin caps
     /// are lower and enforced by [`crate::MemoryLimiter`]. Default 4 GiB (all of wasm32).
@@ -128,9 +129,7 @@ impl Runtime {
 /// pointing at the wrong file), before the compiler reports something vaguer.
 fn validate_magic(bytes: &[u8]) -> Result<()> {
     let is_binary = bytes.starts_with(b"\0asm");
-    let looks_like_wat = std::str::from_utf8(bytes)
-        .map(|s| s.trim_start().starts_with('('))
-        .unwrap_or(false);
+    let looks_like_wat = std::str::from_utf8(bytes).is_ok_and(starts_like_wat);
     anyhow::ensure!(
         is_binary || looks_like_wat,
         "not a WebAssembly module: expected the \\0asm header or WAT text, found {} bytes starting {:02x?}",
@@ -138,6 +137,17 @@ fn validate_magic(bytes: &[u8]) -> Result<()> {
         &bytes[..bytes.len().min(8)]
     );
     Ok(())
+}
+
+/// WAT text opens with `(`, perhaps after whitespace and `;;` comment lines.
+fn starts_like_wat(mut text: &str) -> bool {
+    loop {
+        text = text.trim_start();
+        match text.strip_prefix(";;") {
+            Some(comment) => text = comment.split_once('\n').map_or("", |(_, rest)| rest),
+            None => return text.starts_with('('),
+        }
+    }
 }
 
 fn explain_compile_error(e: wasmtime::Error) -> anyhow::Error {
@@ -158,8 +168,9 @@ fn base_config() -> Config {
 fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool)> {
     if config.pooling {
         let mut pool = PoolingAllocationConfig::new();
-        pool.total_core_instances(config.pool_slots)
-            .total_memories(config.pool_slots)
+        let modules_per_instance = 2;
+        pool.total_core_instances(config.pool_slots.saturating_mul(modules_per_instance))
+            .total_memories(config.pool_slots.saturating_mul(modules_per_instance))
             .total_tables(config.pool_slots)
             .total_stacks(config.pool_slots)
             .max_memory_size(config.max_memory_bytes as usize)
@@ -237,6 +248,7 @@ mod tests {
             err.to_string().contains("not a WebAssembly module"),
             "{err}"
         );
+        assert!(runtime.load_module(b";; a comment first\n(module)").is_ok());
         let err = runtime
             .load_module(b"\0asm\x01\0\0\0\x99garbage")
             .unwrap_err();
