@@ -38,6 +38,9 @@ def inprocess():
         fig, ax = plt.subplots(figsize=(10, 4))
         ax.bar([p[0] for p in plot], [p[1] for p in plot], color="#3a7")
         ax.axhline(1, color="grey", lw=1)
+        ax.axhline(1.5, color="#c44", lw=1, ls="--", label="throughput target 1.5x")
+        ax.axhline(10, color="#44c", lw=1, ls="--", label="overhead / fresh-instance target 10x")
+        ax.legend(fontsize=7, loc="upper right")
         ax.set_yscale("log")
         ax.set_ylabel("speed-up vs extism 1.30.0 (x, log)")
         ax.set_title("In-process: wasmgate vs the official extism crate (higher is better)")
@@ -87,6 +90,45 @@ def http():
     except ImportError:
         pass
 
+def stack_probe():
+    path = os.path.join(RES, "stack-probe.json")
+    if not os.path.exists(path):
+        return
+    rows = json.load(open(path))
+    agg = defaultdict(list)
+    for r in rows:
+        agg[(r["kind"], r["server"])].append(r)
+    med = lambda rs, k: statistics.median(r[k] for r in rs)
+    print()
+    print("| test | server | req/s | p50 | p99 | vs nginx |")
+    print("|---|---|---|---|---|---|")
+    plot = defaultdict(dict)
+    for kind in ("hello", "proxy"):
+        base = med(agg[(kind, "nginx")], "rps")
+        for server in ("nginx", "hyper", "pingora", "pingora-tuned"):
+            rs = agg.get((kind, server))
+            if not rs:
+                continue
+            rps = med(rs, "rps")
+            plot[kind][server] = rps
+            print(f"| {kind} | {server} | {rps:,.0f} | {med(rs,'p50_ms'):.2f} ms | {med(rs,'p99_ms'):.2f} ms | {rps/base:.2f} |")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, kind in zip(axes, ("hello", "proxy")):
+            servers = list(plot[kind])
+            ax.bar(servers, [plot[kind][s] for s in servers], color=["#888", "#3a7", "#c84", "#e96"][: len(servers)])
+            ax.set_title(f"{kind}: one core, wrk -c50 on the other")
+            ax.set_ylabel("requests/s")
+            ax.tick_params(axis="x", labelsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(IMG, "stack-probe.png"), dpi=110)
+    except ImportError:
+        pass
+
 if __name__ == "__main__":
     inprocess()
     http()
+    stack_probe()

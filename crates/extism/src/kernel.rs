@@ -96,7 +96,13 @@ impl Kernel {
         &self,
         store: &mut StoreContextMut<'_, ExtismState>,
     ) -> wasmtime::Result<Instance> {
-        let instance = self.pre.instantiate_async(&mut *store).await?;
+        // Extism memory is capped by its own allocator (`ExtismMemory::limit`),
+        // so the kernel's memory stays out of the linear-memory cap, as the
+        // reference runtime caps each memory on its own.
+        store.data_mut().limiter.exempt_next_growth();
+        let instance = self.pre.instantiate_async(&mut *store).await;
+        store.data_mut().limiter.end_exemption();
+        let instance = instance?;
         let memory = match instance.get_module_export(&mut *store, &self.memory) {
             Some(Extern::Memory(m)) => m,
             _ => unreachable!("the kernel exports its memory"),
@@ -158,7 +164,10 @@ fn ensure_capacity(store: &mut StoreContextMut<'_, ExtismState>) -> bool {
         return true;
     }
     let pages = (needed - have).div_ceil(PAGE);
-    memory.grow(&mut *store, pages).is_ok()
+    store.data_mut().limiter.exempt_next_growth();
+    let grown = memory.grow(&mut *store, pages).is_ok();
+    store.data_mut().limiter.end_exemption();
+    grown
 }
 
 /// Allocates a block holding `data`; 0 if it does not fit.

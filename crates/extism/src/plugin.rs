@@ -222,6 +222,17 @@ impl Plugin {
 
     /// Calls `function` with `input` and returns its output.
     pub async fn call(&self, function: &str, input: &[u8]) -> Result<Vec<u8>, CallError> {
+        self.call_with(function, input, <[u8]>::to_vec).await
+    }
+
+    /// Like [`Plugin::call`], but hands the output to `read` where it lies in
+    /// the instance's memory instead of copying it out.
+    pub async fn call_with<R>(
+        &self,
+        function: &str,
+        input: &[u8],
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, CallError> {
         let mut lease = self.pool.acquire(|| self.instantiate()).await?;
         let instance = lease.instance();
         let export = instance.export(function)?;
@@ -235,44 +246,52 @@ impl Plugin {
             Export::ReturnsCode(f) => f.call_async(&mut *store, ()).await,
             Export::ReturnsNothing(f) => f.call_async(&mut *store, ()).await.map(|()| 0),
         };
-        let code = *outcome.as_ref().unwrap_or(&0);
+        // Only an instance whose call returned normally goes back to the pool;
+        // the lease drops any other, so it is never reused.
+        let healthy = outcome.is_ok();
         let (bytes, state) = kernel::split(&mut *store);
-        let plugin_error = state
-            .memory
-            .error(bytes)
-            .map(|e| String::from_utf8_lossy(e).into_owned());
-
-        match outcome {
-            Ok(_) => {
-                let result = match plugin_error {
-                    Some(message) => Err(CallError::Plugin(message)),
-                    None if code != 0 => Err(CallError::NonZeroExit(code)),
-                    None => Ok(state.memory.output(bytes).to_vec()),
-                };
-                lease.release();
-                result
-            }
-            // Past this point the instance is dropped with the lease, never reused.
-            Err(error) => {
-                if let Some(message) = plugin_error {
-                    return Err(CallError::Plugin(message));
-                }
-                if let Some(exit) = error.downcast_ref::<I32Exit>() {
-                    return match exit.0 {
-                        0 => Ok(state.memory.output(bytes).to_vec()),
-                        code => Err(CallError::Exit(code)),
-                    };
-                }
-                let report = CrashReport::from_error(
-                    &self.shared.name,
-                    function,
-                    &error,
-                    state.budget.timed_out(),
-                );
-                tracing::warn!(plugin = %self.shared.name, function, kind = report.kind.as_str(), "{report}");
-                Err(CallError::Crash(Box::new(report)))
-            }
+        let result = self
+            .conclude(function, outcome, state, bytes)
+            .map(|()| read(state.memory.output(bytes)));
+        if healthy {
+            lease.release();
         }
+        result
+    }
+
+    /// What a finished call amounts to, in the reference runtime's order: an
+    /// error the plugin set, a non-zero return, `proc_exit`, then a crash.
+    fn conclude(
+        &self,
+        function: &str,
+        outcome: wasmtime::Result<i32>,
+        state: &ExtismState,
+        bytes: &[u8],
+    ) -> Result<(), CallError> {
+        if let Some(message) = state.memory.error(bytes) {
+            return Err(CallError::Plugin(
+                String::from_utf8_lossy(message).into_owned(),
+            ));
+        }
+        let error = match outcome {
+            Ok(0) => return Ok(()),
+            Ok(code) => return Err(CallError::NonZeroExit(code)),
+            Err(error) => error,
+        };
+        if let Some(exit) = error.downcast_ref::<I32Exit>() {
+            return match exit.0 {
+                0 => Ok(()),
+                code => Err(CallError::Exit(code)),
+            };
+        }
+        let report = CrashReport::from_error(
+            &self.shared.name,
+            function,
+            &error,
+            state.budget.timed_out(),
+        );
+        tracing::warn!(plugin = %self.shared.name, function, kind = report.kind.as_str(), "{report}");
+        Err(CallError::Crash(Box::new(report)))
     }
 
     async fn instantiate(&self) -> Result<ExtismInstance> {

@@ -275,6 +275,20 @@ async fn memory_cap_stops_growth() {
 }
 
 #[tokio::test]
+async fn extism_memory_has_its_own_cap_beside_linear_memory() {
+    // The module's memory is exactly at the cap (1 page); Extism memory (the
+    // input and output blocks) is capped separately, as in the reference runtime.
+    let p = plugin_with(
+        &runtime(),
+        &module(ECHO),
+        r#"{"memory": {"max_pages": 1}}"#,
+        PoolConfig::default(),
+    );
+    let input = vec![5u8; 30_000];
+    assert_eq!(p.call("echo", &input).await.unwrap(), input);
+}
+
+#[tokio::test]
 async fn config_lookup() {
     let rt = runtime();
     let p = plugin_with(

@@ -162,6 +162,11 @@ fn base_config() -> Config {
         // epoch counter that one ticker thread advances.
         .epoch_interruption(true)
         .wasm_backtrace_details(WasmBacktraceDetails::Enable);
+    // `WASMGATE_PERFMAP=1` writes /tmp/perf-<pid>.map so `perf report` names
+    // wasm functions instead of showing bare JIT addresses.
+    if std::env::var_os("WASMGATE_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 

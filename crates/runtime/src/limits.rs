@@ -14,6 +14,7 @@ pub struct MemoryLimiter {
     max_table_elements: usize,
     committed: usize,
     exceeded: bool,
+    exempt_next_growth: bool,
 }
 
 /// The error that ends a call whose plugin grew memory past its cap.
@@ -32,6 +33,7 @@ impl MemoryLimiter {
             max_table_elements: 1_000_000,
             committed: 0,
             exceeded: false,
+            exempt_next_growth: false,
         }
     }
 
@@ -42,6 +44,18 @@ impl MemoryLimiter {
     /// Bytes of linear memory this store holds now.
     pub fn committed_bytes(&self) -> usize {
         self.committed
+    }
+
+    /// Leaves the next memory growth (or memory creation) out of the cap and
+    /// the count: for memory the host manages under a limit of its own, like
+    /// an Extism kernel's. Call [`MemoryLimiter::end_exemption`] after the
+    /// growth, whether or not it happened.
+    pub fn exempt_next_growth(&mut self) {
+        self.exempt_next_growth = true;
+    }
+
+    pub fn end_exemption(&mut self) {
+        self.exempt_next_growth = false;
     }
 
     /// True once a growth was refused; the instance should not be reused.
@@ -57,6 +71,9 @@ impl ResourceLimiter for MemoryLimiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        if std::mem::take(&mut self.exempt_next_growth) {
+            return Ok(true);
+        }
         let after = self.committed - current.min(self.committed) + desired;
         if let Some(limit) = self.max_bytes {
             if after > limit {
