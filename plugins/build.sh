@@ -12,10 +12,14 @@ rustup target add --toolchain "$(sed -n 's/^channel = "\(.*\)"/\1/p' "$here/rust
 cd "$here"
 cargo build --release --target wasm32-unknown-unknown -p hello -p count_vowels -p bench -p reflect -p capabilities
 cargo build --release --target wasm32-wasip1 -p faults
+# Proxy-Wasm filters (proxy-wasm Rust SDK).
+cargo build --release --target wasm32-wasip1 -p add_header -p fault_injection
 for p in hello count_vowels bench reflect capabilities; do
   cp "target/wasm32-unknown-unknown/release/$p.wasm" "$out/$p.wasm"
 done
-cp target/wasm32-wasip1/release/faults.wasm "$out/faults.wasm"
+for p in faults add_header fault_injection; do
+  cp "target/wasm32-wasip1/release/$p.wasm" "$out/$p.wasm"
+done
 
 command -v go >/dev/null || { echo "error: Go is needed for the Go plugins (go/)" >&2; exit 1; }
 for dir in "$here"/go/*/; do

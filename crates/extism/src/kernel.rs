@@ -144,7 +144,7 @@ pub(crate) fn sync_header(store: &mut StoreContextMut<'_, ExtismState>) {
 }
 
 /// Allocates `n` bytes, growing the kernel's memory when needed; 0 when the
-/// limit (or the store's memory cap) does not allow it.
+/// Extism memory limit does not allow it or the memory cannot grow.
 pub(crate) fn alloc(store: &mut StoreContextMut<'_, ExtismState>, n: u64) -> u64 {
     let offset = store.data_mut().memory.alloc(n);
     if offset != 0 && !ensure_capacity(store) {

@@ -1,0 +1,442 @@
+//! Every Proxy-Wasm host function (import module `env`), for ABI 0.1.0 to
+//! 0.2.1. Pointers and lengths from the guest are checked: a bad one fails
+//! the filter's callback with an error naming the function. Statuses are the
+//! ones the SDKs expect for each function.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use wasmtime::{Caller, FuncType, Linker, Val, ValType};
+
+use crate::abi::{BufferType, MapType, Status, StreamType};
+use crate::exchange::{HttpExchange, LocalResponse};
+use crate::headers;
+use crate::pairs::{self, Pairs};
+use crate::state::{give, read, write, write_u32, FilterState};
+
+pub const MODULE: &str = "env";
+
+type Ctx<'a> = Caller<'a, FilterState>;
+type Result<T> = wasmtime::Result<T>;
+
+const OK: i32 = Status::Ok as i32;
+const NOT_FOUND: i32 = Status::NotFound as i32;
+const BAD_ARGUMENT: i32 = Status::BadArgument as i32;
+
+pub fn add_to_linker(linker: &mut Linker<FilterState>) -> Result<()> {
+    add_logging_and_time(linker)?;
+    add_buffers(linker)?;
+    add_header_maps(linker)?;
+    add_properties(linker)?;
+    add_stream_control(linker)?;
+    add_unimplemented(linker)?;
+    Ok(())
+}
+
+fn add_logging_and_time(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap(
+        MODULE,
+        "proxy_log",
+        |mut c: Ctx, level: i32, ptr: u32, len: u32| -> Result<i32> {
+            let message = read(&mut c, "proxy_log", ptr, len)?;
+            let message = String::from_utf8_lossy(&message);
+            let plugin = &c.data().plugin.name;
+            match level {
+                0 => tracing::trace!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
+                1 => tracing::debug!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
+                2 => tracing::info!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
+                3 => tracing::warn!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
+                _ => tracing::error!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
+            }
+            Ok(OK)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_get_log_level",
+        |mut c: Ctx, out: u32| -> Result<i32> {
+            write_u32(&mut c, "proxy_get_log_level", out, log_level_code())?;
+            Ok(OK)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_get_current_time_nanoseconds",
+        |mut c: Ctx, out: u32| -> Result<i32> {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            write(
+                &mut c,
+                "proxy_get_current_time_nanoseconds",
+                out,
+                &(now.as_nanos() as u64).to_le_bytes(),
+            )?;
+            Ok(OK)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_set_tick_period_milliseconds",
+        |mut c: Ctx, period: u32| -> i32 {
+            c.data_mut().tick_period_ms = period;
+            OK
+        },
+    )?;
+    Ok(())
+}
+
+/// The SDKs' level numbering: 0 trace .. 4 error (5 critical).
+fn log_level_code() -> u32 {
+    use tracing::level_filters::LevelFilter;
+    match LevelFilter::current() {
+        LevelFilter::TRACE => 0,
+        LevelFilter::DEBUG => 1,
+        LevelFilter::INFO => 2,
+        LevelFilter::WARN => 3,
+        LevelFilter::ERROR => 4,
+        _ => 5,
+    }
+}
+
+/// The buffer `kind` names, when this context has it.
+fn buffer(state: &mut FilterState, kind: BufferType) -> Option<&mut Vec<u8>> {
+    match kind {
+        BufferType::RequestBody => Some(&mut state.exchange.request_body),
+        BufferType::ResponseBody => Some(&mut state.exchange.response_body),
+        BufferType::HttpCallResponseBody => None,
+        BufferType::VmConfiguration | BufferType::PluginConfiguration => None,
+    }
+}
+
+fn add_buffers(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap_async(
+        MODULE,
+        "proxy_get_buffer_bytes",
+        |mut c: Ctx, (kind, start, max, ptr_out, len_out): (i32, u32, u32, u32, u32)| {
+            Box::new(async move {
+                let Some(kind) = BufferType::from_code(kind) else {
+                    return Ok(BAD_ARGUMENT);
+                };
+                let bytes = match kind {
+                    BufferType::VmConfiguration => c.data().plugin.vm_configuration.clone(),
+                    BufferType::PluginConfiguration => c.data().plugin.plugin_configuration.clone(),
+                    other => match buffer(c.data_mut(), other) {
+                        Some(bytes) => bytes.clone(),
+                        None => return Ok(NOT_FOUND),
+                    },
+                };
+                let start = (start as usize).min(bytes.len());
+                let end = start.saturating_add(max as usize).min(bytes.len());
+                give(
+                    &mut c,
+                    "proxy_get_buffer_bytes",
+                    &bytes[start..end],
+                    ptr_out,
+                    len_out,
+                )
+                .await?;
+                Ok(OK)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_set_buffer_bytes",
+        |mut c: Ctx, kind: i32, start: u32, size: u32, ptr: u32, len: u32| -> Result<i32> {
+            let data = read(&mut c, "proxy_set_buffer_bytes", ptr, len)?;
+            let Some(target) = BufferType::from_code(kind).and_then(|k| buffer(c.data_mut(), k))
+            else {
+                return Ok(BAD_ARGUMENT);
+            };
+            // Replace bytes [start, start + size) with `data`, as the SDKs'
+            // set_http_request_body(start, size, value) means.
+            let start = (start as usize).min(target.len());
+            let end = start.saturating_add(size as usize).min(target.len());
+            target.splice(start..end, data);
+            Ok(OK)
+        },
+    )?;
+    Ok(())
+}
+
+fn map(exchange: &mut HttpExchange, kind: MapType) -> Option<&mut Pairs> {
+    match kind {
+        MapType::RequestHeaders => Some(&mut exchange.request_headers),
+        MapType::RequestTrailers => Some(&mut exchange.request_trailers),
+        MapType::ResponseHeaders => Some(&mut exchange.response_headers),
+        MapType::ResponseTrailers => Some(&mut exchange.response_trailers),
+        MapType::HttpCallResponseHeaders | MapType::HttpCallResponseTrailers => None,
+    }
+}
+
+/// Runs `edit` on the map `kind` names; BadArgument for maps this context lacks.
+fn edit_map(c: &mut Ctx, kind: i32, edit: impl FnOnce(&mut Pairs)) -> i32 {
+    match MapType::from_code(kind).and_then(|k| map(&mut c.data_mut().exchange, k)) {
+        Some(pairs) => {
+            edit(pairs);
+            OK
+        }
+        None => BAD_ARGUMENT,
+    }
+}
+
+fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap_async(
+        MODULE,
+        "proxy_get_header_map_pairs",
+        |mut c: Ctx, (kind, ptr_out, len_out): (i32, u32, u32)| {
+            Box::new(async move {
+                let encoded = match MapType::from_code(kind)
+                    .and_then(|k| map(&mut c.data_mut().exchange, k))
+                {
+                    Some(pairs) => pairs::encode(pairs),
+                    None => return Ok(BAD_ARGUMENT),
+                };
+                give(
+                    &mut c,
+                    "proxy_get_header_map_pairs",
+                    &encoded,
+                    ptr_out,
+                    len_out,
+                )
+                .await?;
+                Ok(OK)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_set_header_map_pairs",
+        |mut c: Ctx, kind: i32, ptr: u32, len: u32| -> Result<i32> {
+            let bytes = read(&mut c, "proxy_set_header_map_pairs", ptr, len)?;
+            let new = pairs::decode(&bytes)?;
+            Ok(edit_map(&mut c, kind, |pairs| {
+                *pairs = new
+                    .into_iter()
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                    .collect()
+            }))
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "proxy_get_header_map_value",
+        |mut c: Ctx, (kind, key_ptr, key_len, ptr_out, len_out): (i32, u32, u32, u32, u32)| {
+            Box::new(async move {
+                let key = read(&mut c, "proxy_get_header_map_value", key_ptr, key_len)?;
+                let value = match MapType::from_code(kind)
+                    .and_then(|k| map(&mut c.data_mut().exchange, k))
+                {
+                    Some(pairs) => headers::get(pairs, &key).map(<[u8]>::to_vec),
+                    None => return Ok(BAD_ARGUMENT),
+                };
+                let Some(value) = value else {
+                    return Ok(NOT_FOUND);
+                };
+                give(
+                    &mut c,
+                    "proxy_get_header_map_value",
+                    &value,
+                    ptr_out,
+                    len_out,
+                )
+                .await?;
+                Ok(OK)
+            })
+        },
+    )?;
+    for (name, op) in [
+        (
+            "proxy_replace_header_map_value",
+            headers::replace as fn(&mut Pairs, &[u8], &[u8]),
+        ),
+        ("proxy_add_header_map_value", headers::add),
+    ] {
+        linker.func_wrap(
+            MODULE,
+            name,
+            move |mut c: Ctx,
+                  kind: i32,
+                  key_ptr: u32,
+                  key_len: u32,
+                  value_ptr: u32,
+                  value_len: u32|
+                  -> Result<i32> {
+                let key = read(&mut c, "header map edit", key_ptr, key_len)?;
+                let value = read(&mut c, "header map edit", value_ptr, value_len)?;
+                Ok(edit_map(&mut c, kind, |pairs| op(pairs, &key, &value)))
+            },
+        )?;
+    }
+    linker.func_wrap(
+        MODULE,
+        "proxy_remove_header_map_value",
+        |mut c: Ctx, kind: i32, key_ptr: u32, key_len: u32| -> Result<i32> {
+            let key = read(&mut c, "proxy_remove_header_map_value", key_ptr, key_len)?;
+            Ok(edit_map(&mut c, kind, |pairs| headers::remove(pairs, &key)))
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_get_header_map_size",
+        |mut c: Ctx, kind: i32, out: u32| -> Result<i32> {
+            let size =
+                match MapType::from_code(kind).and_then(|k| map(&mut c.data_mut().exchange, k)) {
+                    Some(pairs) => pairs::encode(pairs).len() as u32,
+                    None => return Ok(BAD_ARGUMENT),
+                };
+            write_u32(&mut c, "proxy_get_header_map_size", out, size)?;
+            Ok(OK)
+        },
+    )?;
+    Ok(())
+}
+
+fn add_properties(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap_async(
+        MODULE,
+        "proxy_get_property",
+        |mut c: Ctx, (path_ptr, path_len, ptr_out, len_out): (u32, u32, u32, u32)| {
+            Box::new(async move {
+                let path = read(&mut c, "proxy_get_property", path_ptr, path_len)?;
+                let Some(value) = crate::properties::get(c.data(), &path) else {
+                    return Ok(NOT_FOUND);
+                };
+                give(&mut c, "proxy_get_property", &value, ptr_out, len_out).await?;
+                Ok(OK)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_set_property",
+        |mut c: Ctx, path_ptr: u32, path_len: u32, value_ptr: u32, value_len: u32| -> Result<i32> {
+            let path = read(&mut c, "proxy_set_property", path_ptr, path_len)?;
+            let value = read(&mut c, "proxy_set_property", value_ptr, value_len)?;
+            let path = path.strip_suffix(&[0]).map(<[u8]>::to_vec).unwrap_or(path);
+            c.data_mut().exchange.properties.insert(path, value);
+            Ok(OK)
+        },
+    )?;
+    Ok(())
+}
+
+fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap(
+        MODULE,
+        "proxy_continue_stream",
+        |mut c: Ctx, kind: i32| -> i32 {
+            match StreamType::from_code(kind) {
+                Some(stream) => {
+                    c.data_mut().resumed.push(stream);
+                    OK
+                }
+                None => BAD_ARGUMENT,
+            }
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_close_stream",
+        |mut c: Ctx, kind: i32| -> i32 {
+            match StreamType::from_code(kind) {
+                Some(stream) => {
+                    c.data_mut().closed.push(stream);
+                    OK
+                }
+                None => BAD_ARGUMENT,
+            }
+        },
+    )?;
+    // ABI 0.1.0 names.
+    linker.func_wrap(MODULE, "proxy_continue_request", |mut c: Ctx| -> i32 {
+        c.data_mut().resumed.push(StreamType::Request);
+        OK
+    })?;
+    linker.func_wrap(MODULE, "proxy_continue_response", |mut c: Ctx| -> i32 {
+        c.data_mut().resumed.push(StreamType::Response);
+        OK
+    })?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_send_local_response",
+        |mut c: Ctx,
+         status: u32,
+         details_ptr: u32,
+         details_len: u32,
+         body_ptr: u32,
+         body_len: u32,
+         headers_ptr: u32,
+         headers_len: u32,
+         _grpc_status: i32|
+         -> Result<i32> {
+            let details = read(
+                &mut c,
+                "proxy_send_local_response",
+                details_ptr,
+                details_len,
+            )?;
+            let body = read(&mut c, "proxy_send_local_response", body_ptr, body_len)?;
+            let headers = pairs::decode(&read(
+                &mut c,
+                "proxy_send_local_response",
+                headers_ptr,
+                headers_len,
+            )?)?;
+            if !(100..=999).contains(&status) {
+                return Ok(BAD_ARGUMENT);
+            }
+            c.data_mut().exchange.local_response = Some(LocalResponse {
+                status,
+                details: String::from_utf8_lossy(&details).into_owned(),
+                headers,
+                body,
+            });
+            Ok(OK)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_set_effective_context",
+        |_: Ctx, _context: u32| OK,
+    )?;
+    linker.func_wrap(MODULE, "proxy_done", |_: Ctx| OK)?;
+    Ok(())
+}
+
+/// Host functions wasmgate does not offer (yet, or at all: gRPC, foreign
+/// functions). They exist so SDK-built modules link; calling one returns
+/// Unimplemented.
+fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
+    use ValType::{I32, I64};
+    // (name, number of i32 parameters, trailing i64 parameter)
+    let table: &[(&str, usize, bool)] = &[
+        ("proxy_http_call", 10, false),
+        ("proxy_grpc_call", 12, false),
+        ("proxy_grpc_stream", 9, false),
+        ("proxy_grpc_send", 4, false),
+        ("proxy_grpc_cancel", 1, false),
+        ("proxy_grpc_close", 1, false),
+        ("proxy_get_status", 3, false),
+        ("proxy_get_shared_data", 5, false),
+        ("proxy_set_shared_data", 5, false),
+        ("proxy_register_shared_queue", 3, false),
+        ("proxy_resolve_shared_queue", 5, false),
+        ("proxy_dequeue_shared_queue", 3, false),
+        ("proxy_enqueue_shared_queue", 3, false),
+        ("proxy_define_metric", 4, false),
+        ("proxy_increment_metric", 1, true),
+        ("proxy_record_metric", 1, true),
+        ("proxy_get_metric", 2, false),
+        ("proxy_call_foreign_function", 6, false),
+    ];
+    for &(name, i32s, i64_last) in table {
+        let params = std::iter::repeat_n(I32, i32s).chain(i64_last.then_some(I64));
+        let ty = FuncType::new(linker.engine(), params, [I32]);
+        linker.func_new(MODULE, name, ty, |_, _, results: &mut [Val]| {
+            results[0] = Val::I32(Status::Unimplemented as i32);
+            Ok(())
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! The Proxy-Wasm host ABI (Envoy's filter ABI, versions 0.1.0 to 0.2.1 and
+//! Higress's 0.2.100) on the wasmgate runtime.
+//!
+//! A [`FilterPlugin`] is a module plus its VM and plugin configuration and a
+//! pool of configured instances; [`FilterPlugin::stream`] runs one HTTP
+//! stream's callbacks (`proxy_on_request_headers` ... `proxy_on_done`) on a
+//! leased instance, lending it the [`HttpExchange`] the filter reads and edits.
+//! The host functions are all in [`host_env`].
+
+pub mod abi;
+mod exchange;
+pub mod headers;
+pub mod host_env;
+pub mod pairs;
+mod plugin;
+mod properties;
+mod state;
+
+pub use abi::{AbiVersion, Action};
+pub use exchange::{HttpExchange, LocalResponse};
+pub use plugin::{FilterConfig, FilterError, FilterPlugin, FilterStream};
+pub use wasmgate_runtime::{PoolConfig, Runtime, RuntimeConfig};

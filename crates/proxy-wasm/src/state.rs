@@ -1,0 +1,169 @@
+//! What each filter instance's store holds, and access to the guest's memory.
+
+use std::sync::Arc;
+
+use wasmgate_runtime::limits::HasCallBudget;
+use wasmgate_runtime::{CallBudget, MemoryLimiter};
+use wasmtime::{AsContextMut, Caller, Memory, TypedFunc};
+use wasmtime_wasi::p1::WasiP1Ctx;
+
+use crate::abi::StreamType;
+use crate::exchange::HttpExchange;
+use crate::plugin::FilterShared;
+
+/// Store data of one Proxy-Wasm instance.
+pub struct FilterState {
+    pub(crate) plugin: Arc<FilterShared>,
+    /// The exchange the current callback works on (moved in for the callback).
+    pub(crate) exchange: HttpExchange,
+    /// Set once the instance exists.
+    pub(crate) guest: Option<GuestMemory>,
+    /// `proxy_continue_stream` / `proxy_close_stream` calls seen during the callback.
+    pub(crate) resumed: Vec<StreamType>,
+    pub(crate) closed: Vec<StreamType>,
+    pub(crate) tick_period_ms: u32,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) budget: CallBudget,
+    pub(crate) wasi: Option<WasiP1Ctx>,
+}
+
+impl FilterState {
+    pub(crate) fn new(plugin: Arc<FilterShared>, wasi: Option<WasiP1Ctx>) -> FilterState {
+        FilterState {
+            limiter: MemoryLimiter::new(plugin.memory_limit),
+            plugin,
+            exchange: HttpExchange::default(),
+            guest: None,
+            resumed: Vec::new(),
+            closed: Vec::new(),
+            tick_period_ms: 0,
+            budget: CallBudget::new(),
+            wasi,
+        }
+    }
+
+    pub(crate) fn wasi(&mut self) -> &mut WasiP1Ctx {
+        self.wasi
+            .as_mut()
+            .expect("WASI imports are linked only for modules that get a WASI context")
+    }
+}
+
+impl HasCallBudget for FilterState {
+    fn call_budget(&mut self) -> &mut CallBudget {
+        &mut self.budget
+    }
+}
+
+/// The guest's linear memory and its allocator (`proxy_on_memory_allocate`,
+/// or `malloc` in older modules), through which the host hands it data.
+#[derive(Clone)]
+pub(crate) struct GuestMemory {
+    pub memory: Memory,
+    pub allocate: TypedFunc<u32, u32>,
+}
+
+/// A guest pointer or length the host refused: the call fails with this.
+#[derive(Debug, thiserror::Error)]
+#[error("{function}: guest range {ptr}+{len} is outside its {size}-byte memory")]
+pub struct BadGuestPointer {
+    pub function: &'static str,
+    pub ptr: u32,
+    pub len: u32,
+    pub size: usize,
+}
+
+type Ctx<'a> = Caller<'a, FilterState>;
+
+fn guest(c: &Ctx) -> GuestMemory {
+    c.data()
+        .guest
+        .clone()
+        .expect("the guest's memory is known before any callback runs")
+}
+
+/// Copies `len` bytes at `ptr` out of the guest.
+pub(crate) fn read(
+    c: &mut Ctx,
+    function: &'static str,
+    ptr: u32,
+    len: u32,
+) -> wasmtime::Result<Vec<u8>> {
+    let memory = guest(c).memory;
+    let data = memory.data(&*c);
+    data.get(ptr as usize..ptr as usize + len as usize)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| {
+            BadGuestPointer {
+                function,
+                ptr,
+                len,
+                size: data.len(),
+            }
+            .into()
+        })
+}
+
+/// Writes `bytes` at `ptr` in the guest.
+pub(crate) fn write(
+    c: &mut Ctx,
+    function: &'static str,
+    ptr: u32,
+    bytes: &[u8],
+) -> wasmtime::Result<()> {
+    let memory = guest(c).memory;
+    let data = memory.data_mut(&mut *c);
+    let size = data.len();
+    match data.get_mut(ptr as usize..ptr as usize + bytes.len()) {
+        Some(dest) => {
+            dest.copy_from_slice(bytes);
+            Ok(())
+        }
+        None => Err(BadGuestPointer {
+            function,
+            ptr,
+            len: bytes.len() as u32,
+            size,
+        }
+        .into()),
+    }
+}
+
+pub(crate) fn write_u32(
+    c: &mut Ctx,
+    function: &'static str,
+    ptr: u32,
+    value: u32,
+) -> wasmtime::Result<()> {
+    write(c, function, ptr, &value.to_le_bytes())
+}
+
+/// Hands `bytes` to the guest: allocates them with the guest's allocator
+/// (the SDKs free them with theirs), and stores the pointer and the length at
+/// `ptr_out` and `len_out`.
+pub(crate) async fn give(
+    c: &mut Ctx<'_>,
+    function: &'static str,
+    bytes: &[u8],
+    ptr_out: u32,
+    len_out: u32,
+) -> wasmtime::Result<()> {
+    let allocate = guest(c).allocate;
+    let ptr = if bytes.is_empty() {
+        0
+    } else {
+        let ptr = allocate
+            .call_async(c.as_context_mut(), bytes.len() as u32)
+            .await?;
+        if ptr == 0 {
+            wasmtime::bail!(
+                "{function}: the guest could not allocate {} bytes",
+                bytes.len()
+            );
+        }
+        write(c, function, ptr, bytes)?;
+        ptr
+    };
+    write_u32(c, function, ptr_out, ptr)?;
+    write_u32(c, function, len_out, bytes.len() as u32)
+}

@@ -1,0 +1,165 @@
+//! Proxy-Wasm filters built from source with the official Rust SDK
+//! (`plugins/proxy-wasm/rust`, by `plugins/build.sh`), driven through the
+//! stream API: what the gateway does for each request.
+
+use std::path::PathBuf;
+
+use wasmgate_proxy_wasm::{
+    Action, FilterConfig, FilterPlugin, HttpExchange, PoolConfig, Runtime, RuntimeConfig,
+};
+
+fn wasm(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/wasm")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run plugins/build.sh)", path.display()))
+}
+
+fn config(name: &str, conf: &str) -> FilterConfig {
+    FilterConfig {
+        name: name.to_string(),
+        plugin_configuration: conf.as_bytes().to_vec(),
+        pool: PoolConfig::default(),
+        ..FilterConfig::default()
+    }
+}
+
+fn request(path: &str) -> HttpExchange {
+    let pairs = |items: &[(&str, &str)]| {
+        items
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    };
+    HttpExchange {
+        request_headers: pairs(&[
+            (":method", "GET"),
+            (":path", path),
+            (":authority", "example.com"),
+            (":scheme", "http"),
+            ("user-agent", "test"),
+        ]),
+        response_headers: pairs(&[(":status", "200"), ("content-length", "0")]),
+        ..HttpExchange::default()
+    }
+}
+
+fn header<'a>(map: &'a wasmgate_proxy_wasm::pairs::Pairs, name: &str) -> Option<&'a str> {
+    wasmgate_proxy_wasm::headers::get(map, name.as_bytes()).map(|v| std::str::from_utf8(v).unwrap())
+}
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig::default()).unwrap()
+}
+
+#[tokio::test]
+async fn rust_sdk_header_filter_edits_both_directions() {
+    let rt = runtime();
+    let filter = FilterPlugin::new(&rt, &wasm("add_header"), config("add_header", "from-test"))
+        .await
+        .unwrap();
+    assert_eq!(
+        filter.abi_version(),
+        wasmgate_proxy_wasm::AbiVersion::V0_2_1
+    );
+    for path in ["/first?x=1", "/second"] {
+        let mut exchange = request(path);
+        let mut stream = filter.stream().await.unwrap();
+        assert_eq!(
+            stream
+                .on_request_headers(&mut exchange, true)
+                .await
+                .unwrap(),
+            Action::Continue
+        );
+        assert_eq!(
+            header(&exchange.request_headers, "x-wasmgate-filter"),
+            Some("from-test")
+        );
+        assert_eq!(
+            stream
+                .on_response_headers(&mut exchange, false)
+                .await
+                .unwrap(),
+            Action::Continue
+        );
+        assert_eq!(
+            header(&exchange.response_headers, "x-seen-path"),
+            Some(path)
+        );
+        assert_eq!(
+            header(&exchange.response_headers, "x-seen-host"),
+            Some("example.com")
+        );
+        stream.finish(&mut exchange).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn each_configuration_is_its_own_root_context() {
+    let rt = runtime();
+    let a = FilterPlugin::new(&rt, &wasm("add_header"), config("a", "route-a"))
+        .await
+        .unwrap();
+    let b = FilterPlugin::new(&rt, &wasm("add_header"), config("b", "route-b"))
+        .await
+        .unwrap();
+    for (filter, expected) in [(&a, "route-a"), (&b, "route-b")] {
+        let mut exchange = request("/");
+        let mut stream = filter.stream().await.unwrap();
+        stream
+            .on_request_headers(&mut exchange, true)
+            .await
+            .unwrap();
+        assert_eq!(
+            header(&exchange.request_headers, "x-wasmgate-filter"),
+            Some(expected)
+        );
+        stream.finish(&mut exchange).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn apisix_fault_injection_answers_locally() {
+    let rt = runtime();
+    let filter = FilterPlugin::new(
+        &rt,
+        &wasm("fault_injection"),
+        config("fault", r#"{"body":"hello world","http_status":200}"#),
+    )
+    .await
+    .unwrap();
+    let mut exchange = request("/anything");
+    let mut stream = filter.stream().await.unwrap();
+    assert_eq!(
+        stream
+            .on_request_headers(&mut exchange, true)
+            .await
+            .unwrap(),
+        Action::Pause
+    );
+    let local = exchange.local_response.clone().expect("a local response");
+    assert_eq!(local.status, 200);
+    assert_eq!(local.body, b"hello world");
+    assert_eq!(header(&local.headers, "x-fault"), Some("injected"));
+    stream.finish(&mut exchange).await.unwrap();
+}
+
+#[tokio::test]
+async fn refused_configuration_and_foreign_modules_are_clear_errors() {
+    let rt = runtime();
+    let err = FilterPlugin::new(&rt, &wasm("fault_injection"), config("fault", "not json"))
+        .await
+        .err()
+        .expect("on_configure refuses it");
+    assert!(
+        format!("{err:#}").contains("proxy_on_configure returned false"),
+        "{err:#}"
+    );
+    let err = FilterPlugin::new(&rt, &wasm("hello"), config("hello", ""))
+        .await
+        .err()
+        .expect("an Extism plugin is not a filter");
+    assert!(err.to_string().contains("not a Proxy-Wasm module"), "{err}");
+}
