@@ -22,7 +22,7 @@ for p in faults add_header fault_injection; do
 done
 
 command -v go >/dev/null || { echo "error: Go is needed for the Go plugins (go/)" >&2; exit 1; }
-for dir in "$here"/go/*/; do
+for dir in "$here"/go/*/ "$here"/proxy-wasm/go/*/; do
   name="go_$(basename "$dir")"
   (cd "$dir" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$out/$name.wasm" .)
 done

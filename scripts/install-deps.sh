@@ -11,7 +11,7 @@ rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null
 rustup target add --toolchain "$toolchain" wasm32-unknown-unknown wasm32-wasip1 >/dev/null
 
 command -v go >/dev/null || { echo "error: Go (1.24 or newer) is required to build the Go plugins" >&2; exit 1; }
-for mod in "$root"/plugins/go/*/ "$root"/reference/go-fiber/; do
+for mod in "$root"/plugins/go/*/ "$root"/plugins/proxy-wasm/go/*/ "$root"/reference/go-fiber/; do
   [ -f "$mod/go.mod" ] && (cd "$mod" && go mod download)
 done
 

@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use wasmgate_proxy_wasm::{
-    Action, FilterConfig, FilterPlugin, HttpExchange, PoolConfig, Runtime, RuntimeConfig,
+    AbiVersion, Action, FilterConfig, FilterPlugin, HttpExchange, PoolConfig, Runtime,
+    RuntimeConfig,
 };
 
 fn wasm(name: &str) -> Vec<u8> {
@@ -55,14 +56,21 @@ fn runtime() -> Runtime {
 
 #[tokio::test]
 async fn rust_sdk_header_filter_edits_both_directions() {
+    header_filter_edits_both_directions("add_header", AbiVersion::V0_2_1).await;
+}
+
+#[tokio::test]
+async fn go_sdk_header_filter_edits_both_directions() {
+    // Standard Go on wasip1: also exercises the WASI start-up the Go runtime needs.
+    header_filter_edits_both_directions("go_add_header", AbiVersion::V0_2_0).await;
+}
+
+async fn header_filter_edits_both_directions(module: &str, abi: AbiVersion) {
     let rt = runtime();
-    let filter = FilterPlugin::new(&rt, &wasm("add_header"), config("add_header", "from-test"))
+    let filter = FilterPlugin::new(&rt, &wasm(module), config(module, "from-test"))
         .await
         .unwrap();
-    assert_eq!(
-        filter.abi_version(),
-        wasmgate_proxy_wasm::AbiVersion::V0_2_1
-    );
+    assert_eq!(filter.abi_version(), abi);
     for path in ["/first?x=1", "/second"] {
         let mut exchange = request(path);
         let mut stream = filter.stream().await.unwrap();
