@@ -13,11 +13,11 @@ cd "$here"
 cargo build --release --target wasm32-unknown-unknown -p hello -p count_vowels -p bench -p reflect -p capabilities
 cargo build --release --target wasm32-wasip1 -p faults
 # Proxy-Wasm filters (proxy-wasm Rust SDK).
-cargo build --release --target wasm32-wasip1 -p add_header -p fault_injection
+cargo build --release --target wasm32-wasip1 -p add_header -p fault_injection -p shared_state
 for p in hello count_vowels bench reflect capabilities; do
   cp "target/wasm32-unknown-unknown/release/$p.wasm" "$out/$p.wasm"
 done
-for p in faults add_header fault_injection; do
+for p in faults add_header fault_injection shared_state; do
   cp "target/wasm32-wasip1/release/$p.wasm" "$out/$p.wasm"
 done
 

@@ -11,6 +11,7 @@ use crate::abi::{BufferType, MapType, Status, StreamType};
 use crate::exchange::{HttpExchange, LocalResponse};
 use crate::headers;
 use crate::pairs::{self, Pairs};
+use crate::shared::{shared, MetricKind};
 use crate::state::{give, read, write, write_u32, FilterState};
 
 pub const MODULE: &str = "env";
@@ -28,6 +29,8 @@ pub fn add_to_linker(linker: &mut Linker<FilterState>) -> Result<()> {
     add_header_maps(linker)?;
     add_properties(linker)?;
     add_stream_control(linker)?;
+    add_shared_data_and_queues(linker)?;
+    add_metrics(linker)?;
     add_unimplemented(linker)?;
     Ok(())
 }
@@ -404,35 +407,172 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
+fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap_async(
+        MODULE,
+        "proxy_get_shared_data",
+        |mut c: Ctx, (key_ptr, key_len, ptr_out, len_out, cas_out): (u32, u32, u32, u32, u32)| {
+            Box::new(async move {
+                let key = read(&mut c, "proxy_get_shared_data", key_ptr, key_len)?;
+                let Some((value, cas)) = shared().get(&c.data().plugin.vm_id, &key) else {
+                    return Ok(NOT_FOUND);
+                };
+                give(&mut c, "proxy_get_shared_data", &value, ptr_out, len_out).await?;
+                write_u32(&mut c, "proxy_get_shared_data", cas_out, cas)?;
+                Ok(OK)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_set_shared_data",
+        |mut c: Ctx,
+         key_ptr: u32,
+         key_len: u32,
+         value_ptr: u32,
+         value_len: u32,
+         cas: u32|
+         -> Result<i32> {
+            let key = read(&mut c, "proxy_set_shared_data", key_ptr, key_len)?;
+            let value = read(&mut c, "proxy_set_shared_data", value_ptr, value_len)?;
+            Ok(shared().set(&c.data().plugin.vm_id, &key, value, cas) as i32)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_register_shared_queue",
+        |mut c: Ctx, name_ptr: u32, name_len: u32, id_out: u32| -> Result<i32> {
+            let name = read(&mut c, "proxy_register_shared_queue", name_ptr, name_len)?;
+            let id = shared().register_queue(&c.data().plugin.vm_id, &name);
+            write_u32(&mut c, "proxy_register_shared_queue", id_out, id)?;
+            Ok(OK)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_resolve_shared_queue",
+        |mut c: Ctx,
+         vm_ptr: u32,
+         vm_len: u32,
+         name_ptr: u32,
+         name_len: u32,
+         id_out: u32|
+         -> Result<i32> {
+            let vm_id = read(&mut c, "proxy_resolve_shared_queue", vm_ptr, vm_len)?;
+            let name = read(&mut c, "proxy_resolve_shared_queue", name_ptr, name_len)?;
+            // An empty VM id means the caller's own.
+            let vm_id = match vm_id.is_empty() {
+                true => c.data().plugin.vm_id.clone(),
+                false => String::from_utf8_lossy(&vm_id).into_owned(),
+            };
+            match shared().resolve_queue(&vm_id, &name) {
+                Some(id) => {
+                    write_u32(&mut c, "proxy_resolve_shared_queue", id_out, id)?;
+                    Ok(OK)
+                }
+                None => Ok(NOT_FOUND),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_enqueue_shared_queue",
+        |mut c: Ctx, id: u32, value_ptr: u32, value_len: u32| -> Result<i32> {
+            let value = read(&mut c, "proxy_enqueue_shared_queue", value_ptr, value_len)?;
+            Ok(shared().enqueue(id, value) as i32)
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "proxy_dequeue_shared_queue",
+        |mut c: Ctx, (id, ptr_out, len_out): (u32, u32, u32)| {
+            Box::new(async move {
+                match shared().dequeue(id) {
+                    Ok(value) => {
+                        give(
+                            &mut c,
+                            "proxy_dequeue_shared_queue",
+                            &value,
+                            ptr_out,
+                            len_out,
+                        )
+                        .await?;
+                        Ok(OK)
+                    }
+                    Err(status) => Ok(status as i32),
+                }
+            })
+        },
+    )?;
+    Ok(())
+}
+
+fn add_metrics(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap(
+        MODULE,
+        "proxy_define_metric",
+        |mut c: Ctx, kind: i32, name_ptr: u32, name_len: u32, id_out: u32| -> Result<i32> {
+            let kind = match kind {
+                0 => MetricKind::Counter,
+                1 => MetricKind::Gauge,
+                2 => MetricKind::Histogram,
+                _ => return Ok(BAD_ARGUMENT),
+            };
+            let name = read(&mut c, "proxy_define_metric", name_ptr, name_len)?;
+            let id = shared().define_metric(kind, &String::from_utf8_lossy(&name));
+            write_u32(&mut c, "proxy_define_metric", id_out, id)?;
+            Ok(OK)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_increment_metric",
+        |_: Ctx, id: u32, offset: i64| shared().increment_metric(id, offset) as i32,
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_record_metric",
+        |_: Ctx, id: u32, value: i64| shared().record_metric(id, value) as i32,
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_get_metric",
+        |mut c: Ctx, id: u32, out: u32| -> Result<i32> {
+            let Some(metric) = shared().metric(id) else {
+                return Ok(NOT_FOUND);
+            };
+            let value = match metric.kind {
+                MetricKind::Histogram => return Ok(BAD_ARGUMENT),
+                _ => metric.value as u64,
+            };
+            write(&mut c, "proxy_get_metric", out, &value.to_le_bytes())?;
+            Ok(OK)
+        },
+    )?;
+    Ok(())
+}
+
 /// Host functions wasmgate does not offer (yet, or at all: gRPC, foreign
 /// functions). They exist so SDK-built modules link; calling one returns
 /// Unimplemented.
 fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
-    use ValType::{I32, I64};
-    // (name, number of i32 parameters, trailing i64 parameter)
-    let table: &[(&str, usize, bool)] = &[
-        ("proxy_http_call", 10, false),
-        ("proxy_grpc_call", 12, false),
-        ("proxy_grpc_stream", 9, false),
-        ("proxy_grpc_send", 4, false),
-        ("proxy_grpc_cancel", 1, false),
-        ("proxy_grpc_close", 1, false),
-        ("proxy_get_status", 3, false),
-        ("proxy_get_shared_data", 5, false),
-        ("proxy_set_shared_data", 5, false),
-        ("proxy_register_shared_queue", 3, false),
-        ("proxy_resolve_shared_queue", 5, false),
-        ("proxy_dequeue_shared_queue", 3, false),
-        ("proxy_enqueue_shared_queue", 3, false),
-        ("proxy_define_metric", 4, false),
-        ("proxy_increment_metric", 1, true),
-        ("proxy_record_metric", 1, true),
-        ("proxy_get_metric", 2, false),
-        ("proxy_call_foreign_function", 6, false),
+    // (name, number of i32 parameters)
+    let table: &[(&str, usize)] = &[
+        ("proxy_http_call", 10),
+        ("proxy_grpc_call", 12),
+        ("proxy_grpc_stream", 9),
+        ("proxy_grpc_send", 4),
+        ("proxy_grpc_cancel", 1),
+        ("proxy_grpc_close", 1),
+        ("proxy_get_status", 3),
+        ("proxy_call_foreign_function", 6),
     ];
-    for &(name, i32s, i64_last) in table {
-        let params = std::iter::repeat_n(I32, i32s).chain(i64_last.then_some(I64));
-        let ty = FuncType::new(linker.engine(), params, [I32]);
+    for &(name, i32s) in table {
+        let ty = FuncType::new(
+            linker.engine(),
+            std::iter::repeat_n(ValType::I32, i32s),
+            [ValType::I32],
+        );
         linker.func_new(MODULE, name, ty, |_, _, results: &mut [Val]| {
             results[0] = Val::I32(Status::Unimplemented as i32);
             Ok(())

@@ -14,6 +14,7 @@ pub mod host_env;
 pub mod pairs;
 mod plugin;
 mod properties;
+pub mod shared;
 mod state;
 
 pub use abi::{AbiVersion, Action};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use wasmgate_runtime::limits::install_epoch_policy;
-use wasmgate_runtime::{CrashReport, InstancePool, Lease, PoolConfig, Runtime};
+use wasmgate_runtime::{CrashReport, InstancePool, Lease, PoolConfig, PoolStats, Runtime};
 use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc};
 
 use crate::abi::{AbiVersion, Action};
@@ -136,6 +136,11 @@ impl FilterPlugin {
 
     pub fn abi_version(&self) -> AbiVersion {
         self.abi
+    }
+
+    /// The instance pool's counters.
+    pub fn status(&self) -> PoolStats {
+        self.pool.stats()
     }
 
     /// Starts an HTTP stream: leases an instance and creates the stream's context.

@@ -171,3 +171,39 @@ async fn refused_configuration_and_foreign_modules_are_clear_errors() {
         .expect("an Extism plugin is not a filter");
     assert!(err.to_string().contains("not a Proxy-Wasm module"), "{err}");
 }
+
+#[tokio::test]
+async fn shared_data_queues_and_metrics_span_instances() {
+    let rt = runtime();
+    let mut conf = config("shared_state", "");
+    conf.vm_id = "shared-state-test".to_string();
+    let filter = FilterPlugin::new(&rt, &wasm("shared_state"), conf)
+        .await
+        .unwrap();
+    // Two streams at once run on two instances: the counter is shared.
+    let (mut one, mut two) = (request("/one"), request("/two"));
+    let mut first = filter.stream().await.unwrap();
+    let mut second = filter.stream().await.unwrap();
+    first.on_request_headers(&mut one, true).await.unwrap();
+    second.on_request_headers(&mut two, true).await.unwrap();
+    first.on_response_headers(&mut one, true).await.unwrap();
+    second.on_response_headers(&mut two, true).await.unwrap();
+    assert_eq!(header(&one.response_headers, "x-hits"), Some("1"));
+    assert_eq!(header(&two.response_headers, "x-hits"), Some("2"));
+    first.finish(&mut one).await.unwrap();
+    second.finish(&mut two).await.unwrap();
+    assert_eq!(filter.status().created, 2, "{:?}", filter.status());
+
+    let shared = wasmgate_proxy_wasm::shared::shared();
+    let queue = shared
+        .resolve_queue("shared-state-test", b"paths")
+        .expect("the plugin registered its queue");
+    assert_eq!(shared.dequeue(queue).unwrap(), b"/one");
+    assert_eq!(shared.dequeue(queue).unwrap(), b"/two");
+    let requests = shared
+        .metrics()
+        .into_iter()
+        .find(|m| m.name == "shared_state_requests")
+        .expect("the plugin defined its metric");
+    assert_eq!(requests.value, 2);
+}
