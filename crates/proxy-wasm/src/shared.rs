@@ -15,16 +15,20 @@ pub fn shared() -> &'static Shared {
     &SHARED
 }
 
+/// A VM id and a key (or queue name) within it.
+type Scoped = (String, Vec<u8>);
+
 #[derive(Default)]
 pub struct Shared {
-    data: Mutex<HashMap<(String, Vec<u8>), (Vec<u8>, u32)>>,
+    /// Value and CAS token per key.
+    data: Mutex<HashMap<Scoped, (Vec<u8>, u32)>>,
     queues: Mutex<Queues>,
     metrics: Mutex<Metrics>,
 }
 
 #[derive(Default)]
 struct Queues {
-    ids: HashMap<(String, Vec<u8>), u32>,
+    ids: HashMap<Scoped, u32>,
     items: Vec<VecDeque<Vec<u8>>>,
 }
 
