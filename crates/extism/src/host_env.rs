@@ -301,15 +301,7 @@ fn add_logging(linker: &mut Linker<ExtismState>) -> Result<()> {
     Ok(())
 }
 
-/// The PDKs' level numbering: 0 trace .. 4 error; `i32::MAX` when logging is off.
+/// The PDKs' level numbering; `i32::MAX` when logging is off.
 fn log_level_code() -> i32 {
-    use tracing::level_filters::LevelFilter;
-    match LevelFilter::current() {
-        LevelFilter::TRACE => 0,
-        LevelFilter::DEBUG => 1,
-        LevelFilter::INFO => 2,
-        LevelFilter::WARN => 3,
-        LevelFilter::ERROR => 4,
-        _ => i32::MAX,
-    }
+    wasmgate_runtime::log_level::current().map_or(i32::MAX, |level| level as i32)
 }

@@ -386,13 +386,7 @@ impl Plugin {
     }
 
     fn describe_start_failure(&self, stage: &str, error: wasmtime::Error) -> anyhow::Error {
-        if error.downcast_ref::<wasmtime::Trap>().is_some() {
-            let report = CrashReport::from_error(&self.shared.name, stage, &error, false);
-            anyhow::anyhow!("{report}")
-        } else {
-            anyhow::Error::from(error)
-                .context(format!("plugin `{}` {stage} failed", self.shared.name))
-        }
+        CrashReport::start_failure(&self.shared.name, stage, error)
     }
 }
 

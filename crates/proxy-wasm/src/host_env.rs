@@ -42,7 +42,7 @@ fn add_logging_and_time(linker: &mut Linker<FilterState>) -> Result<()> {
         |mut c: Ctx, level: i32, ptr: u32, len: u32| -> Result<i32> {
             let message = read(&mut c, "proxy_log", ptr, len)?;
             let message = String::from_utf8_lossy(&message);
-            let plugin = &c.data().plugin.name;
+            let plugin = &c.data().plugin.config.name;
             match level {
                 0 => tracing::trace!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
                 1 => tracing::debug!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
@@ -88,17 +88,9 @@ fn add_logging_and_time(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
-/// The SDKs' level numbering: 0 trace .. 4 error (5 critical).
+/// The SDKs' level numbering; 5 (critical only) when logging is off.
 fn log_level_code() -> u32 {
-    use tracing::level_filters::LevelFilter;
-    match LevelFilter::current() {
-        LevelFilter::TRACE => 0,
-        LevelFilter::DEBUG => 1,
-        LevelFilter::INFO => 2,
-        LevelFilter::WARN => 3,
-        LevelFilter::ERROR => 4,
-        _ => 5,
-    }
+    wasmgate_runtime::log_level::current().unwrap_or(5)
 }
 
 /// The buffer `kind` names, when this context has it.
@@ -121,8 +113,10 @@ fn add_buffers(linker: &mut Linker<FilterState>) -> Result<()> {
                     return Ok(BAD_ARGUMENT);
                 };
                 let bytes = match kind {
-                    BufferType::VmConfiguration => c.data().plugin.vm_configuration.clone(),
-                    BufferType::PluginConfiguration => c.data().plugin.plugin_configuration.clone(),
+                    BufferType::VmConfiguration => c.data().plugin.config.vm_configuration.clone(),
+                    BufferType::PluginConfiguration => {
+                        c.data().plugin.config.plugin_configuration.clone()
+                    }
                     other => match buffer(c.data_mut(), other) {
                         Some(bytes) => bytes.clone(),
                         None => return Ok(NOT_FOUND),
@@ -414,7 +408,7 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
         |mut c: Ctx, (key_ptr, key_len, ptr_out, len_out, cas_out): (u32, u32, u32, u32, u32)| {
             Box::new(async move {
                 let key = read(&mut c, "proxy_get_shared_data", key_ptr, key_len)?;
-                let Some((value, cas)) = shared().get(&c.data().plugin.vm_id, &key) else {
+                let Some((value, cas)) = shared().get(&c.data().plugin.config.vm_id, &key) else {
                     return Ok(NOT_FOUND);
                 };
                 give(&mut c, "proxy_get_shared_data", &value, ptr_out, len_out).await?;
@@ -435,7 +429,7 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
          -> Result<i32> {
             let key = read(&mut c, "proxy_set_shared_data", key_ptr, key_len)?;
             let value = read(&mut c, "proxy_set_shared_data", value_ptr, value_len)?;
-            Ok(shared().set(&c.data().plugin.vm_id, &key, value, cas) as i32)
+            Ok(shared().set(&c.data().plugin.config.vm_id, &key, value, cas) as i32)
         },
     )?;
     linker.func_wrap(
@@ -443,7 +437,7 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
         "proxy_register_shared_queue",
         |mut c: Ctx, name_ptr: u32, name_len: u32, id_out: u32| -> Result<i32> {
             let name = read(&mut c, "proxy_register_shared_queue", name_ptr, name_len)?;
-            let id = shared().register_queue(&c.data().plugin.vm_id, &name);
+            let id = shared().register_queue(&c.data().plugin.config.vm_id, &name);
             write_u32(&mut c, "proxy_register_shared_queue", id_out, id)?;
             Ok(OK)
         },
@@ -462,7 +456,7 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
             let name = read(&mut c, "proxy_resolve_shared_queue", name_ptr, name_len)?;
             // An empty VM id means the caller's own.
             let vm_id = match vm_id.is_empty() {
-                true => c.data().plugin.vm_id.clone(),
+                true => c.data().plugin.config.vm_id.clone(),
                 false => String::from_utf8_lossy(&vm_id).into_owned(),
             };
             match shared().resolve_queue(&vm_id, &name) {

@@ -43,13 +43,7 @@ pub struct FilterConfig {
 
 /// What every instance of a filter plugin shares.
 pub(crate) struct FilterShared {
-    pub name: String,
-    pub vm_configuration: Vec<u8>,
-    pub plugin_configuration: Vec<u8>,
-    pub root_id: String,
-    pub vm_id: String,
-    pub memory_limit: Option<usize>,
-    pub timeout: Option<Duration>,
+    pub config: FilterConfig,
     pub needs_wasi: bool,
 }
 
@@ -110,20 +104,11 @@ impl FilterPlugin {
             .map_err(anyhow::Error::from)
             .with_context(|| format!("linking filter `{}`", config.name))?;
         let plugin = FilterPlugin {
-            shared: Arc::new(FilterShared {
-                name: config.name,
-                vm_configuration: config.vm_configuration,
-                plugin_configuration: config.plugin_configuration,
-                root_id: config.root_id,
-                vm_id: config.vm_id,
-                memory_limit: config.memory_limit,
-                timeout: config.timeout,
-                needs_wasi,
-            }),
+            pool: InstancePool::new(config.pool.clone()),
+            shared: Arc::new(FilterShared { config, needs_wasi }),
             runtime: runtime.clone(),
             pre,
             abi,
-            pool: InstancePool::new(config.pool),
         };
         let first = plugin.pool.acquire(|| plugin.instantiate()).await;
         first.map_err(|e| anyhow::anyhow!("{e}"))?.release();
@@ -131,7 +116,7 @@ impl FilterPlugin {
     }
 
     pub fn name(&self) -> &str {
-        &self.shared.name
+        &self.shared.config.name
     }
 
     pub fn abi_version(&self) -> AbiVersion {
@@ -150,7 +135,7 @@ impl FilterPlugin {
             .acquire(|| self.instantiate())
             .await
             .map_err(|e| FilterError::Unavailable {
-                plugin: self.shared.name.clone(),
+                plugin: self.shared.config.name.clone(),
                 reason: e.to_string(),
             })?;
         let instance = lease.instance();
@@ -221,7 +206,7 @@ impl FilterPlugin {
         let create =
             instance.get_typed_func::<(u32, u32), ()>(&mut *store, "proxy_on_context_create")?;
         create.call_async(&mut *store, (ROOT_CONTEXT_ID, 0)).await?;
-        let vm_size = self.shared.vm_configuration.len() as u32;
+        let vm_size = self.shared.config.vm_configuration.len() as u32;
         if let Ok(vm_start) =
             instance.get_typed_func::<(u32, u32), i32>(&mut *store, "proxy_on_vm_start")
         {
@@ -233,7 +218,7 @@ impl FilterPlugin {
                 wasmtime::bail!("proxy_on_vm_start returned false");
             }
         }
-        let conf_size = self.shared.plugin_configuration.len() as u32;
+        let conf_size = self.shared.config.plugin_configuration.len() as u32;
         if let Ok(configure) =
             instance.get_typed_func::<(u32, u32), i32>(&mut *store, "proxy_on_configure")
         {
@@ -251,13 +236,7 @@ impl FilterPlugin {
     }
 
     fn start_failure(&self, stage: &str, error: wasmtime::Error) -> anyhow::Error {
-        if error.downcast_ref::<wasmtime::Trap>().is_some() {
-            let report = CrashReport::from_error(&self.shared.name, stage, &error, false);
-            anyhow::anyhow!("{report}")
-        } else {
-            anyhow::Error::from(error)
-                .context(format!("filter `{}` {stage} failed", self.shared.name))
-        }
+        CrashReport::start_failure(&self.shared.config.name, stage, error)
     }
 }
 
@@ -433,12 +412,15 @@ impl FilterStream<'_> {
         body: impl AsyncFnOnce(&mut Store<FilterState>) -> wasmtime::Result<R>,
     ) -> Result<R, FilterError> {
         let store = &mut self.lease.instance().store;
-        let ticks = store.data_mut().budget.start(self.plugin.shared.timeout);
+        let ticks = store
+            .data_mut()
+            .budget
+            .start(self.plugin.shared.config.timeout);
         store.set_epoch_deadline(ticks);
         body(store).await.map_err(|error| {
             let timed_out = self.lease.instance().store.data().budget.timed_out();
-            let report = CrashReport::from_error(&self.plugin.shared.name, name, &error, timed_out);
-            tracing::warn!(plugin = %self.plugin.shared.name, callback = name, kind = report.kind.as_str(), "{report}");
+            let report = CrashReport::from_error(&self.plugin.shared.config.name, name, &error, timed_out);
+            tracing::warn!(plugin = %self.plugin.shared.config.name, callback = name, kind = report.kind.as_str(), "{report}");
             FilterError::Crash(Box::new(report))
         })
     }

@@ -15,9 +15,9 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
     let plugin = &state.plugin;
     let request = |name: &[u8]| headers::get(&exchange.request_headers, name).map(<[u8]>::to_vec);
     match pairs::property_path(path).as_slice() {
-        [b"plugin_name"] => Some(plugin.name.as_bytes().to_vec()),
-        [b"plugin_root_id"] => Some(plugin.root_id.as_bytes().to_vec()),
-        [b"plugin_vm_id"] => Some(plugin.vm_id.as_bytes().to_vec()),
+        [b"plugin_name"] => Some(plugin.config.name.as_bytes().to_vec()),
+        [b"plugin_root_id"] => Some(plugin.config.root_id.as_bytes().to_vec()),
+        [b"plugin_vm_id"] => Some(plugin.config.vm_id.as_bytes().to_vec()),
         [b"request", b"headers", name] => request(name),
         [b"request", b"path"] => request(b":path"),
         [b"request", b"url_path"] => {

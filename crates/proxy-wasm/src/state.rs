@@ -30,7 +30,7 @@ pub struct FilterState {
 impl FilterState {
     pub(crate) fn new(plugin: Arc<FilterShared>, wasi: Option<WasiP1Ctx>) -> FilterState {
         FilterState {
-            limiter: MemoryLimiter::new(plugin.memory_limit),
+            limiter: MemoryLimiter::new(plugin.config.memory_limit),
             plugin,
             exchange: HttpExchange::default(),
             guest: None,

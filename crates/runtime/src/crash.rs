@@ -90,6 +90,17 @@ impl CrashReport {
         }
     }
 
+    /// Describes a failure while making an instance (`stage`: "instantiation",
+    /// "start-up", ...): a trap becomes a crash report with its frames,
+    /// anything else keeps its own message.
+    pub fn start_failure(plugin: &str, stage: &str, error: wasmtime::Error) -> anyhow::Error {
+        if error.downcast_ref::<Trap>().is_some() {
+            anyhow::anyhow!("{}", CrashReport::from_error(plugin, stage, &error, false))
+        } else {
+            anyhow::Error::from(error).context(format!("plugin `{plugin}` {stage} failed"))
+        }
+    }
+
     /// The innermost frame that has a source location, if any.
     pub fn origin(&self) -> Option<&Frame> {
         self.frames.iter().find(|f| f.file.is_some())

@@ -21,6 +21,7 @@ pub mod cache;
 pub mod crash;
 mod engine;
 pub mod limits;
+pub mod log_level;
 pub mod pool;
 
 pub use crash::{CrashReport, FailureKind, Frame};
