@@ -73,22 +73,8 @@ def http():
             plot[conns][server] = rps
             print(f"| {server} | {conns} | {rps:,.0f} | {med(rs,'p50_ms'):.2f} ms | {med(rs,'p99_ms'):.2f} ms | "
                   f"{sum(r['errors'] for r in rs)} | {max(r['peak_rss_kib'] for r in rs)/1024:.1f} MiB | {base/rps:.2f}x |")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        os.makedirs(IMG, exist_ok=True)
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, conns in zip(axes, (1, 100)):
-            servers = list(plot[conns])
-            ax.bar(servers, [plot[conns][s] for s in servers], color=["#3a7", "#888", "#c84", "#c44"][: len(servers)])
-            ax.set_title(f"POST 'John Doe' to hello, c={conns}")
-            ax.set_ylabel("requests/s")
-            ax.tick_params(axis="x", labelsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(IMG, "http.png"), dpi=110)
-    except ImportError:
-        pass
+    two_panel_bars("http.png", [(f"POST 'John Doe' to hello, c={c}", plot[c]) for c in (1, 100)],
+                   ["#3a7", "#888", "#c84", "#c44"])
 
 def stack_probe():
     path = os.path.join(RES, "stack-probe.json")
@@ -112,21 +98,28 @@ def stack_probe():
             rps = med(rs, "rps")
             plot[kind][server] = rps
             print(f"| {kind} | {server} | {rps:,.0f} | {med(rs,'p50_ms'):.2f} ms | {med(rs,'p99_ms'):.2f} ms | {rps/base:.2f} |")
+    two_panel_bars("stack-probe.png", [(f"{k}: one core, wrk -c50 on the other", plot[k]) for k in ("hello", "proxy")],
+                   ["#888", "#3a7", "#c84", "#e96"])
+
+def two_panel_bars(filename, panels, colors):
+    """Two bar charts of requests/s side by side: panels are (title, {server: rps})."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, kind in zip(axes, ("hello", "proxy")):
-            servers = list(plot[kind])
-            ax.bar(servers, [plot[kind][s] for s in servers], color=["#888", "#3a7", "#c84", "#e96"][: len(servers)])
-            ax.set_title(f"{kind}: one core, wrk -c50 on the other")
-            ax.set_ylabel("requests/s")
-            ax.tick_params(axis="x", labelsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(IMG, "stack-probe.png"), dpi=110)
     except ImportError:
-        pass
+        print("(matplotlib not installed: no plot)", file=sys.stderr)
+        return
+    os.makedirs(IMG, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, (title, values) in zip(axes, panels):
+        servers = list(values)
+        ax.bar(servers, [values[s] for s in servers], color=colors[: len(servers)])
+        ax.set_title(title)
+        ax.set_ylabel("requests/s")
+        ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(IMG, filename), dpi=110)
 
 if __name__ == "__main__":
     inprocess()

@@ -319,32 +319,14 @@ fn add_properties(linker: &mut Linker<FilterState>) -> Result<()> {
 }
 
 fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
-    linker.func_wrap(
-        MODULE,
-        "proxy_continue_stream",
-        |mut c: Ctx, kind: i32| -> i32 {
-            match StreamType::from_code(kind) {
-                Some(stream) => {
-                    c.data_mut().resumed.push(stream);
-                    OK
-                }
-                None => BAD_ARGUMENT,
-            }
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "proxy_close_stream",
-        |mut c: Ctx, kind: i32| -> i32 {
-            match StreamType::from_code(kind) {
-                Some(stream) => {
-                    c.data_mut().closed.push(stream);
-                    OK
-                }
-                None => BAD_ARGUMENT,
-            }
-        },
-    )?;
+    // Resuming and closing are recorded for the gateway, which acts on them
+    // when the callback returns.
+    linker.func_wrap(MODULE, "proxy_continue_stream", |mut c: Ctx, kind: i32| {
+        record_stream(&mut c.data_mut().resumed, kind)
+    })?;
+    linker.func_wrap(MODULE, "proxy_close_stream", |mut c: Ctx, kind: i32| {
+        record_stream(&mut c.data_mut().closed, kind)
+    })?;
     // ABI 0.1.0 names.
     linker.func_wrap(MODULE, "proxy_continue_request", |mut c: Ctx| -> i32 {
         c.data_mut().resumed.push(StreamType::Request);
@@ -544,6 +526,16 @@ fn add_metrics(linker: &mut Linker<FilterState>) -> Result<()> {
         },
     )?;
     Ok(())
+}
+
+fn record_stream(list: &mut Vec<StreamType>, kind: i32) -> i32 {
+    match StreamType::from_code(kind) {
+        Some(stream) => {
+            list.push(stream);
+            OK
+        }
+        None => BAD_ARGUMENT,
+    }
 }
 
 /// Host functions wasmgate does not offer (yet, or at all: gRPC, foreign
