@@ -60,7 +60,7 @@ def http():
         agg[(r["server"], r["conns"])].append(r)
     med = lambda rs, k: statistics.median(r[k] for r in rs)
     print()
-    print("| server | conns | req/s | p50 | p99 | errors | peak RSS | vs wasmgate |")
+    print("| server | conns | req/s | p50 | p99 | errors | peak RSS | wasmgate req/s ÷ this |")
     print("|---|---|---|---|---|---|---|---|")
     plot = defaultdict(dict)
     for conns in (1, 100):
