@@ -8,8 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use wasmtime::{Caller, FuncType, Linker, Val, ValType};
 
 use crate::abi::{BufferType, MapType, Status, StreamType};
-use crate::exchange::{HttpExchange, LocalResponse};
+use crate::exchange::LocalResponse;
 use crate::headers;
+use crate::http_call::HttpCallRequest;
 use crate::pairs::{self, Pairs};
 use crate::shared::{shared, MetricKind};
 use crate::state::{give, read, write, write_u32, FilterState};
@@ -42,13 +43,14 @@ fn add_logging_and_time(linker: &mut Linker<FilterState>) -> Result<()> {
         |mut c: Ctx, level: i32, ptr: u32, len: u32| -> Result<i32> {
             let message = read(&mut c, "proxy_log", ptr, len)?;
             let message = String::from_utf8_lossy(&message);
-            let plugin = &c.data().plugin.config.name;
+            let config = &c.data().plugin.config;
+            let (plugin, route) = (&config.name, &config.route);
             match level {
-                0 => tracing::trace!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
-                1 => tracing::debug!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
-                2 => tracing::info!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
-                3 => tracing::warn!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
-                _ => tracing::error!(target: "wasmgate::filter", plugin = %plugin, "{message}"),
+                0 => tracing::trace!(target: "wasmgate::filter", %plugin, %route, "{message}"),
+                1 => tracing::debug!(target: "wasmgate::filter", %plugin, %route, "{message}"),
+                2 => tracing::info!(target: "wasmgate::filter", %plugin, %route, "{message}"),
+                3 => tracing::warn!(target: "wasmgate::filter", %plugin, %route, "{message}"),
+                _ => tracing::error!(target: "wasmgate::filter", %plugin, %route, "{message}"),
             }
             Ok(OK)
         },
@@ -98,7 +100,7 @@ fn buffer(state: &mut FilterState, kind: BufferType) -> Option<&mut Vec<u8>> {
     match kind {
         BufferType::RequestBody => Some(&mut state.exchange.request_body),
         BufferType::ResponseBody => Some(&mut state.exchange.response_body),
-        BufferType::HttpCallResponseBody => None,
+        BufferType::HttpCallResponseBody => state.call_response.as_mut().map(|r| &mut r.body),
         BufferType::VmConfiguration | BufferType::PluginConfiguration => None,
     }
 }
@@ -156,19 +158,21 @@ fn add_buffers(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
-fn map(exchange: &mut HttpExchange, kind: MapType) -> Option<&mut Pairs> {
+fn map(state: &mut FilterState, kind: MapType) -> Option<&mut Pairs> {
+    let exchange = &mut state.exchange;
     match kind {
         MapType::RequestHeaders => Some(&mut exchange.request_headers),
         MapType::RequestTrailers => Some(&mut exchange.request_trailers),
         MapType::ResponseHeaders => Some(&mut exchange.response_headers),
         MapType::ResponseTrailers => Some(&mut exchange.response_trailers),
-        MapType::HttpCallResponseHeaders | MapType::HttpCallResponseTrailers => None,
+        MapType::HttpCallResponseHeaders => state.call_response.as_mut().map(|r| &mut r.headers),
+        MapType::HttpCallResponseTrailers => state.call_response.as_mut().map(|r| &mut r.trailers),
     }
 }
 
 /// Runs `edit` on the map `kind` names; BadArgument for maps this context lacks.
 fn edit_map(c: &mut Ctx, kind: i32, edit: impl FnOnce(&mut Pairs)) -> i32 {
-    match MapType::from_code(kind).and_then(|k| map(&mut c.data_mut().exchange, k)) {
+    match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
         Some(pairs) => {
             edit(pairs);
             OK
@@ -183,9 +187,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         "proxy_get_header_map_pairs",
         |mut c: Ctx, (kind, ptr_out, len_out): (i32, u32, u32)| {
             Box::new(async move {
-                let encoded = match MapType::from_code(kind)
-                    .and_then(|k| map(&mut c.data_mut().exchange, k))
-                {
+                let encoded = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
                     Some(pairs) => pairs::encode(pairs),
                     None => return Ok(BAD_ARGUMENT),
                 };
@@ -221,9 +223,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         |mut c: Ctx, (kind, key_ptr, key_len, ptr_out, len_out): (i32, u32, u32, u32, u32)| {
             Box::new(async move {
                 let key = read(&mut c, "proxy_get_header_map_value", key_ptr, key_len)?;
-                let value = match MapType::from_code(kind)
-                    .and_then(|k| map(&mut c.data_mut().exchange, k))
-                {
+                let value = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
                     Some(pairs) => headers::get(pairs, &key).map(<[u8]>::to_vec),
                     None => return Ok(BAD_ARGUMENT),
                 };
@@ -277,11 +277,10 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         MODULE,
         "proxy_get_header_map_size",
         |mut c: Ctx, kind: i32, out: u32| -> Result<i32> {
-            let size =
-                match MapType::from_code(kind).and_then(|k| map(&mut c.data_mut().exchange, k)) {
-                    Some(pairs) => pairs::encode(pairs).len() as u32,
-                    None => return Ok(BAD_ARGUMENT),
-                };
+            let size = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
+                Some(pairs) => pairs::encode(pairs).len() as u32,
+                None => return Ok(BAD_ARGUMENT),
+            };
             write_u32(&mut c, "proxy_get_header_map_size", out, size)?;
             Ok(OK)
         },
@@ -374,10 +373,66 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
             Ok(OK)
         },
     )?;
+    // One instance serves one stream at a time, so the only contexts a
+    // callback can point at are the root and that stream.
     linker.func_wrap(
         MODULE,
         "proxy_set_effective_context",
-        |_: Ctx, _context: u32| OK,
+        |c: Ctx, context: u32| -> i32 {
+            if context == crate::plugin::ROOT_CONTEXT_ID || c.data().stream_context == Some(context)
+            {
+                OK
+            } else {
+                BAD_ARGUMENT
+            }
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_http_call",
+        |mut c: Ctx,
+         upstream_ptr: u32,
+         upstream_len: u32,
+         headers_ptr: u32,
+         headers_len: u32,
+         body_ptr: u32,
+         body_len: u32,
+         trailers_ptr: u32,
+         trailers_len: u32,
+         timeout_ms: u32,
+         token_out: u32|
+         -> Result<i32> {
+            const F: &str = "proxy_http_call";
+            let upstream = read(&mut c, F, upstream_ptr, upstream_len)?;
+            let headers = pairs::decode(&read(&mut c, F, headers_ptr, headers_len)?)?;
+            let body = read(&mut c, F, body_ptr, body_len)?;
+            let trailers = pairs::decode(&read(&mut c, F, trailers_ptr, trailers_len)?)?;
+            let upstream = String::from_utf8_lossy(&upstream).into_owned();
+            let known = match &c.data().plugin.config.http_caller {
+                Some(caller) => caller.has_upstream(&upstream),
+                None => false,
+            };
+            // The SDKs need a method, a path and an authority to build a request.
+            let has = |name: &[u8]| headers::get(&headers, name).is_some();
+            if !known || !has(b":method") || !has(b":path") {
+                return Ok(BAD_ARGUMENT);
+            }
+            let state = c.data_mut();
+            state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
+            let token = state.last_call_token;
+            state.dispatched_calls.push((
+                token,
+                HttpCallRequest {
+                    upstream,
+                    headers,
+                    body,
+                    trailers,
+                    timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
+                },
+            ));
+            write_u32(&mut c, F, token_out, token)?;
+            Ok(OK)
+        },
     )?;
     linker.func_wrap(MODULE, "proxy_done", |_: Ctx| OK)?;
     Ok(())
@@ -420,6 +475,9 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
         |mut c: Ctx, name_ptr: u32, name_len: u32, id_out: u32| -> Result<i32> {
             let name = read(&mut c, "proxy_register_shared_queue", name_ptr, name_len)?;
             let id = shared().register_queue(&c.data().plugin.config.vm_id, &name);
+            if !c.data().registered_queues.contains(&id) {
+                c.data_mut().registered_queues.push(id);
+            }
             write_u32(&mut c, "proxy_register_shared_queue", id_out, id)?;
             Ok(OK)
         },
@@ -544,7 +602,6 @@ fn record_stream(list: &mut Vec<StreamType>, kind: i32) -> i32 {
 fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
     // (name, number of i32 parameters)
     let table: &[(&str, usize)] = &[
-        ("proxy_http_call", 10),
         ("proxy_grpc_call", 12),
         ("proxy_grpc_stream", 9),
         ("proxy_grpc_send", 4),

@@ -2,23 +2,30 @@
 //! and a pool of instances, each with one root context configured with that
 //! plugin configuration (so a plugin used on two routes with two
 //! configurations is two `FilterPlugin`s). [`FilterPlugin::stream`] leases an
-//! instance for one HTTP stream; the stream's callbacks run on it in order.
+//! instance for one HTTP stream (see `stream.rs`); a plugin that asks for
+//! ticks or registers queues also gets a root instance of its own (`root.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use anyhow::{Context, Result};
 use wasmgate_runtime::limits::install_epoch_policy;
-use wasmgate_runtime::{CrashReport, InstancePool, Lease, PoolConfig, PoolStats, Runtime};
+use wasmgate_runtime::{CrashReport, InstancePool, PoolConfig, PoolStats, Runtime};
 use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc};
 
-use crate::abi::{AbiVersion, Action};
+use crate::abi::AbiVersion;
 use crate::exchange::HttpExchange;
 use crate::host_env;
+use crate::http_call::{CallsInFlight, HttpCallResponse, HttpCaller};
 use crate::state::{FilterState, GuestMemory};
+use crate::stream::FilterStream;
 
 const WASI_MODULE: &str = "wasi_snapshot_preview1";
-const ROOT_CONTEXT_ID: u32 = 1;
+/// Every instance has one root context, with this id (the SDKs look root
+/// contexts up by the id the host passes to root callbacks).
+pub(crate) const ROOT_CONTEXT_ID: u32 = 1;
 /// Deadline of start-up code and root-context callbacks.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -35,6 +42,10 @@ pub struct FilterConfig {
     pub root_id: String,
     /// `plugin_vm_id`; instances of one VM id share data and queues.
     pub vm_id: String,
+    /// The route the plugin filters (`route_name`, and in its log lines).
+    pub route: String,
+    /// Where `proxy_http_call` goes; without one every call is refused.
+    pub http_caller: Option<Arc<dyn HttpCaller>>,
     pub memory_limit: Option<usize>,
     /// Deadline of one callback.
     pub timeout: Option<Duration>,
@@ -48,29 +59,44 @@ pub(crate) struct FilterShared {
 }
 
 pub struct FilterPlugin {
-    shared: Arc<FilterShared>,
+    pub(crate) shared: Arc<FilterShared>,
     runtime: Runtime,
     pre: InstancePre<FilterState>,
     abi: AbiVersion,
-    pool: InstancePool<FilterInstance>,
+    pub(crate) pool: InstancePool<FilterInstance>,
+    /// Tells the root-context task (if any) that the plugin is gone.
+    root_stop: Arc<Notify>,
+}
+
+impl Drop for FilterPlugin {
+    fn drop(&mut self) {
+        self.root_stop.notify_one();
+    }
 }
 
 pub(crate) struct FilterInstance {
-    store: Store<FilterState>,
-    exports: StreamExports,
-    next_context_id: u32,
+    pub store: Store<FilterState>,
+    pub exports: Exports,
+    pub next_context_id: u32,
 }
 
-/// The stream callbacks, typed once per instance.
-struct StreamExports {
-    context_create: TypedFunc<(u32, u32), ()>,
-    request_headers: Option<TypedFunc<(u32, u32, u32), i32>>,
-    request_body: Option<TypedFunc<(u32, u32, u32), i32>>,
-    response_headers: Option<TypedFunc<(u32, u32, u32), i32>>,
-    response_body: Option<TypedFunc<(u32, u32, u32), i32>>,
-    log: Option<TypedFunc<u32, ()>>,
-    done: Option<TypedFunc<u32, i32>>,
-    delete: Option<TypedFunc<u32, ()>>,
+type StreamCallback = Option<TypedFunc<(u32, u32, u32), i32>>;
+
+/// The callbacks, typed once per instance; a missing one is skipped.
+pub(crate) struct Exports {
+    pub context_create: TypedFunc<(u32, u32), ()>,
+    pub request_headers: StreamCallback,
+    pub request_body: StreamCallback,
+    pub request_trailers: Option<TypedFunc<(u32, u32), i32>>,
+    pub response_headers: StreamCallback,
+    pub response_body: StreamCallback,
+    pub response_trailers: Option<TypedFunc<(u32, u32), i32>>,
+    pub log: Option<TypedFunc<u32, ()>>,
+    pub done: Option<TypedFunc<u32, i32>>,
+    pub delete: Option<TypedFunc<u32, ()>>,
+    pub tick: Option<TypedFunc<u32, ()>>,
+    pub queue_ready: Option<TypedFunc<(u32, u32), ()>>,
+    pub http_call_response: Option<TypedFunc<(u32, u32, u32, u32, u32), ()>>,
 }
 
 /// Why a callback failed: the guest trapped, ran out of time or memory, or
@@ -81,6 +107,13 @@ pub enum FilterError {
     Crash(Box<CrashReport>),
     #[error("filter `{plugin}` is unavailable: {reason}")]
     Unavailable { plugin: String, reason: String },
+    /// The filter paused the stream with nothing (no call, no tick) that
+    /// could ever resume it.
+    #[error("filter `{plugin}` paused the stream in {callback} with no http call or tick pending to resume it")]
+    Stalled {
+        plugin: String,
+        callback: &'static str,
+    },
 }
 
 impl FilterPlugin {
@@ -88,7 +121,11 @@ impl FilterPlugin {
     /// Proxy-Wasm module this host can link. The first instance is created
     /// and configured now, so a plugin whose `proxy_on_vm_start` or
     /// `proxy_on_configure` fails is refused here.
-    pub async fn new(runtime: &Runtime, wasm: &[u8], config: FilterConfig) -> Result<FilterPlugin> {
+    pub async fn new(
+        runtime: &Runtime,
+        wasm: &[u8],
+        config: FilterConfig,
+    ) -> Result<Arc<FilterPlugin>> {
         let module = runtime.load_module(wasm)?;
         let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
             .map_err(|reason| anyhow::anyhow!("filter `{}`: {reason}", config.name))?;
@@ -109,9 +146,21 @@ impl FilterPlugin {
             runtime: runtime.clone(),
             pre,
             abi,
+            root_stop: Arc::new(Notify::new()),
         };
-        let first = plugin.pool.acquire(|| plugin.instantiate()).await;
-        first.map_err(|e| anyhow::anyhow!("{e}"))?.release();
+        let mut first = plugin
+            .pool
+            .acquire(|| plugin.instantiate())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let state = first.instance().store.data();
+        let needs_root = state.tick_period_ms > 0 || !state.registered_queues.is_empty();
+        first.release();
+        let plugin = Arc::new(plugin);
+        if needs_root {
+            let root = plugin.instantiate().await?;
+            crate::root::spawn(&plugin, root, plugin.root_stop.clone());
+        }
         Ok(plugin)
     }
 
@@ -129,8 +178,8 @@ impl FilterPlugin {
     }
 
     /// Starts an HTTP stream: leases an instance and creates the stream's context.
-    pub async fn stream(&self) -> Result<FilterStream<'_>, FilterError> {
-        let mut lease = self
+    pub async fn stream(self: &Arc<Self>) -> Result<FilterStream, FilterError> {
+        let lease = self
             .pool
             .acquire(|| self.instantiate())
             .await
@@ -138,26 +187,10 @@ impl FilterPlugin {
                 plugin: self.shared.config.name.clone(),
                 reason: e.to_string(),
             })?;
-        let instance = lease.instance();
-        instance.next_context_id += 1;
-        let context_id = instance.next_context_id;
-        let create = instance.exports.context_create.clone();
-        let mut stream = FilterStream {
-            plugin: self,
-            lease,
-            context_id,
-        };
-        stream
-            .run("proxy_on_context_create", async |store| {
-                create
-                    .call_async(store, (context_id, ROOT_CONTEXT_ID))
-                    .await
-            })
-            .await?;
-        Ok(stream)
+        FilterStream::start(self.clone(), lease).await
     }
 
-    async fn instantiate(&self) -> Result<FilterInstance> {
+    pub(crate) async fn instantiate(&self) -> Result<FilterInstance> {
         let wasi = if self.shared.needs_wasi {
             Some(wasmtime_wasi::WasiCtxBuilder::new().build_p1())
         } else {
@@ -181,7 +214,7 @@ impl FilterPlugin {
         self.start(&mut store, &instance)
             .await
             .map_err(|e| self.start_failure("start-up", e))?;
-        let exports = StreamExports::find(&mut store, &instance)?;
+        let exports = Exports::find(&mut store, &instance)?;
         Ok(FilterInstance {
             store,
             exports,
@@ -240,6 +273,13 @@ impl FilterPlugin {
     }
 }
 
+fn typed<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+    store: &Store<FilterState>,
+    f: Option<wasmtime::Func>,
+) -> wasmtime::Result<Option<TypedFunc<P, R>>> {
+    f.map(|f| f.typed(store)).transpose()
+}
+
 fn guest_memory(store: &mut Store<FilterState>, instance: &Instance) -> Result<GuestMemory> {
     let memory = instance
         .get_memory(&mut *store, "memory")
@@ -253,8 +293,8 @@ fn guest_memory(store: &mut Store<FilterState>, instance: &Instance) -> Result<G
     Ok(GuestMemory { memory, allocate })
 }
 
-impl StreamExports {
-    fn find(store: &mut Store<FilterState>, instance: &Instance) -> Result<StreamExports> {
+impl Exports {
+    fn find(store: &mut Store<FilterState>, instance: &Instance) -> Result<Exports> {
         let mut callback = |name: &str| {
             instance
                 .get_typed_func::<(u32, u32, u32), i32>(&mut *store, name)
@@ -264,164 +304,136 @@ impl StreamExports {
         let request_body = callback("proxy_on_request_body");
         let response_headers = callback("proxy_on_response_headers");
         let response_body = callback("proxy_on_response_body");
-        Ok(StreamExports {
-            context_create: instance
-                .get_typed_func(&mut *store, "proxy_on_context_create")
-                .map_err(anyhow::Error::from)?,
-            request_headers,
-            request_body,
-            response_headers,
-            response_body,
-            log: instance.get_typed_func(&mut *store, "proxy_on_log").ok(),
-            done: instance.get_typed_func(&mut *store, "proxy_on_done").ok(),
-            delete: instance.get_typed_func(&mut *store, "proxy_on_delete").ok(),
-        })
-    }
-}
-
-/// One HTTP stream on a leased instance.
-pub struct FilterStream<'a> {
-    plugin: &'a FilterPlugin,
-    lease: Lease<'a, FilterInstance>,
-    context_id: u32,
-}
-
-impl FilterStream<'_> {
-    pub async fn on_request_headers(
-        &mut self,
-        exchange: &mut HttpExchange,
-        end_of_stream: bool,
-    ) -> Result<Action, FilterError> {
-        let count = exchange.request_headers.len() as u32;
-        let f = self.lease.instance().exports.request_headers.clone();
-        self.callback(
-            "proxy_on_request_headers",
-            f,
-            exchange,
-            count,
-            end_of_stream,
-        )
-        .await
-    }
-
-    pub async fn on_request_body(
-        &mut self,
-        exchange: &mut HttpExchange,
-        end_of_stream: bool,
-    ) -> Result<Action, FilterError> {
-        let size = exchange.request_body.len() as u32;
-        let f = self.lease.instance().exports.request_body.clone();
-        self.callback("proxy_on_request_body", f, exchange, size, end_of_stream)
-            .await
-    }
-
-    pub async fn on_response_headers(
-        &mut self,
-        exchange: &mut HttpExchange,
-        end_of_stream: bool,
-    ) -> Result<Action, FilterError> {
-        let count = exchange.response_headers.len() as u32;
-        let f = self.lease.instance().exports.response_headers.clone();
-        self.callback(
-            "proxy_on_response_headers",
-            f,
-            exchange,
-            count,
-            end_of_stream,
-        )
-        .await
-    }
-
-    pub async fn on_response_body(
-        &mut self,
-        exchange: &mut HttpExchange,
-        end_of_stream: bool,
-    ) -> Result<Action, FilterError> {
-        let size = exchange.response_body.len() as u32;
-        let f = self.lease.instance().exports.response_body.clone();
-        self.callback("proxy_on_response_body", f, exchange, size, end_of_stream)
-            .await
-    }
-
-    /// Ends the stream: `proxy_on_log`, `proxy_on_done`, `proxy_on_delete`;
-    /// the instance goes back to the pool.
-    pub async fn finish(mut self, exchange: &mut HttpExchange) -> Result<(), FilterError> {
-        let id = self.context_id;
-        let exports = &self.lease.instance().exports;
-        let (log, done, delete) = (
-            exports.log.clone(),
-            exports.done.clone(),
-            exports.delete.clone(),
+        let mut get = |name: &str| instance.get_func(&mut *store, name);
+        let (log, done, delete, tick) = (
+            get("proxy_on_log"),
+            get("proxy_on_done"),
+            get("proxy_on_delete"),
+            get("proxy_on_tick"),
         );
-        self.with_exchange(exchange, "proxy_on_log", async |store| {
-            if let Some(f) = log {
-                f.call_async(&mut *store, id).await?;
-            }
-            if let Some(f) = done {
-                f.call_async(&mut *store, id).await?;
-            }
-            if let Some(f) = delete {
-                f.call_async(&mut *store, id).await?;
-            }
-            Ok(())
-        })
-        .await?;
-        self.lease.release();
-        Ok(())
+        let (request_trailers, response_trailers, queue_ready, call_response) = (
+            get("proxy_on_request_trailers"),
+            get("proxy_on_response_trailers"),
+            get("proxy_on_queue_ready"),
+            get("proxy_on_http_call_response"),
+        );
+        // An export with the wrong signature is refused up front rather than
+        // trapping on the first request.
+        let exports = (|| -> wasmtime::Result<Exports> {
+            Ok(Exports {
+                context_create: instance.get_typed_func(&mut *store, "proxy_on_context_create")?,
+                request_headers,
+                request_body,
+                request_trailers: typed(&*store, request_trailers)?,
+                response_headers,
+                response_body,
+                response_trailers: typed(&*store, response_trailers)?,
+                log: typed(&*store, log)?,
+                done: typed(&*store, done)?,
+                delete: typed(&*store, delete)?,
+                tick: typed(&*store, tick)?,
+                queue_ready: typed(&*store, queue_ready)?,
+                http_call_response: typed(&*store, call_response)?,
+            })
+        })();
+        exports
+            .map_err(anyhow::Error::from)
+            .context("a Proxy-Wasm callback export has the wrong signature")
     }
+}
 
-    async fn callback(
+impl FilterInstance {
+    /// Runs one guest call under the plugin's deadline; a failure becomes a
+    /// crash report (the caller must then drop the instance).
+    pub async fn run<R>(
         &mut self,
         name: &'static str,
-        f: Option<TypedFunc<(u32, u32, u32), i32>>,
-        exchange: &mut HttpExchange,
-        size: u32,
-        end_of_stream: bool,
-    ) -> Result<Action, FilterError> {
-        let Some(f) = f else {
-            return Ok(Action::Continue);
-        };
-        let id = self.context_id;
-        let code = self
-            .with_exchange(exchange, name, async |store| {
-                f.call_async(store, (id, size, end_of_stream as u32)).await
-            })
-            .await?;
-        Ok(Action::from_code(code))
+        body: impl AsyncFnOnce(&mut Store<FilterState>) -> wasmtime::Result<R>,
+    ) -> Result<R, FilterError> {
+        let plugin = self.store.data().plugin.clone();
+        let store = &mut self.store;
+        let ticks = store.data_mut().budget.start(plugin.config.timeout);
+        store.set_epoch_deadline(ticks);
+        body(store).await.map_err(|error| {
+            let timed_out = self.store.data().budget.timed_out();
+            let report = CrashReport::from_error(&plugin.config.name, name, &error, timed_out);
+            tracing::warn!(plugin = %plugin.config.name, route = %plugin.config.route, callback = name, kind = report.kind.as_str(), "{report}");
+            FilterError::Crash(Box::new(report))
+        })
     }
 
     /// Lends `exchange` to the instance for one callback.
-    async fn with_exchange<R>(
+    pub async fn run_with<R>(
         &mut self,
         exchange: &mut HttpExchange,
         name: &'static str,
         body: impl AsyncFnOnce(&mut Store<FilterState>) -> wasmtime::Result<R>,
     ) -> Result<R, FilterError> {
-        let store = &mut self.lease.instance().store;
-        store.data_mut().exchange = std::mem::take(exchange);
+        self.store.data_mut().exchange = std::mem::take(exchange);
         let result = self.run(name, body).await;
-        *exchange = std::mem::take(&mut self.lease.instance().store.data_mut().exchange);
+        *exchange = std::mem::take(&mut self.store.data_mut().exchange);
         result
     }
 
-    /// Runs one guest call under the plugin's deadline; a failure becomes a
-    /// crash report and the instance is not returned to the pool.
-    async fn run<R>(
+    /// Sends the calls the last callback dispatched.
+    pub fn start_dispatched_calls(&mut self, calls: &mut CallsInFlight) {
+        let dispatched = std::mem::take(&mut self.store.data_mut().dispatched_calls);
+        let caller = self.store.data().plugin.config.http_caller.clone();
+        for (token, request) in dispatched {
+            // `proxy_http_call` refuses calls when there is no caller.
+            if let Some(caller) = &caller {
+                calls.start(caller.as_ref(), token, request);
+            }
+        }
+    }
+
+    /// `proxy_on_http_call_response` on the root context. A failed call is
+    /// reported as an answer with no headers and no body, as Envoy does.
+    pub async fn deliver_call_response(
         &mut self,
-        name: &'static str,
-        body: impl AsyncFnOnce(&mut Store<FilterState>) -> wasmtime::Result<R>,
-    ) -> Result<R, FilterError> {
-        let store = &mut self.lease.instance().store;
-        let ticks = store
-            .data_mut()
-            .budget
-            .start(self.plugin.shared.config.timeout);
-        store.set_epoch_deadline(ticks);
-        body(store).await.map_err(|error| {
-            let timed_out = self.lease.instance().store.data().budget.timed_out();
-            let report = CrashReport::from_error(&self.plugin.shared.config.name, name, &error, timed_out);
-            tracing::warn!(plugin = %self.plugin.shared.config.name, callback = name, kind = report.kind.as_str(), "{report}");
-            FilterError::Crash(Box::new(report))
+        exchange: &mut HttpExchange,
+        token: u32,
+        result: Result<HttpCallResponse, String>,
+    ) -> Result<(), FilterError> {
+        let Some(f) = self.exports.http_call_response.clone() else {
+            return Ok(());
+        };
+        let response = result.unwrap_or_else(|reason| {
+            let plugin = &self.store.data().plugin.config;
+            tracing::info!(plugin = %plugin.name, route = %plugin.route, token, %reason, "http call failed");
+            HttpCallResponse::default()
+        });
+        let sizes = (
+            response.headers.len() as u32,
+            response.body.len() as u32,
+            response.trailers.len() as u32,
+        );
+        self.store.data_mut().call_response = Some(response);
+        let result = self
+            .run_with(exchange, "proxy_on_http_call_response", async |store| {
+                f.call_async(store, (ROOT_CONTEXT_ID, token, sizes.0, sizes.1, sizes.2))
+                    .await
+            })
+            .await;
+        self.store.data_mut().call_response = None;
+        result
+    }
+
+    /// `proxy_on_tick` on the root context.
+    pub async fn tick(&mut self, exchange: &mut HttpExchange) -> Result<(), FilterError> {
+        let Some(f) = self.exports.tick.clone() else {
+            return Ok(());
+        };
+        self.run_with(exchange, "proxy_on_tick", async |store| {
+            f.call_async(store, ROOT_CONTEXT_ID).await
         })
+        .await
+    }
+
+    pub fn tick_period(&self) -> Option<Duration> {
+        match self.store.data().tick_period_ms {
+            0 => None,
+            ms => Some(Duration::from_millis(ms as u64)),
+        }
     }
 }

@@ -18,6 +18,7 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
         [b"plugin_name"] => Some(plugin.config.name.as_bytes().to_vec()),
         [b"plugin_root_id"] => Some(plugin.config.root_id.as_bytes().to_vec()),
         [b"plugin_vm_id"] => Some(plugin.config.vm_id.as_bytes().to_vec()),
+        [b"route_name"] => Some(plugin.config.route.as_bytes().to_vec()),
         [b"request", b"headers", name] => request(name),
         [b"request", b"path"] => request(b":path"),
         [b"request", b"url_path"] => {

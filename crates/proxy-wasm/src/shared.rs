@@ -6,6 +6,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{LazyLock, Mutex};
 
+use tokio::sync::watch;
+
 use crate::abi::Status;
 
 static SHARED: LazyLock<Shared> = LazyLock::new(Shared::default);
@@ -18,12 +20,25 @@ pub fn shared() -> &'static Shared {
 /// A VM id and a key (or queue name) within it.
 type Scoped = (String, Vec<u8>);
 
-#[derive(Default)]
 pub struct Shared {
     /// Value and CAS token per key.
     data: Mutex<HashMap<Scoped, (Vec<u8>, u32)>>,
     queues: Mutex<Queues>,
+    /// Bumped on every enqueue: root contexts watch it to run
+    /// `proxy_on_queue_ready` for the queues they registered.
+    queue_changes: watch::Sender<u64>,
     metrics: Mutex<Metrics>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            data: Mutex::default(),
+            queues: Mutex::default(),
+            queue_changes: watch::channel(0).0,
+            metrics: Mutex::default(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -112,10 +127,26 @@ impl Shared {
         match queues.items.get_mut((id as usize).wrapping_sub(1)) {
             Some(queue) => {
                 queue.push_back(value);
+                drop(queues);
+                self.queue_changes.send_modify(|n| *n = n.wrapping_add(1));
                 Status::Ok
             }
             None => Status::NotFound,
         }
+    }
+
+    /// Items waiting in queue `id` (0 for an unknown queue).
+    pub fn queue_len(&self, id: u32) -> usize {
+        let queues = self.queues.lock().unwrap();
+        queues
+            .items
+            .get((id as usize).wrapping_sub(1))
+            .map_or(0, VecDeque::len)
+    }
+
+    /// Changes whenever an item is enqueued anywhere.
+    pub fn queue_changes(&self) -> watch::Receiver<u64> {
+        self.queue_changes.subscribe()
     }
 
     pub fn dequeue(&self, id: u32) -> Result<Vec<u8>, Status> {

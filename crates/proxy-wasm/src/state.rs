@@ -9,6 +9,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::abi::StreamType;
 use crate::exchange::HttpExchange;
+use crate::http_call::{HttpCallRequest, HttpCallResponse};
 use crate::plugin::FilterShared;
 
 /// Store data of one Proxy-Wasm instance.
@@ -22,6 +23,16 @@ pub struct FilterState {
     pub(crate) resumed: Vec<StreamType>,
     pub(crate) closed: Vec<StreamType>,
     pub(crate) tick_period_ms: u32,
+    /// The stream context the instance is serving, if any: the one
+    /// `proxy_set_effective_context` may point at besides the root.
+    pub(crate) stream_context: Option<u32>,
+    /// Calls `proxy_http_call` recorded during the callback, with their tokens.
+    pub(crate) dispatched_calls: Vec<(u32, HttpCallRequest)>,
+    pub(crate) last_call_token: u32,
+    /// The answer `proxy_on_http_call_response` is reading.
+    pub(crate) call_response: Option<HttpCallResponse>,
+    /// Queues this instance registered: its root context hears when they fill.
+    pub(crate) registered_queues: Vec<u32>,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) budget: CallBudget,
     pub(crate) wasi: Option<WasiP1Ctx>,
@@ -37,6 +48,11 @@ impl FilterState {
             resumed: Vec::new(),
             closed: Vec::new(),
             tick_period_ms: 0,
+            stream_context: None,
+            dispatched_calls: Vec::new(),
+            last_call_token: 0,
+            call_response: None,
+            registered_queues: Vec::new(),
             budget: CallBudget::new(),
             wasi,
         }

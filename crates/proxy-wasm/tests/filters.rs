@@ -5,8 +5,7 @@
 use std::path::PathBuf;
 
 use wasmgate_proxy_wasm::{
-    AbiVersion, Action, FilterConfig, FilterPlugin, HttpExchange, PoolConfig, Runtime,
-    RuntimeConfig,
+    AbiVersion, FilterConfig, FilterPlugin, Flow, HttpExchange, PoolConfig, Runtime, RuntimeConfig,
 };
 
 fn wasm(name: &str) -> Vec<u8> {
@@ -79,7 +78,7 @@ async fn header_filter_edits_both_directions(module: &str, abi: AbiVersion) {
                 .on_request_headers(&mut exchange, true)
                 .await
                 .unwrap(),
-            Action::Continue
+            Flow::Continue
         );
         assert_eq!(
             header(&exchange.request_headers, "x-wasmgate-filter"),
@@ -90,7 +89,7 @@ async fn header_filter_edits_both_directions(module: &str, abi: AbiVersion) {
                 .on_response_headers(&mut exchange, false)
                 .await
                 .unwrap(),
-            Action::Continue
+            Flow::Continue
         );
         assert_eq!(
             header(&exchange.response_headers, "x-seen-path"),
@@ -145,7 +144,7 @@ async fn apisix_fault_injection_answers_locally() {
             .on_request_headers(&mut exchange, true)
             .await
             .unwrap(),
-        Action::Pause
+        Flow::Respond
     );
     let local = exchange.local_response.clone().expect("a local response");
     assert_eq!(local.status, 200);

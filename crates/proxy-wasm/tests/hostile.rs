@@ -34,7 +34,7 @@ const MODULE: &str = r#"(module
     (i32.const 0))
 )"#;
 
-async fn plugin(rt: &Runtime, conf: &str) -> FilterPlugin {
+async fn plugin(rt: &Runtime, conf: &str) -> std::sync::Arc<FilterPlugin> {
     let config = FilterConfig {
         name: format!("hostile-{}", conf.len()),
         plugin_configuration: conf.as_bytes().to_vec(),
@@ -45,7 +45,7 @@ async fn plugin(rt: &Runtime, conf: &str) -> FilterPlugin {
         .unwrap()
 }
 
-async fn request_headers(filter: &FilterPlugin) -> Result<(), FilterError> {
+async fn request_headers(filter: &std::sync::Arc<FilterPlugin>) -> Result<(), FilterError> {
     let mut exchange = HttpExchange::default();
     let mut stream = filter.stream().await?;
     stream.on_request_headers(&mut exchange, true).await?;

@@ -13,10 +13,10 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Sizing and policy of one pool.
 #[derive(Clone, Debug)]
@@ -65,10 +65,23 @@ pub struct PoolStats {
     pub in_use: usize,
 }
 
+/// Cheap to clone: clones share the same instances.
 pub struct InstancePool<I> {
+    inner: Arc<PoolInner<I>>,
+}
+
+impl<I> Clone for InstancePool<I> {
+    fn clone(&self) -> Self {
+        InstancePool {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct PoolInner<I> {
     config: PoolConfig,
     idle: Mutex<Vec<I>>,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     backoff: Mutex<Backoff>,
     created: AtomicU64,
     discarded: AtomicU64,
@@ -104,9 +117,9 @@ impl Backoff {
 impl<I: Send> InstancePool<I> {
     pub fn new(config: PoolConfig) -> InstancePool<I> {
         let max = config.max_instances.max(1);
-        InstancePool {
+        let inner = PoolInner {
             idle: Mutex::new(Vec::with_capacity(max)),
-            slots: Semaphore::new(max),
+            slots: Arc::new(Semaphore::new(max)),
             config: PoolConfig {
                 max_instances: max,
                 ..config
@@ -115,64 +128,71 @@ impl<I: Send> InstancePool<I> {
             created: AtomicU64::new(0),
             discarded: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+        };
+        InstancePool {
+            inner: Arc::new(inner),
         }
     }
 
     pub fn config(&self) -> &PoolConfig {
-        &self.config
+        &self.inner.config
     }
 
     /// Checks out an idle instance, or creates one with `create` when none is
     /// idle and the pool is below its size.
-    pub async fn acquire<F, Fut>(&self, create: F) -> Result<Lease<'_, I>, AcquireError>
+    pub async fn acquire<F, Fut>(&self, create: F) -> Result<Lease<I>, AcquireError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = anyhow::Result<I>>,
     {
-        let permit = match self.slots.try_acquire() {
+        let permit = match self.inner.slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
-                match tokio::time::timeout(self.config.acquire_timeout, self.slots.acquire()).await
+                match tokio::time::timeout(
+                    self.inner.config.acquire_timeout,
+                    self.inner.slots.clone().acquire_owned(),
+                )
+                .await
                 {
                     Ok(Ok(permit)) => permit,
                     _ => {
-                        self.rejected.fetch_add(1, Ordering::Relaxed);
+                        self.inner.rejected.fetch_add(1, Ordering::Relaxed);
                         return Err(AcquireError::Overloaded {
-                            max: self.config.max_instances,
-                            waited: self.config.acquire_timeout,
+                            max: self.inner.config.max_instances,
+                            waited: self.inner.config.acquire_timeout,
                         });
                     }
                 }
             }
         };
-        if !self.config.isolation {
-            if let Some(instance) = self.idle.lock().unwrap().pop() {
-                return Ok(Lease::new(self, instance, permit));
+        if !self.inner.config.isolation {
+            if let Some(instance) = self.inner.idle.lock().unwrap().pop() {
+                return Ok(Lease::new(self.inner.clone(), instance, permit));
             }
         }
         self.check_backoff()?;
         match create().await {
             Ok(instance) => {
-                self.created.fetch_add(1, Ordering::Relaxed);
-                let mut backoff = self.backoff.lock().unwrap();
+                self.inner.created.fetch_add(1, Ordering::Relaxed);
+                let mut backoff = self.inner.backoff.lock().unwrap();
                 backoff.consecutive_failures = 0;
                 backoff.until = None;
                 drop(backoff);
-                Ok(Lease::new(self, instance, permit))
+                Ok(Lease::new(self.inner.clone(), instance, permit))
             }
             Err(error) => {
-                self.backoff.lock().unwrap().record_failure(&error);
+                self.inner.backoff.lock().unwrap().record_failure(&error);
                 Err(AcquireError::Instantiate(error))
             }
         }
     }
 
     fn check_backoff(&self) -> Result<(), AcquireError> {
-        let backoff = self.backoff.lock().unwrap();
+        let backoff = self.inner.backoff.lock().unwrap();
         if let Some(until) = backoff.until {
             let now = Instant::now();
             if now < until {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.inner.rejected.fetch_add(1, Ordering::Relaxed);
                 return Err(AcquireError::BackingOff {
                     failures: backoff.consecutive_failures,
                     retry_after: until - now,
@@ -185,33 +205,36 @@ impl<I: Send> InstancePool<I> {
 
     /// Drops every idle instance (after a reload, say); leased ones finish first.
     pub fn clear_idle(&self) {
-        let drained: Vec<I> = std::mem::take(&mut *self.idle.lock().unwrap());
-        self.discarded
+        let drained: Vec<I> = std::mem::take(&mut *self.inner.idle.lock().unwrap());
+        self.inner
+            .discarded
             .fetch_add(drained.len() as u64, Ordering::Relaxed);
     }
 
     pub fn stats(&self) -> PoolStats {
-        let idle = self.idle.lock().unwrap().len();
+        let idle = self.inner.idle.lock().unwrap().len();
         PoolStats {
-            created: self.created.load(Ordering::Relaxed),
-            discarded: self.discarded.load(Ordering::Relaxed),
-            instantiation_failures: self.backoff.lock().unwrap().total_failures,
-            rejected: self.rejected.load(Ordering::Relaxed),
+            created: self.inner.created.load(Ordering::Relaxed),
+            discarded: self.inner.discarded.load(Ordering::Relaxed),
+            instantiation_failures: self.inner.backoff.lock().unwrap().total_failures,
+            rejected: self.inner.rejected.load(Ordering::Relaxed),
             idle,
-            in_use: self.config.max_instances - self.slots.available_permits(),
+            in_use: self.inner.config.max_instances - self.inner.slots.available_permits(),
         }
     }
 }
 
 /// One instance, checked out to one call.
-pub struct Lease<'a, I: Send> {
-    pool: &'a InstancePool<I>,
+/// It owns its slot, so it may outlive the borrow that made it (a response
+/// body streamed after the handler returned keeps its filter's instance).
+pub struct Lease<I: Send> {
+    pool: Arc<PoolInner<I>>,
     instance: Option<I>,
-    _permit: SemaphorePermit<'a>,
+    _permit: OwnedSemaphorePermit,
 }
 
-impl<'a, I: Send> Lease<'a, I> {
-    fn new(pool: &'a InstancePool<I>, instance: I, permit: SemaphorePermit<'a>) -> Self {
+impl<I: Send> Lease<I> {
+    fn new(pool: Arc<PoolInner<I>>, instance: I, permit: OwnedSemaphorePermit) -> Self {
         Lease {
             pool,
             instance: Some(instance),
@@ -236,7 +259,7 @@ impl<'a, I: Send> Lease<'a, I> {
     }
 }
 
-impl<I: Send> Drop for Lease<'_, I> {
+impl<I: Send> Drop for Lease<I> {
     fn drop(&mut self) {
         if self.instance.take().is_some() {
             self.pool.discarded.fetch_add(1, Ordering::Relaxed);
@@ -248,7 +271,6 @@ impl<I: Send> Drop for Lease<'_, I> {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
-    use std::sync::Arc;
 
     fn pool(max: usize, isolation: bool, wait_ms: u64) -> InstancePool<usize> {
         InstancePool::new(PoolConfig {

@@ -1,0 +1,314 @@
+//! One HTTP stream on a leased instance: the stream callbacks in order, and
+//! what happens when one pauses. A paused stream waits, on the same
+//! instance, for what can resume it: answers to the http calls its filter
+//! dispatched (`proxy_on_http_call_response`) and the instance's ticks
+//! (`proxy_on_tick`); it goes on when a callback calls
+//! `proxy_continue_stream`, and ends when one sends a local response or
+//! closes the stream.
+
+use std::sync::Arc;
+
+use wasmgate_runtime::Lease;
+use wasmtime::TypedFunc;
+
+use crate::abi::{Action, StreamType};
+use crate::exchange::HttpExchange;
+use crate::http_call::CallsInFlight;
+use crate::plugin::{FilterError, FilterInstance, FilterPlugin, ROOT_CONTEXT_ID};
+
+/// What the host does after a stream callback (and any pause) is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on to the next filter / the upstream.
+    Continue,
+    /// Body callbacks only: hold this chunk and the ones after it until a
+    /// later call continues (StopIterationAndBuffer); the filter sees the
+    /// whole buffer each time.
+    Buffer,
+    /// A local response is in `HttpExchange::local_response`: answer with it.
+    Respond,
+    /// The filter closed the stream: reset it.
+    Close,
+}
+
+pub struct FilterStream {
+    plugin: Arc<FilterPlugin>,
+    lease: Lease<FilterInstance>,
+    context_id: u32,
+    calls: CallsInFlight,
+}
+
+impl FilterStream {
+    pub(crate) async fn start(
+        plugin: Arc<FilterPlugin>,
+        mut lease: Lease<FilterInstance>,
+    ) -> Result<FilterStream, FilterError> {
+        let instance = lease.instance();
+        instance.next_context_id = instance.next_context_id.wrapping_add(1).max(2);
+        let context_id = instance.next_context_id;
+        instance.store.data_mut().stream_context = Some(context_id);
+        let create = instance.exports.context_create.clone();
+        instance
+            .run("proxy_on_context_create", async |store| {
+                create
+                    .call_async(store, (context_id, ROOT_CONTEXT_ID))
+                    .await
+            })
+            .await?;
+        Ok(FilterStream {
+            plugin,
+            lease,
+            context_id,
+            calls: CallsInFlight::default(),
+        })
+    }
+
+    pub fn plugin(&self) -> &Arc<FilterPlugin> {
+        &self.plugin
+    }
+
+    pub async fn on_request_headers(
+        &mut self,
+        exchange: &mut HttpExchange,
+        end_of_stream: bool,
+    ) -> Result<Flow, FilterError> {
+        let count = exchange.request_headers.len() as u32;
+        let f = self.lease.instance().exports.request_headers.clone();
+        let phase = Phase::headers("proxy_on_request_headers", StreamType::Request);
+        self.stream_callback(phase, f, exchange, count, end_of_stream)
+            .await
+    }
+
+    /// `exchange.request_body` holds the bytes the filter sees: the new
+    /// chunk, after any it asked to buffer.
+    pub async fn on_request_body(
+        &mut self,
+        exchange: &mut HttpExchange,
+        end_of_stream: bool,
+    ) -> Result<Flow, FilterError> {
+        let size = exchange.request_body.len() as u32;
+        let f = self.lease.instance().exports.request_body.clone();
+        let phase = Phase::body("proxy_on_request_body", StreamType::Request);
+        self.stream_callback(phase, f, exchange, size, end_of_stream)
+            .await
+    }
+
+    pub async fn on_request_trailers(
+        &mut self,
+        exchange: &mut HttpExchange,
+    ) -> Result<Flow, FilterError> {
+        let count = exchange.request_trailers.len() as u32;
+        let f = self.lease.instance().exports.request_trailers.clone();
+        let phase = Phase::headers("proxy_on_request_trailers", StreamType::Request);
+        self.trailers_callback(phase, f, exchange, count).await
+    }
+
+    pub async fn on_response_headers(
+        &mut self,
+        exchange: &mut HttpExchange,
+        end_of_stream: bool,
+    ) -> Result<Flow, FilterError> {
+        let count = exchange.response_headers.len() as u32;
+        let f = self.lease.instance().exports.response_headers.clone();
+        let phase = Phase::headers("proxy_on_response_headers", StreamType::Response);
+        self.stream_callback(phase, f, exchange, count, end_of_stream)
+            .await
+    }
+
+    pub async fn on_response_body(
+        &mut self,
+        exchange: &mut HttpExchange,
+        end_of_stream: bool,
+    ) -> Result<Flow, FilterError> {
+        let size = exchange.response_body.len() as u32;
+        let f = self.lease.instance().exports.response_body.clone();
+        let phase = Phase::body("proxy_on_response_body", StreamType::Response);
+        self.stream_callback(phase, f, exchange, size, end_of_stream)
+            .await
+    }
+
+    pub async fn on_response_trailers(
+        &mut self,
+        exchange: &mut HttpExchange,
+    ) -> Result<Flow, FilterError> {
+        let count = exchange.response_trailers.len() as u32;
+        let f = self.lease.instance().exports.response_trailers.clone();
+        let phase = Phase::headers("proxy_on_response_trailers", StreamType::Response);
+        self.trailers_callback(phase, f, exchange, count).await
+    }
+
+    /// Ends the stream: `proxy_on_log`, `proxy_on_done`, `proxy_on_delete`;
+    /// the instance goes back to the pool. Calls still in flight are dropped.
+    pub async fn finish(mut self, exchange: &mut HttpExchange) -> Result<(), FilterError> {
+        let id = self.context_id;
+        let instance = self.lease.instance();
+        let (log, done, delete) = (
+            instance.exports.log.clone(),
+            instance.exports.done.clone(),
+            instance.exports.delete.clone(),
+        );
+        instance
+            .run_with(exchange, "proxy_on_log", async |store| {
+                if let Some(f) = log {
+                    f.call_async(&mut *store, id).await?;
+                }
+                if let Some(f) = done {
+                    f.call_async(&mut *store, id).await?;
+                }
+                if let Some(f) = delete {
+                    f.call_async(&mut *store, id).await?;
+                }
+                Ok(())
+            })
+            .await?;
+        let state = instance.store.data_mut();
+        state.stream_context = None;
+        state.dispatched_calls.clear();
+        self.lease.release();
+        Ok(())
+    }
+
+    async fn stream_callback(
+        &mut self,
+        phase: Phase,
+        f: Option<TypedFunc<(u32, u32, u32), i32>>,
+        exchange: &mut HttpExchange,
+        size: u32,
+        end_of_stream: bool,
+    ) -> Result<Flow, FilterError> {
+        let Some(f) = f else {
+            return Ok(Flow::Continue);
+        };
+        let id = self.context_id;
+        self.reset_signals();
+        let code = self
+            .lease
+            .instance()
+            .run_with(exchange, phase.name, async |store| {
+                f.call_async(store, (id, size, end_of_stream as u32)).await
+            })
+            .await?;
+        self.after_callback(phase, Action::from_code(code), exchange, end_of_stream)
+            .await
+    }
+
+    async fn trailers_callback(
+        &mut self,
+        phase: Phase,
+        f: Option<TypedFunc<(u32, u32), i32>>,
+        exchange: &mut HttpExchange,
+        count: u32,
+    ) -> Result<Flow, FilterError> {
+        let Some(f) = f else {
+            return Ok(Flow::Continue);
+        };
+        let id = self.context_id;
+        self.reset_signals();
+        let code = self
+            .lease
+            .instance()
+            .run_with(exchange, phase.name, async |store| {
+                f.call_async(store, (id, count)).await
+            })
+            .await?;
+        self.after_callback(phase, Action::from_code(code), exchange, true)
+            .await
+    }
+
+    fn reset_signals(&mut self) {
+        let state = self.lease.instance().store.data_mut();
+        state.resumed.clear();
+        state.closed.clear();
+    }
+
+    async fn after_callback(
+        &mut self,
+        phase: Phase,
+        action: Action,
+        exchange: &mut HttpExchange,
+        end_of_stream: bool,
+    ) -> Result<Flow, FilterError> {
+        self.lease
+            .instance()
+            .start_dispatched_calls(&mut self.calls);
+        if let Some(flow) = self.settled(phase, exchange) {
+            return Ok(flow);
+        }
+        match action {
+            Action::Continue => Ok(Flow::Continue),
+            // Pausing a body chunk that is not the last one means "buffer":
+            // the host collects more and calls again.
+            Action::Pause if phase.body && !end_of_stream => Ok(Flow::Buffer),
+            Action::Pause => self.wait_until_resumed(phase, exchange).await,
+        }
+    }
+
+    /// A local response, a close or a resume of this direction ends the pause.
+    fn settled(&mut self, phase: Phase, exchange: &HttpExchange) -> Option<Flow> {
+        let state = self.lease.instance().store.data_mut();
+        if exchange.local_response.is_some() {
+            Some(Flow::Respond)
+        } else if !state.closed.is_empty() {
+            Some(Flow::Close)
+        } else if state.resumed.contains(&phase.direction) {
+            state.resumed.clear();
+            Some(Flow::Continue)
+        } else {
+            None
+        }
+    }
+
+    async fn wait_until_resumed(
+        &mut self,
+        phase: Phase,
+        exchange: &mut HttpExchange,
+    ) -> Result<Flow, FilterError> {
+        loop {
+            let tick = self.lease.instance().tick_period();
+            if self.calls.is_empty() && tick.is_none() {
+                return Err(FilterError::Stalled {
+                    plugin: self.plugin.name().to_string(),
+                    callback: phase.name,
+                });
+            }
+            let instance = self.lease.instance();
+            tokio::select! {
+                (token, result) = self.calls.next() => {
+                    instance.deliver_call_response(exchange, token, result).await?;
+                }
+                _ = tokio::time::sleep(tick.unwrap_or_default()), if tick.is_some() => {
+                    instance.tick(exchange).await?;
+                }
+            }
+            instance.start_dispatched_calls(&mut self.calls);
+            if let Some(flow) = self.settled(phase, exchange) {
+                return Ok(flow);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Phase {
+    name: &'static str,
+    direction: StreamType,
+    body: bool,
+}
+
+impl Phase {
+    fn headers(name: &'static str, direction: StreamType) -> Phase {
+        Phase {
+            name,
+            direction,
+            body: false,
+        }
+    }
+
+    fn body(name: &'static str, direction: StreamType) -> Phase {
+        Phase {
+            name,
+            direction,
+            body: true,
+        }
+    }
+}
