@@ -2,6 +2,7 @@
 
 mod call;
 mod compile;
+mod gateway;
 mod logging;
 mod plugin_args;
 mod serve;
@@ -29,6 +30,12 @@ enum Command {
     Call(call::CallArgs),
     /// Compile a module ahead of time into a .cwasm for this wasmgate version.
     Compile(compile::CompileArgs),
+    /// Run the gateway: routes, upstreams and Proxy-Wasm filter chains from a YAML file.
+    Run(gateway::RunArgs),
+    /// Check a gateway configuration and load its plugins; exits non-zero with every error.
+    Check(gateway::ConfigArgs),
+    /// Print the JSON Schema of the gateway configuration file.
+    Schema,
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +45,9 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Call(args) => call::run(args),
         Command::Compile(args) => compile::run(args),
+        Command::Run(args) => gateway::run(args),
+        Command::Check(args) => gateway::check(args),
+        Command::Schema => gateway::schema(),
     };
     match result {
         Ok(code) => code,

@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use wasmgate_extism::Plugin;
 
+use crate::body::{self, Body};
 use crate::error_response;
 use crate::listener::Handler;
 
@@ -64,9 +65,14 @@ impl FunctionRoute {
             Ok(body) => body,
             Err(response) => return response,
         };
-        match self.plugin.call(&function, &body).await {
+        self.call(&function, &body).await
+    }
+
+    /// Calls `function` with `input`: its output, or the error as a response.
+    pub async fn call(&self, function: &str, input: &[u8]) -> Response<Full<Bytes>> {
+        match self.plugin.call(function, input).await {
             Ok(output) => self.success(output),
-            Err(error) => error_response::call_failed(self.plugin.name(), &function, &error),
+            Err(error) => error_response::call_failed(self.plugin.name(), function, &error),
         }
     }
 
@@ -84,8 +90,8 @@ impl FunctionRoute {
 }
 
 impl Handler for FunctionRoute {
-    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Full<Bytes>> {
-        FunctionRoute::handle(self, request).await
+    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+        FunctionRoute::handle(self, request).await.map(body::boxed)
     }
 }
 

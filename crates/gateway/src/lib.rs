@@ -1,15 +1,24 @@
 //! wasmgate's HTTP front.
 //!
-//! [`listener`] accepts connections and drives HTTP/1.1 keep-alive with
-//! hyper, with graceful shutdown; a [`Handler`] answers each request. Today the
-//! only handler is [`FunctionRoute`] (`wasmgate serve`): one Extism plugin,
-//! whose functions are called with the request body as input. The gateway's
-//! routes and Proxy-Wasm filter chains plug in as further handlers on the same
-//! listener.
+//! [`listener`] accepts connections (HTTP/1.1 and h2c) with graceful
+//! shutdown; a [`Handler`] answers each request. Two handlers exist:
+//! [`FunctionRoute`] (`wasmgate serve`: one Extism plugin, whose functions
+//! are called with the request body as input) and [`Gateway`] (`wasmgate
+//! run`: routes, upstreams and Proxy-Wasm filter chains, built from a
+//! [`config::GatewayConfig`]). The gateway's request path is in `proxy.rs`.
 
+pub mod admin;
+pub mod body;
+mod chain;
+pub mod config;
 pub mod error_response;
 mod function_route;
+mod gateway;
 pub mod listener;
+mod proxy;
+mod router;
+mod upstream;
 
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
+pub use gateway::Gateway;
 pub use listener::{serve, Handler, ListenerConfig};

@@ -1,4 +1,5 @@
-//! Accepting connections and serving HTTP/1.1 on them.
+//! Accepting connections and serving HTTP/1.1 and cleartext HTTP/2 (h2c,
+//! told apart by the connection preface) on them.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -6,14 +7,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+
+use crate::body::Body;
 
 /// Answers requests. One handler serves every connection of a listener.
 pub trait Handler: Send + Sync + 'static {
@@ -21,7 +23,7 @@ pub trait Handler: Send + Sync + 'static {
         &self,
         request: Request<Incoming>,
         peer: SocketAddr,
-    ) -> impl Future<Output = Response<Full<Bytes>>> + Send;
+    ) -> impl Future<Output = Response<Body>> + Send;
 }
 
 #[derive(Clone, Debug)]
@@ -50,10 +52,12 @@ pub async fn serve<H: Handler>(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
         .keep_alive(true);
+    http.http2().timer(TokioTimer::new());
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -74,7 +78,9 @@ pub async fn serve<H: Handler>(
             let handler = handler.clone();
             async move { Ok::<_, Infallible>(handler.handle(request, peer).await) }
         });
-        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let connection = http
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = connection.await {

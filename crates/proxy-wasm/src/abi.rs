@@ -151,6 +151,18 @@ impl AbiVersion {
     }
 }
 
+impl std::fmt::Display for AbiVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AbiVersion::V0_1_0 => "0.1.0",
+            AbiVersion::V0_2_0 => "0.2.0",
+            AbiVersion::V0_2_1 => "0.2.1",
+            AbiVersion::V0_2_100 => "0.2.100",
+            AbiVersion::Vnext => "vnext",
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@ mod stream;
 
 pub use abi::{AbiVersion, Action};
 pub use exchange::{HttpExchange, LocalResponse};
-pub use http_call::{HttpCallRequest, HttpCallResponse, HttpCaller};
+pub use http_call::{HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller};
 pub use plugin::{FilterConfig, FilterError, FilterPlugin};
 pub use stream::{FilterStream, Flow};
 pub use wasmgate_runtime::{PoolConfig, Runtime, RuntimeConfig};

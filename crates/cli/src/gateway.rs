@@ -1,0 +1,163 @@
+//! `wasmgate run`, `wasmgate check` and `wasmgate schema`: the gateway from
+//! its configuration file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use wasmgate_gateway::admin::Admin;
+use wasmgate_gateway::config::GatewayConfig;
+use wasmgate_gateway::{Gateway, ListenerConfig};
+use wasmgate_runtime::{Runtime, RuntimeConfig};
+
+use crate::plugin_args::default_cache_dir;
+
+#[derive(Args)]
+pub struct ConfigArgs {
+    /// The gateway's configuration (YAML; see docs/gateway.md).
+    #[arg(long, short, default_value = "wasmgate.yaml")]
+    config: PathBuf,
+    /// Do not cache compiled modules on disk.
+    #[arg(long)]
+    no_cache: bool,
+    /// Where compiled modules are cached (default: ~/.cache/wasmgate).
+    #[arg(long, env = "WASMGATE_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Seconds in-flight requests get to finish on SIGTERM/SIGINT.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace_secs: u64,
+}
+
+fn runtime(args: &ConfigArgs) -> Result<Runtime> {
+    Runtime::new(RuntimeConfig {
+        cache_dir: if args.no_cache {
+            None
+        } else {
+            args.cache_dir.clone().or_else(default_cache_dir)
+        },
+        ..RuntimeConfig::default()
+    })
+}
+
+/// Reads, checks and builds; errors are printed one per line with file and field.
+async fn build(args: &ConfigArgs) -> Result<Gateway, String> {
+    let config = GatewayConfig::load(&args.config).map_err(|e| e.to_string())?;
+    let runtime = runtime(args).map_err(|e| format!("{e:#}"))?;
+    Gateway::build(config, &args.config, &runtime)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+pub fn check(args: ConfigArgs) -> Result<ExitCode> {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    match tokio.block_on(build(&args)) {
+        Ok(gateway) => {
+            let config = gateway.config();
+            println!(
+                "{}: ok ({} routes, {} upstreams, {} plugins)",
+                args.config.display(),
+                config.routes.len(),
+                config.upstreams.len(),
+                config.plugins.len()
+            );
+            for (name, kind) in &gateway.plugin_kinds {
+                println!("  plugin {name}: {kind}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+pub fn schema() -> Result<ExitCode> {
+    let schema = wasmgate_gateway::config::json_schema();
+    println!("{}", serde_json::to_string_pretty(&schema)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(args: RunArgs) -> Result<ExitCode> {
+    // The thread count comes from the file, so read it before the runtime starts.
+    let config = match GatewayConfig::load(&args.config.config) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let threads = config
+        .limits
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
+    tokio.block_on(serve(args))
+}
+
+async fn serve(args: RunArgs) -> Result<ExitCode> {
+    let gateway = match build(&args.config).await {
+        Ok(gateway) => Arc::new(gateway),
+        Err(errors) => {
+            eprintln!("{errors}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let config = gateway.config().clone();
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let listener_config = ListenerConfig {
+        header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+    };
+    if let Some(admin) = &config.admin {
+        let admin_listener = tokio::net::TcpListener::bind(admin)
+            .await
+            .with_context(|| format!("binding the admin listener {admin}"))?;
+        let handler = Arc::new(Admin {
+            gateway: gateway.clone(),
+        });
+        let admin_config = listener_config.clone();
+        tokio::spawn(async move {
+            let never = std::future::pending::<()>();
+            if let Err(e) =
+                wasmgate_gateway::serve(admin_listener, handler, admin_config, never).await
+            {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+        tracing::info!(address = %admin, "admin listener (/metrics, /healthz, /readyz)");
+    }
+    tracing::info!(
+        address = %config.listen,
+        routes = config.routes.len(),
+        upstreams = config.upstreams.len(),
+        plugins = config.plugins.len(),
+        "gateway listening"
+    );
+    wasmgate_gateway::serve(
+        listener,
+        gateway,
+        listener_config,
+        crate::serve::shutdown_signal(),
+    )
+    .await?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,326 @@
+//! A route's filter chain for one request: one Proxy-Wasm stream per filter,
+//! in chain order, run phase by phase. A filter that fails (crash, timeout,
+//! no instance) either fails the request (`fail: closed`) or drops out of
+//! the chain for the rest of the request (`fail: open`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::body::Frame;
+use hyper::HeaderMap;
+use tokio::sync::mpsc;
+use wasmgate_proxy_wasm::pairs::Pairs;
+use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
+
+use crate::body::{Body, BoxError};
+use crate::config::FailStrategy;
+
+/// A filter of a route: the plugin configured for that route, and its policy.
+pub struct RouteFilter {
+    pub plugin: Arc<FilterPlugin>,
+    pub fail: FailStrategy,
+}
+
+/// Why the chain stopped the request.
+#[derive(Debug)]
+pub enum Stop {
+    /// A filter sent a local response (it is in the exchange).
+    Respond,
+    /// A filter closed the stream.
+    Closed { plugin: String },
+    /// A fail-closed filter failed.
+    Failed { plugin: String, error: FilterError },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Request,
+    Response,
+}
+
+struct Link {
+    stream: FilterStream,
+    fail: FailStrategy,
+    /// Body bytes the filter asked to hold (StopIterationAndBuffer).
+    held: Vec<u8>,
+}
+
+pub struct Chain {
+    links: Vec<Option<Link>>,
+}
+
+impl Chain {
+    /// Starts a stream on every filter; `None` when nothing is in the chain.
+    pub async fn start(filters: &[RouteFilter]) -> Result<Chain, Stop> {
+        let mut links = Vec::with_capacity(filters.len());
+        for filter in filters {
+            match filter.plugin.stream().await {
+                Ok(stream) => links.push(Some(Link {
+                    stream,
+                    fail: filter.fail,
+                    held: Vec::new(),
+                })),
+                Err(error) => fail(filter.plugin.name(), filter.fail, error)?,
+            }
+        }
+        Ok(Chain { links })
+    }
+
+    pub async fn headers(
+        &mut self,
+        direction: Direction,
+        exchange: &mut HttpExchange,
+        end_of_stream: bool,
+    ) -> Result<(), Stop> {
+        for slot in &mut self.links {
+            let Some(link) = slot else { continue };
+            let result = match direction {
+                Direction::Request => {
+                    link.stream
+                        .on_request_headers(exchange, end_of_stream)
+                        .await
+                }
+                Direction::Response => {
+                    link.stream
+                        .on_response_headers(exchange, end_of_stream)
+                        .await
+                }
+            };
+            // Headers cannot be buffered: Buffer only comes from body callbacks.
+            settle(slot, result)?;
+        }
+        Ok(())
+    }
+
+    /// Runs one body chunk through the chain. Returns the bytes that come out
+    /// of the last filter (empty while some filter holds them).
+    pub async fn body_chunk(
+        &mut self,
+        direction: Direction,
+        exchange: &mut HttpExchange,
+        mut data: Vec<u8>,
+        end_of_stream: bool,
+    ) -> Result<Vec<u8>, Stop> {
+        for slot in &mut self.links {
+            let Some(link) = slot else { continue };
+            let mut held = std::mem::take(&mut link.held);
+            held.append(&mut data);
+            *body_of(exchange, direction) = held;
+            let result = match direction {
+                Direction::Request => link.stream.on_request_body(exchange, end_of_stream).await,
+                Direction::Response => link.stream.on_response_body(exchange, end_of_stream).await,
+            };
+            let out = std::mem::take(body_of(exchange, direction));
+            match settle(slot, result)? {
+                Some(Flow::Buffer) => {
+                    if let Some(link) = slot {
+                        link.held = out;
+                    }
+                    return Ok(Vec::new());
+                }
+                // Continue, or the filter dropped out (fail open): pass on.
+                _ => data = out,
+            }
+        }
+        Ok(data)
+    }
+
+    pub async fn trailers(
+        &mut self,
+        direction: Direction,
+        exchange: &mut HttpExchange,
+    ) -> Result<(), Stop> {
+        for slot in &mut self.links {
+            let Some(link) = slot else { continue };
+            let result = match direction {
+                Direction::Request => link.stream.on_request_trailers(exchange).await,
+                Direction::Response => link.stream.on_response_trailers(exchange).await,
+            };
+            settle(slot, result)?;
+        }
+        Ok(())
+    }
+
+    /// `proxy_on_log` / `on_done` / `on_delete` on every stream; instances go back.
+    pub async fn finish(self, exchange: &mut HttpExchange) {
+        for link in self.links.into_iter().flatten() {
+            let plugin = link.stream.plugin().name().to_string();
+            if let Err(error) = link.stream.finish(exchange).await {
+                tracing::warn!(%plugin, %error, "filter failed while finishing the stream");
+            }
+        }
+    }
+
+    /// Streams `source` through the body callbacks into `sink`. Ends early
+    /// (Err) when a filter stops the stream; the sink then gets an error so
+    /// the peer sees an aborted body rather than a truncated one.
+    pub async fn pump<B>(
+        &mut self,
+        direction: Direction,
+        exchange: &mut HttpExchange,
+        mut source: B,
+        sink: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+        limit: usize,
+    ) -> Result<(), Stop>
+    where
+        B: hyper::body::Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        use http_body_util::BodyExt;
+        let mut seen = 0usize;
+        loop {
+            let frame = match source.frame().await {
+                None => {
+                    // The end came without a last data frame: tell the filters.
+                    let out = self
+                        .body_chunk(direction, exchange, Vec::new(), true)
+                        .await?;
+                    send(sink, out).await;
+                    return Ok(());
+                }
+                Some(Err(e)) => {
+                    let _ = sink.send(Err(format!("body: {e}").into())).await;
+                    return Ok(());
+                }
+                Some(Ok(frame)) => frame,
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    seen += data.len();
+                    if seen > limit {
+                        let _ = sink
+                            .send(Err(format!("body exceeds the {limit}-byte limit").into()))
+                            .await;
+                        return Ok(());
+                    }
+                    let end = source.is_end_stream();
+                    let out = self
+                        .body_chunk(direction, exchange, data.to_vec(), end)
+                        .await?;
+                    send(sink, out).await;
+                    if end {
+                        return Ok(());
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        let out = self
+                            .body_chunk(direction, exchange, Vec::new(), false)
+                            .await?;
+                        send(sink, out).await;
+                        *trailers_of(exchange, direction) = header_pairs(&trailers);
+                        self.trailers(direction, exchange).await?;
+                        let map = header_map(trailers_of(exchange, direction));
+                        let _ = sink.send(Ok(Frame::trailers(map))).await;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn send(sink: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>, data: Vec<u8>) {
+    if !data.is_empty() {
+        let _ = sink.send(Ok(Frame::data(Bytes::from(data)))).await;
+    }
+}
+
+/// Applies the fail strategy to a filter's result.
+fn settle(
+    slot: &mut Option<Link>,
+    result: Result<Flow, FilterError>,
+) -> Result<Option<Flow>, Stop> {
+    let link = slot.as_ref().expect("settled slots hold a link");
+    let plugin = link.stream.plugin().name().to_string();
+    match result {
+        Ok(Flow::Continue) => Ok(Some(Flow::Continue)),
+        Ok(Flow::Buffer) => Ok(Some(Flow::Buffer)),
+        Ok(Flow::Respond) => Err(Stop::Respond),
+        Ok(Flow::Close) => Err(Stop::Closed { plugin }),
+        Err(error) => {
+            let strategy = link.fail;
+            // The stream's instance is dropped with it (a crashed instance
+            // never goes back to the pool).
+            *slot = None;
+            fail(&plugin, strategy, error)?;
+            Ok(None)
+        }
+    }
+}
+
+fn fail(plugin: &str, strategy: FailStrategy, error: FilterError) -> Result<(), Stop> {
+    match strategy {
+        FailStrategy::Closed => Err(Stop::Failed {
+            plugin: plugin.to_string(),
+            error,
+        }),
+        FailStrategy::Open => {
+            tracing::warn!(%plugin, %error, "filter failed; fail-open skips it for this request");
+            Ok(())
+        }
+    }
+}
+
+fn body_of(exchange: &mut HttpExchange, direction: Direction) -> &mut Vec<u8> {
+    match direction {
+        Direction::Request => &mut exchange.request_body,
+        Direction::Response => &mut exchange.response_body,
+    }
+}
+
+fn trailers_of(exchange: &mut HttpExchange, direction: Direction) -> &mut Pairs {
+    match direction {
+        Direction::Request => &mut exchange.request_trailers,
+        Direction::Response => &mut exchange.response_trailers,
+    }
+}
+
+pub fn header_pairs(headers: &HeaderMap) -> Pairs {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// Pairs back into a header map; pseudo-headers and invalid names are skipped.
+pub fn header_map(pairs: &Pairs) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(pairs.len());
+    for (k, v) in pairs {
+        if k.first() == Some(&b':') {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            hyper::header::HeaderName::from_bytes(k),
+            hyper::header::HeaderValue::from_bytes(v),
+        ) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+/// A body fed by a channel (what `Chain::pump` writes into).
+pub fn channel_body(rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>) -> Body {
+    use http_body_util::BodyExt;
+    http_body_util::StreamBody::new(tokio_stream_adapter(rx)).boxed_unsync()
+}
+
+/// An mpsc receiver as a `futures::Stream`, without pulling in a stream crate.
+fn tokio_stream_adapter(
+    rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, BoxError>> {
+    ReceiverStream(rx)
+}
+
+struct ReceiverStream(mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
+
+impl futures_core::Stream for ReceiverStream {
+    type Item = Result<Frame<Bytes>, BoxError>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}

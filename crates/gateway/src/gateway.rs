@@ -1,0 +1,363 @@
+//! A gateway built from its configuration: plugins loaded and checked,
+//! upstreams connected, routes compiled. Building is all-or-nothing: every
+//! error is collected with the field it comes from, and a gateway that
+//! builds is one that can serve.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use wasmgate_extism::{Manifest, Plugin, PluginOptions};
+use wasmgate_proxy_wasm::{
+    AbiVersion, FilterConfig, FilterPlugin, HttpCallFuture, HttpCallRequest, HttpCallResponse,
+    HttpCaller, PoolConfig, Runtime,
+};
+
+use crate::chain::{header_map, header_pairs, RouteFilter};
+use crate::config::{
+    conf_bytes, ConfigError, ConfigErrors, FilterRef, FixedResponse, GatewayConfig, PluginConfig,
+    PluginKind,
+};
+use crate::router::RouteMatcher;
+use crate::upstream::{OutboundBody, RequestHead, Upstream};
+
+pub struct Gateway {
+    pub(crate) routes: Vec<Route>,
+    pub(crate) upstreams: Arc<HashMap<String, Arc<Upstream>>>,
+    pub(crate) config: GatewayConfig,
+    /// What each declared plugin turned out to be, e.g. `proxy-wasm 0.2.1`.
+    pub plugin_kinds: Vec<(String, String)>,
+}
+
+pub(crate) struct Route {
+    pub name: String,
+    pub matcher: RouteMatcher,
+    /// Sorted: priority (high first), then listing (global plugins first).
+    pub filters: Vec<RouteFilter>,
+    pub endpoint: Endpoint,
+    /// Responses by status class (1xx..5xx), for `/metrics`.
+    pub responses: [AtomicU64; 5],
+}
+
+impl Route {
+    pub fn count(&self, status: hyper::StatusCode) {
+        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
+        self.responses[class].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) enum Endpoint {
+    Upstream(Arc<Upstream>),
+    Function {
+        plugin: Arc<Plugin>,
+        function: Option<String>,
+    },
+    Respond(FixedResponse),
+}
+
+/// A loaded plugin: Proxy-Wasm ones are instantiated per route (each route
+/// has its own `conf`), so what is kept is the module bytes and settings.
+enum LoadedPlugin {
+    ProxyWasm { wasm: Arc<Vec<u8>>, abi: AbiVersion },
+    Extism(Arc<Plugin>),
+}
+
+impl Gateway {
+    /// Loads every plugin and builds every route of `config` (read from `file`).
+    pub async fn build(
+        config: GatewayConfig,
+        file: &Path,
+        runtime: &Runtime,
+    ) -> Result<Gateway, ConfigErrors> {
+        let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let mut errors = Vec::new();
+        let mut error = |field: String, message: String| {
+            errors.push(ConfigError {
+                file: file.to_path_buf(),
+                field,
+                message,
+            })
+        };
+        let upstreams: HashMap<String, Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .map(|u| (u.name.clone(), Upstream::new(u)))
+            .collect();
+        let upstreams = Arc::new(upstreams);
+        let caller: Arc<dyn HttpCaller> = Arc::new(UpstreamCaller {
+            upstreams: upstreams.clone(),
+        });
+
+        let mut loaded = HashMap::new();
+        let mut plugin_kinds = Vec::new();
+        for (i, p) in config.plugins.iter().enumerate() {
+            match load_plugin(p, &base, runtime) {
+                Ok(plugin) => {
+                    let kind = match &plugin {
+                        LoadedPlugin::ProxyWasm { abi, .. } => format!("proxy-wasm {abi}"),
+                        LoadedPlugin::Extism(_) => "extism".to_string(),
+                    };
+                    plugin_kinds.push((p.name.clone(), kind));
+                    loaded.insert(p.name.clone(), plugin);
+                }
+                Err(e) => error(format!("plugins[{i}] ({})", p.name), format!("{e:#}")),
+            }
+        }
+        let declared: HashMap<&str, &PluginConfig> = config
+            .plugins
+            .iter()
+            .map(|p| (p.name.as_str(), p))
+            .collect();
+
+        let mut routes = Vec::new();
+        for (i, r) in config.routes.iter().enumerate() {
+            let at = format!("routes[{i}]");
+            let mut filters = Vec::new();
+            let refs = config
+                .global_plugins
+                .iter()
+                .map(|f| ("global_plugins".to_string(), f))
+                .enumerate()
+                .chain(
+                    r.plugins
+                        .iter()
+                        .map(|f| (format!("{at}.plugins"), f))
+                        .enumerate(),
+                );
+            for (j, (section, filter)) in refs {
+                let field = format!("{section}[{j}]");
+                let (Some(settings), Some(plugin)) = (
+                    declared.get(filter.plugin.as_str()),
+                    loaded.get(&filter.plugin),
+                ) else {
+                    continue; // already reported
+                };
+                let LoadedPlugin::ProxyWasm { wasm, .. } = plugin else {
+                    error(
+                        format!("{field}.plugin"),
+                        format!("`{}` is an Extism plugin: filters must be Proxy-Wasm plugins (use it as a route's `function`)", filter.plugin),
+                    );
+                    continue;
+                };
+                let filter_config = filter_config(settings, filter, &r.name, caller.clone());
+                match FilterPlugin::new(runtime, wasm, filter_config).await {
+                    Ok(plugin) => filters.push((
+                        settings.priority,
+                        RouteFilter {
+                            plugin,
+                            fail: settings.fail,
+                        },
+                    )),
+                    Err(e) => error(field, format!("{e:#}")),
+                }
+            }
+            // Stable: equal priorities keep their listing order.
+            filters.sort_by_key(|(priority, _)| std::cmp::Reverse(*priority));
+            let endpoint = if let Some(name) = &r.upstream {
+                upstreams.get(name).cloned().map(Endpoint::Upstream)
+            } else if let Some(f) = &r.function {
+                match loaded.get(&f.plugin) {
+                    Some(LoadedPlugin::Extism(plugin)) => {
+                        if let Some(name) = &f.function {
+                            if !plugin.function_exists(name) {
+                                error(
+                                    format!("{at}.function.function"),
+                                    format!(
+                                        "plugin `{}` has no callable export `{name}`",
+                                        f.plugin
+                                    ),
+                                );
+                            }
+                        }
+                        Some(Endpoint::Function {
+                            plugin: plugin.clone(),
+                            function: f.function.clone(),
+                        })
+                    }
+                    Some(LoadedPlugin::ProxyWasm { .. }) => {
+                        error(
+                            format!("{at}.function.plugin"),
+                            format!(
+                                "`{}` is a Proxy-Wasm filter, not an Extism plugin",
+                                f.plugin
+                            ),
+                        );
+                        None
+                    }
+                    None => None,
+                }
+            } else {
+                r.respond.clone().map(Endpoint::Respond)
+            };
+            if let Some(endpoint) = endpoint {
+                routes.push(Route {
+                    name: r.name.clone(),
+                    matcher: RouteMatcher::new(r),
+                    filters: filters.into_iter().map(|(_, f)| f).collect(),
+                    endpoint,
+                    responses: Default::default(),
+                });
+            }
+        }
+        if errors.is_empty() {
+            Ok(Gateway {
+                routes,
+                upstreams,
+                config,
+                plugin_kinds,
+            })
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+}
+
+fn resolve(base: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    }
+}
+
+fn load_plugin(p: &PluginConfig, base: &Path, runtime: &Runtime) -> anyhow::Result<LoadedPlugin> {
+    let path = resolve(base, &p.wasm);
+    let wasm =
+        std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let module = runtime.load_module(&wasm)?;
+    let abi = AbiVersion::detect(module.exports().map(|e| e.name()));
+    let kind = match (p.kind, &abi) {
+        (PluginKind::Auto, Ok(_)) | (PluginKind::ProxyWasm, _) => PluginKind::ProxyWasm,
+        (PluginKind::Auto, Err(_)) | (PluginKind::Extism, _) => PluginKind::Extism,
+    };
+    if kind == PluginKind::ProxyWasm {
+        let abi = abi.map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?;
+        return Ok(LoadedPlugin::ProxyWasm {
+            wasm: Arc::new(wasm),
+            abi,
+        });
+    }
+    let mut manifest = Manifest::from_wasm_file(path);
+    manifest.config = p.config.clone();
+    if !p.allowed_hosts.is_empty() {
+        manifest.allowed_hosts = Some(p.allowed_hosts.clone());
+    }
+    if !p.allowed_paths.is_empty() {
+        manifest.allowed_paths = Some(
+            p.allowed_paths
+                .iter()
+                .map(|(host, guest)| (host.clone(), PathBuf::from(guest)))
+                .collect(),
+        );
+    }
+    manifest.memory.max_pages = p.memory_limit_mb.map(|mib| (mib * 16) as u32);
+    manifest.timeout_ms = Some(p.timeout_ms.unwrap_or(30_000));
+    let plugin = Plugin::new(
+        runtime,
+        &manifest,
+        PluginOptions {
+            name: Some(p.name.clone()),
+            pool: pool_config(p),
+            host_functions: Vec::new(),
+        },
+    )?;
+    Ok(LoadedPlugin::Extism(Arc::new(plugin)))
+}
+
+fn pool_config(p: &PluginConfig) -> PoolConfig {
+    PoolConfig {
+        max_instances: p.pool_size,
+        isolation: false,
+        acquire_timeout: Duration::from_millis(p.queue_timeout_ms),
+    }
+}
+
+fn filter_config(
+    p: &PluginConfig,
+    filter: &FilterRef,
+    route: &str,
+    caller: Arc<dyn HttpCaller>,
+) -> FilterConfig {
+    FilterConfig {
+        name: p.name.clone(),
+        vm_configuration: conf_bytes(&p.vm_config),
+        plugin_configuration: conf_bytes(&filter.conf),
+        root_id: p.root_id.clone(),
+        vm_id: p.vm_id.clone().unwrap_or_else(|| p.name.clone()),
+        route: route.to_string(),
+        http_caller: Some(caller),
+        memory_limit: p.memory_limit_mb.map(|mib| (mib as usize) << 20),
+        timeout: Some(Duration::from_millis(p.timeout_ms.unwrap_or(1000))),
+        pool: pool_config(p),
+    }
+}
+
+/// `proxy_http_call` through the gateway's upstreams.
+#[derive(Debug)]
+struct UpstreamCaller {
+    upstreams: Arc<HashMap<String, Arc<Upstream>>>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Upstream({})", self.name)
+    }
+}
+
+impl HttpCaller for UpstreamCaller {
+    fn has_upstream(&self, upstream: &str) -> bool {
+        self.upstreams.contains_key(upstream)
+    }
+
+    fn call(&self, request: HttpCallRequest) -> HttpCallFuture {
+        let upstream = self.upstreams.get(&request.upstream).cloned();
+        Box::pin(async move {
+            let upstream = upstream.ok_or("unknown upstream")?;
+            let get = |name: &str| {
+                wasmgate_proxy_wasm::headers::get(&request.headers, name.as_bytes())
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+            };
+            let method = get(":method").unwrap_or_else(|| "GET".into());
+            let mut headers = header_map(&request.headers);
+            if let Some(authority) = get(":authority") {
+                if let Ok(value) = authority.parse() {
+                    headers.insert(hyper::header::HOST, value);
+                }
+            }
+            let head = RequestHead {
+                method: method
+                    .parse()
+                    .map_err(|_| format!("bad method `{method}`"))?,
+                path: get(":path").unwrap_or_else(|| "/".into()),
+                headers,
+            };
+            let body = OutboundBody::Replayable(Bytes::from(request.body));
+            let response = upstream
+                .send(&head, body, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = response.status().as_u16().to_string();
+            let mut headers = vec![(b":status".to_vec(), status.into_bytes())];
+            headers.extend(header_pairs(response.headers()));
+            use http_body_util::BodyExt;
+            let collected = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("reading the answer: {e}"))?;
+            let trailers = collected.trailers().map(header_pairs).unwrap_or_default();
+            Ok(HttpCallResponse {
+                headers,
+                body: collected.to_bytes().to_vec(),
+                trailers,
+            })
+        })
+    }
+}

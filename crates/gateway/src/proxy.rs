@@ -1,0 +1,610 @@
+//! The gateway's request path, in the order a request takes it:
+//!
+//! 1. match a route (404 when none does);
+//! 2. start the route's filter chain and run `on_request_headers`;
+//! 3. send the request to the endpoint (upstream, Extism function or fixed
+//!    answer), its body streamed through `on_request_body`;
+//! 4. run `on_response_headers`, then stream the response body through
+//!    `on_response_body` after the headers have gone out;
+//! 5. `on_log` / `on_done` once the response body is over.
+//!
+//! A local response from a filter ends the chain and skips the endpoint.
+//! Routes without filters skip the Proxy-Wasm work entirely.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body as _, Incoming};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::{Request, Response, StatusCode};
+use serde_json::json;
+use tokio::sync::mpsc;
+use wasmgate_proxy_wasm::pairs::Pairs;
+use wasmgate_proxy_wasm::{headers, HttpExchange, LocalResponse};
+
+use crate::body::{self, Body};
+use crate::chain::{channel_body, header_map, header_pairs, Chain, Direction, Stop};
+use crate::config::HashOn;
+use crate::error_response;
+use crate::gateway::{Endpoint, Gateway, Route};
+use crate::listener::Handler;
+use crate::upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
+
+const VIA: &str = "1.1 wasmgate";
+/// Frames in flight between a body pump and its reader.
+const BODY_CHANNEL_FRAMES: usize = 8;
+
+static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
+
+impl Handler for Gateway {
+    async fn handle(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let host = crate::router::request_host(&parts.uri, &parts.headers).to_string();
+        let route = self.routes.iter().find(|r| {
+            r.matcher
+                .matches(&host, parts.uri.path(), &parts.method, &parts.headers)
+        });
+        let Some(route) = route else {
+            return body_response(error_response::simple(
+                StatusCode::NOT_FOUND,
+                "no_route",
+                format!(
+                    "no route matches {} {}{}",
+                    parts.method,
+                    host,
+                    parts.uri.path()
+                ),
+            ));
+        };
+        let response = if route.filters.is_empty() {
+            self.unfiltered(route, parts, body, peer, &host).await
+        } else {
+            self.filtered(route, parts, body, peer, host).await
+        };
+        route.count(response.status());
+        response
+    }
+}
+
+impl Gateway {
+    /// The fast path: no filter, so no exchange to build.
+    async fn unfiltered(
+        &self,
+        route: &Route,
+        mut parts: Parts,
+        body: Incoming,
+        peer: SocketAddr,
+        host: &str,
+    ) -> Response<Body> {
+        match &route.endpoint {
+            Endpoint::Upstream(upstream) => {
+                let key = hash_key(upstream, &parts, peer);
+                let authority = request_authority(&parts).unwrap_or_else(|| host.to_string());
+                prepare_upstream_headers(&mut parts.headers, peer, &authority);
+                let outbound = if body.is_end_stream() {
+                    OutboundBody::Replayable(Bytes::new())
+                } else {
+                    OutboundBody::Streaming(body::boxed(body))
+                };
+                let head = RequestHead {
+                    method: parts.method,
+                    path: path_and_query(&parts.uri),
+                    headers: parts.headers,
+                };
+                match upstream.send(&head, outbound, key).await {
+                    Ok(response) => {
+                        let (mut parts, body) = response.into_parts();
+                        prepare_downstream_headers(&mut parts.headers);
+                        Response::from_parts(parts, body::boxed(body))
+                    }
+                    Err(e) => upstream_failed(&route.name, e),
+                }
+            }
+            endpoint => {
+                let input = match read_body(body, self.config.limits.max_body_bytes).await {
+                    Ok(input) => input,
+                    Err(response) => return response,
+                };
+                call_endpoint(endpoint, parts.uri.path(), input).await
+            }
+        }
+    }
+
+    async fn filtered(
+        &self,
+        route: &Route,
+        parts: Parts,
+        body: Incoming,
+        peer: SocketAddr,
+        host: String,
+    ) -> Response<Body> {
+        let mut exchange = exchange_for(&parts, peer, &host, route);
+        let mut chain = match Chain::start(&route.filters).await {
+            Ok(chain) => chain,
+            Err(stop) => return stopped(&route.name, stop, &mut exchange),
+        };
+        let request_ends = body.is_end_stream();
+        if let Err(stop) = chain
+            .headers(Direction::Request, &mut exchange, request_ends)
+            .await
+        {
+            let response = stopped(&route.name, stop, &mut exchange);
+            chain.finish(&mut exchange).await;
+            return response;
+        }
+        let limit = self.config.limits.max_body_bytes;
+        let sent = match &route.endpoint {
+            Endpoint::Upstream(upstream) => {
+                self.send_upstream(
+                    upstream,
+                    &mut chain,
+                    &mut exchange,
+                    body,
+                    peer,
+                    request_ends,
+                )
+                .await
+            }
+            endpoint => {
+                // Functions and fixed answers take the whole (filtered) body.
+                let input = if request_ends {
+                    Ok(Bytes::new())
+                } else {
+                    filter_whole_body(&mut chain, &mut exchange, body, limit).await
+                };
+                match input {
+                    Ok(input) => {
+                        let path = headers::get(&exchange.request_headers, b":path")
+                            .map(|p| String::from_utf8_lossy(p).into_owned())
+                            .unwrap_or_default();
+                        let path = path.split('?').next().unwrap_or_default().to_string();
+                        Ok(call_endpoint(endpoint, &path, input).await)
+                    }
+                    Err(stop) => Err(stop),
+                }
+            }
+        };
+        let response = match sent {
+            Ok(response) => response,
+            Err(stop) => {
+                let response = stopped(&route.name, stop, &mut exchange);
+                chain.finish(&mut exchange).await;
+                return response;
+            }
+        };
+        self.filter_response(route, chain, exchange, response).await
+    }
+
+    /// Sends the filtered request upstream; its body is pumped through the
+    /// chain while the upstream reads it.
+    async fn send_upstream(
+        &self,
+        upstream: &Upstream,
+        chain: &mut Chain,
+        exchange: &mut HttpExchange,
+        body: Incoming,
+        peer: SocketAddr,
+        request_ends: bool,
+    ) -> Result<Response<Body>, Stop> {
+        let head = upstream_head(exchange, peer);
+        let key = exchange_hash_key(upstream, exchange, peer);
+        let result = if request_ends {
+            upstream
+                .send(&head, OutboundBody::Replayable(Bytes::new()), key)
+                .await
+        } else {
+            let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
+            let send = upstream.send(&head, OutboundBody::Streaming(channel_body(rx)), key);
+            let limit = self.config.limits.max_body_bytes;
+            let pump = async {
+                let result = chain
+                    .pump(Direction::Request, exchange, body, &tx, limit)
+                    .await;
+                if result.is_err() {
+                    // Abort the upstream request: its body will not be complete.
+                    let _ = tx.send(Err("stopped by a filter".into())).await;
+                }
+                drop(tx);
+                result
+            };
+            let (sent, pumped) = tokio::join!(send, pump);
+            pumped?;
+            sent
+        };
+        match result {
+            Ok(response) => {
+                let (mut parts, body) = response.into_parts();
+                prepare_downstream_headers(&mut parts.headers);
+                Ok(Response::from_parts(parts, body::boxed(body)))
+            }
+            Err(e) => {
+                tracing::warn!(upstream = %upstream.name, error = %e, "upstream request failed");
+                Ok(upstream_error_response(e))
+            }
+        }
+    }
+
+    /// Response headers through the chain; the body is filtered as it streams.
+    async fn filter_response(
+        &self,
+        route: &Route,
+        mut chain: Chain,
+        mut exchange: HttpExchange,
+        response: Response<Body>,
+    ) -> Response<Body> {
+        let (parts, body) = response.into_parts();
+        let mut response_headers = vec![(
+            b":status".to_vec(),
+            parts.status.as_str().as_bytes().to_vec(),
+        )];
+        response_headers.extend(header_pairs(&parts.headers));
+        exchange.response_headers = response_headers;
+        let response_ends = body.is_end_stream();
+        if let Err(stop) = chain
+            .headers(Direction::Response, &mut exchange, response_ends)
+            .await
+        {
+            let response = stopped(&route.name, stop, &mut exchange);
+            chain.finish(&mut exchange).await;
+            return response;
+        }
+        let status = headers::get(&exchange.response_headers, b":status")
+            .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok())
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(parts.status);
+        let mut builder = Response::builder().status(status);
+        *builder.headers_mut().expect("fresh builder") = header_map(&exchange.response_headers);
+        if response_ends {
+            chain.finish(&mut exchange).await;
+            return builder.body(body::empty()).expect("valid parts");
+        }
+        // Filters may change the body's length: let the framing follow.
+        builder
+            .headers_mut()
+            .expect("fresh builder")
+            .remove(header::CONTENT_LENGTH);
+        let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
+        let limit = usize::MAX;
+        tokio::spawn(async move {
+            if let Err(stop) = chain
+                .pump(Direction::Response, &mut exchange, body, &tx, limit)
+                .await
+            {
+                // Headers are gone: all that is left is to abort the body.
+                tracing::warn!(?stop, "a filter stopped the response body; aborting it");
+                let _ = tx.send(Err("response stopped by a filter".into())).await;
+            }
+            drop(tx);
+            chain.finish(&mut exchange).await;
+        });
+        builder.body(channel_body(rx)).expect("valid parts")
+    }
+}
+
+/// Collects the request body through the chain's body callbacks.
+async fn filter_whole_body(
+    chain: &mut Chain,
+    exchange: &mut HttpExchange,
+    body: Incoming,
+    limit: usize,
+) -> Result<Bytes, Stop> {
+    let (tx, mut rx) = mpsc::channel::<Result<hyper::body::Frame<Bytes>, crate::body::BoxError>>(
+        BODY_CHANNEL_FRAMES,
+    );
+    let collect = async {
+        let mut out = Vec::new();
+        while let Some(Ok(frame)) = rx.recv().await {
+            if let Ok(data) = frame.into_data() {
+                out.extend_from_slice(&data);
+            }
+        }
+        out
+    };
+    let pump = async {
+        let result = chain
+            .pump(Direction::Request, exchange, body, &tx, limit)
+            .await;
+        drop(tx);
+        result
+    };
+    let (out, pumped) = tokio::join!(collect, pump);
+    pumped?;
+    Ok(Bytes::from(out))
+}
+
+async fn call_endpoint(endpoint: &Endpoint, path: &str, input: Bytes) -> Response<Body> {
+    match endpoint {
+        Endpoint::Function { plugin, function } => {
+            let function = function.clone().unwrap_or_else(|| {
+                path.rsplit('/')
+                    .find(|s| !s.is_empty())
+                    .unwrap_or_default()
+                    .to_string()
+            });
+            let route = crate::FunctionRoute::new(plugin.clone(), Default::default());
+            body_response(route.call(&function, &input).await)
+        }
+        Endpoint::Respond(fixed) => {
+            let mut builder = Response::builder().status(fixed.status);
+            for (k, v) in &fixed.headers {
+                builder = builder.header(k.as_str(), v.as_str());
+            }
+            builder
+                .body(body::full(fixed.body.clone()))
+                .unwrap_or_else(|_| {
+                    body_response(error_response::simple(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "bad_fixed_response",
+                        "the route's fixed response has an invalid header",
+                    ))
+                })
+        }
+        Endpoint::Upstream(_) => unreachable!("upstream endpoints are sent, not called"),
+    }
+}
+
+/// The exchange filters see: pseudo-headers first, then the request's
+/// headers, and the properties of the connection.
+fn exchange_for(parts: &Parts, peer: SocketAddr, host: &str, route: &Route) -> HttpExchange {
+    let authority = request_authority(parts).unwrap_or_else(|| host.to_string());
+    let mut request_headers: Pairs = Vec::with_capacity(parts.headers.len() + 4);
+    request_headers.push((
+        b":method".to_vec(),
+        parts.method.as_str().as_bytes().to_vec(),
+    ));
+    request_headers.push((b":path".to_vec(), path_and_query(&parts.uri).into_bytes()));
+    request_headers.push((b":authority".to_vec(), authority.into_bytes()));
+    request_headers.push((b":scheme".to_vec(), b"http".to_vec()));
+    for (k, v) in &parts.headers {
+        if k != header::HOST {
+            request_headers.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
+        }
+    }
+    let mut exchange = HttpExchange {
+        request_headers,
+        ..HttpExchange::default()
+    };
+    let id = REQUEST_IDS.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let protocol = match parts.version {
+        hyper::Version::HTTP_2 => "HTTP/2",
+        hyper::Version::HTTP_10 => "HTTP/1.0",
+        _ => "HTTP/1.1",
+    };
+    exchange.set_property(&["request", "id"], format!("{id:016x}"));
+    exchange.set_property(&["request", "protocol"], protocol);
+    exchange.set_property(
+        &["request", "time"],
+        (now.as_nanos() as i64).to_le_bytes().to_vec(),
+    );
+    exchange.set_property(&["source", "address"], peer.to_string());
+    exchange.set_property(
+        &["source", "port"],
+        (peer.port() as i64).to_le_bytes().to_vec(),
+    );
+    exchange.set_property(&["route_name"], route.name.as_str());
+    if let Endpoint::Upstream(upstream) = &route.endpoint {
+        exchange.set_property(&["cluster_name"], upstream.name.as_str());
+    }
+    if let Some(size) = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<i64>().ok())
+    {
+        exchange.set_property(&["request", "size"], size.to_le_bytes().to_vec());
+    }
+    exchange
+}
+
+/// Host and port as the client sent them (URI for HTTP/2, Host for HTTP/1).
+fn request_authority(parts: &Parts) -> Option<String> {
+    parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            parts
+                .headers
+                .get(header::HOST)?
+                .to_str()
+                .ok()
+                .map(str::to_string)
+        })
+}
+
+/// What goes upstream after the filters: their pseudo-headers and headers.
+fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> RequestHead {
+    let get = |name: &[u8]| headers::get(&exchange.request_headers, name).map(|v| v.to_vec());
+    let mut headers = header_map(&exchange.request_headers);
+    let authority = get(b":authority").unwrap_or_default();
+    if let Ok(value) = HeaderValue::from_bytes(&authority) {
+        headers.insert(header::HOST, value);
+    }
+    let host = String::from_utf8_lossy(&authority).into_owned();
+    prepare_upstream_headers(&mut headers, peer, &host);
+    RequestHead {
+        method: get(b":method")
+            .and_then(|m| hyper::Method::from_bytes(&m).ok())
+            .unwrap_or(hyper::Method::GET),
+        path: get(b":path")
+            .map(|p| String::from_utf8_lossy(&p).into_owned())
+            .unwrap_or_else(|| "/".into()),
+        headers,
+    }
+}
+
+/// Hop-by-hop headers are the connection's, not the message's (RFC 9110 7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authenticate",
+];
+
+fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// X-Forwarded-For gets the client appended; -Proto and -Host are set when
+/// no earlier proxy set them; Via records this hop.
+fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &str) {
+    remove_hop_by_hop(headers);
+    let client = peer.ip().to_string();
+    let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(earlier) => format!("{earlier}, {client}"),
+        None => client,
+    };
+    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert("x-forwarded-for", value);
+    }
+    if !headers.contains_key("x-forwarded-proto") {
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    }
+    if !headers.contains_key("x-forwarded-host") {
+        if let Ok(value) = HeaderValue::from_str(host) {
+            headers.insert("x-forwarded-host", value);
+        }
+    }
+    headers.append(header::VIA, HeaderValue::from_static(VIA));
+}
+
+fn prepare_downstream_headers(headers: &mut HeaderMap) {
+    remove_hop_by_hop(headers);
+    headers.append(header::VIA, HeaderValue::from_static(VIA));
+}
+
+fn path_and_query(uri: &hyper::Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| "/".to_string(), |p| p.as_str().to_string())
+}
+
+fn hash_key(upstream: &Upstream, parts: &Parts, peer: SocketAddr) -> Option<u64> {
+    Some(match upstream.hash_on {
+        HashOn::ClientIp => hash(&peer.ip()),
+        HashOn::Path => hash(&parts.uri.path()),
+        HashOn::Header => {
+            let name = upstream.hash_header.as_deref()?;
+            hash(&parts.headers.get(name)?.as_bytes())
+        }
+    })
+}
+
+fn exchange_hash_key(
+    upstream: &Upstream,
+    exchange: &HttpExchange,
+    peer: SocketAddr,
+) -> Option<u64> {
+    Some(match upstream.hash_on {
+        HashOn::ClientIp => hash(&peer.ip()),
+        HashOn::Path => {
+            let path = headers::get(&exchange.request_headers, b":path")?;
+            hash(&path.split(|&b| b == b'?').next().unwrap_or_default())
+        }
+        HashOn::Header => {
+            let name = upstream.hash_header.as_deref()?;
+            hash(&headers::get(&exchange.request_headers, name.as_bytes())?)
+        }
+    })
+}
+
+/// The response for a request the chain stopped.
+fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange) -> Response<Body> {
+    match stop {
+        Stop::Respond => {
+            let local = exchange
+                .local_response
+                .take()
+                .expect("Respond means a local response was recorded");
+            local_response(local)
+        }
+        Stop::Closed { plugin } => body_response(error_response::json_error(
+            StatusCode::BAD_GATEWAY,
+            json!({"kind": "stream_closed", "plugin": plugin, "route": route,
+                   "message": "the filter closed the stream"}),
+        )),
+        Stop::Failed { plugin, error } => {
+            let (status, kind) = match &error {
+                wasmgate_proxy_wasm::FilterError::Unavailable { .. } => {
+                    (StatusCode::SERVICE_UNAVAILABLE, "filter_unavailable")
+                }
+                wasmgate_proxy_wasm::FilterError::Crash(report)
+                    if report.kind.as_str() == "timeout" =>
+                {
+                    (StatusCode::GATEWAY_TIMEOUT, "filter_timeout")
+                }
+                _ => (StatusCode::INTERNAL_SERVER_ERROR, "filter_failed"),
+            };
+            tracing::warn!(%route, %plugin, %error, "filter failed; failing the request closed");
+            body_response(error_response::json_error(
+                status,
+                json!({"kind": kind, "plugin": plugin, "route": route, "message": error.to_string()}),
+            ))
+        }
+    }
+}
+
+fn local_response(local: LocalResponse) -> Response<Body> {
+    let status =
+        StatusCode::from_u16(local.status as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = Response::new(body::full(local.body));
+    *response.status_mut() = status;
+    *response.headers_mut() = header_map(&local.headers);
+    response
+}
+
+fn upstream_error_response(error: UpstreamError) -> Response<Body> {
+    let (status, kind) = match &error {
+        UpstreamError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
+        UpstreamError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "upstream_unreachable"),
+    };
+    body_response(error_response::simple(status, kind, error.to_string()))
+}
+
+fn upstream_failed(route: &str, error: UpstreamError) -> Response<Body> {
+    tracing::warn!(%route, error = %error, "upstream request failed");
+    upstream_error_response(error)
+}
+
+fn body_response(response: Response<http_body_util::Full<Bytes>>) -> Response<Body> {
+    response.map(body::boxed)
+}
+
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Response<Body>> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(body_response(error_response::simple(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("request body exceeds the limit of {limit} bytes"),
+            )))
+        }
+        Err(e) => Err(body_response(error_response::simple(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("reading the request body failed: {e}"),
+        ))),
+    }
+}

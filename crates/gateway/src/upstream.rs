@@ -1,0 +1,422 @@
+//! Upstreams: weighted nodes, the balancer that picks one, pooled
+//! connections to them, retries to the next node, and the health state
+//! active probes and passive failures keep.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::{HeaderMap, Method, Request, Response, Uri, Version};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::body::{self, Body};
+use crate::config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
+
+/// Virtual points per unit of weight on the consistent-hash ring.
+const RING_POINTS_PER_WEIGHT: u32 = 40;
+
+pub struct Upstream {
+    pub name: String,
+    nodes: Vec<Node>,
+    balance: Balance,
+    pub hash_on: HashOn,
+    pub hash_header: Option<String>,
+    /// Smooth weighted round robin's running weights (nginx's algorithm).
+    current_weights: Mutex<Vec<i64>>,
+    /// (point, node index), sorted by point.
+    ring: Vec<(u64, usize)>,
+    client: Client<HttpConnector, Body>,
+    read_timeout: Duration,
+    retries: u32,
+    passive: Option<PassiveCheck>,
+}
+
+pub struct Node {
+    pub address: String,
+    weight: u32,
+    /// Cleared by active probes.
+    healthy: AtomicBool,
+    probe_streak: AtomicU32,
+    /// Consecutive failed requests (passive check).
+    failures: AtomicU32,
+    ejected_until: Mutex<Option<Instant>>,
+    pub requests: AtomicU64,
+    pub retries: AtomicU64,
+}
+
+/// What goes upstream besides the body.
+pub struct RequestHead {
+    pub method: Method,
+    /// Path and query.
+    pub path: String,
+    pub headers: HeaderMap,
+}
+
+/// A body that can be sent again (retries) or only once.
+pub enum OutboundBody {
+    Replayable(Bytes),
+    Streaming(Body),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("upstream `{upstream}`: no node could be reached ({attempts} tried): {last}")]
+    Unreachable {
+        upstream: String,
+        attempts: u32,
+        last: String,
+    },
+    #[error("upstream `{upstream}` node {node} sent no response headers within {timeout:?}")]
+    Timeout {
+        upstream: String,
+        node: String,
+        timeout: Duration,
+    },
+}
+
+impl Upstream {
+    pub fn new(config: &UpstreamConfig) -> Arc<Upstream> {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        let nodes: Vec<Node> = config
+            .nodes
+            .iter()
+            .map(|n| Node {
+                address: n.address.clone(),
+                weight: n.weight.max(1),
+                healthy: AtomicBool::new(true),
+                probe_streak: AtomicU32::new(0),
+                failures: AtomicU32::new(0),
+                ejected_until: Mutex::new(None),
+                requests: AtomicU64::new(0),
+                retries: AtomicU64::new(0),
+            })
+            .collect();
+        let mut ring = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            for point in 0..node.weight * RING_POINTS_PER_WEIGHT {
+                ring.push((hash(&(node.address.as_str(), point)), i));
+            }
+        }
+        ring.sort_unstable();
+        let upstream = Arc::new(Upstream {
+            name: config.name.clone(),
+            current_weights: Mutex::new(vec![0; nodes.len()]),
+            nodes,
+            balance: config.balance,
+            hash_on: config.hash_on,
+            hash_header: config.hash_header.clone(),
+            ring,
+            client,
+            read_timeout: Duration::from_millis(config.read_timeout_ms),
+            retries: config.retries,
+            passive: config.health_check.passive.clone(),
+        });
+        if let Some(active) = &config.health_check.active {
+            tokio::spawn(probe_forever(Arc::downgrade(&upstream), active.clone()));
+        }
+        upstream
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    fn available(&self, i: usize) -> bool {
+        let node = &self.nodes[i];
+        if !node.healthy.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut ejected = node.ejected_until.lock().unwrap();
+        match *ejected {
+            Some(until) if Instant::now() < until => false,
+            Some(_) => {
+                *ejected = None;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// The node for this attempt, skipping `tried`. When every node is down
+    /// the gateway tries them anyway ("panic mode", as Envoy): a wrong health
+    /// verdict must not take the whole upstream out.
+    pub fn pick(&self, key: Option<u64>, tried: &[usize]) -> Option<usize> {
+        let candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| !tried.contains(i) && self.available(*i))
+            .collect();
+        let candidates = if candidates.is_empty() {
+            (0..self.nodes.len())
+                .filter(|i| !tried.contains(i))
+                .collect()
+        } else {
+            candidates
+        };
+        if candidates.is_empty() {
+            return None;
+        }
+        match (self.balance, key) {
+            (Balance::ConsistentHash, Some(key)) => self.on_ring(key, &candidates),
+            _ => Some(self.round_robin(&candidates)),
+        }
+    }
+
+    fn round_robin(&self, candidates: &[usize]) -> usize {
+        let mut current = self.current_weights.lock().unwrap();
+        let mut total = 0i64;
+        let mut best = candidates[0];
+        for &i in candidates {
+            current[i] += self.nodes[i].weight as i64;
+            total += self.nodes[i].weight as i64;
+            if current[i] > current[best] {
+                best = i;
+            }
+        }
+        current[best] -= total;
+        best
+    }
+
+    fn on_ring(&self, key: u64, candidates: &[usize]) -> Option<usize> {
+        let start = self.ring.partition_point(|&(point, _)| point < key);
+        (0..self.ring.len())
+            .map(|k| self.ring[(start + k) % self.ring.len()].1)
+            .find(|i| candidates.contains(i))
+    }
+
+    /// Sends the request, trying further nodes on connection failures (and,
+    /// when the body can be replayed, on any failure before a response).
+    pub async fn send(
+        &self,
+        head: &RequestHead,
+        body: OutboundBody,
+        key: Option<u64>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut tried = Vec::new();
+        let mut body = Some(body);
+        let mut last = String::from("no nodes");
+        while tried.len() <= self.retries as usize {
+            let Some(i) = self.pick(key, &tried) else {
+                break;
+            };
+            let node = &self.nodes[i];
+            if !tried.is_empty() {
+                node.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            tried.push(i);
+            node.requests.fetch_add(1, Ordering::Relaxed);
+            let (outbound, replay) = match body.take() {
+                Some(OutboundBody::Replayable(bytes)) => (
+                    body::full(bytes.clone()),
+                    Some(OutboundBody::Replayable(bytes)),
+                ),
+                Some(OutboundBody::Streaming(stream)) => (stream, None),
+                None => break,
+            };
+            let request = match build_request(head, &node.address, outbound) {
+                Ok(request) => request,
+                Err(e) => {
+                    last = e;
+                    break;
+                }
+            };
+            match tokio::time::timeout(self.read_timeout, self.client.request(request)).await {
+                Ok(Ok(response)) => {
+                    self.report(i, !matches!(response.status().as_u16(), 502..=504));
+                    return Ok(response);
+                }
+                Ok(Err(e)) => {
+                    self.report(i, false);
+                    last = format!("{}: {}", node.address, error_chain(&e));
+                    // A request whose streamed body was (partly) sent cannot
+                    // be sent again; a refused connection consumed nothing
+                    // hyper gives back, so it is retried only when replayable.
+                    body = replay;
+                }
+                Err(_) => {
+                    self.report(i, false);
+                    return Err(UpstreamError::Timeout {
+                        upstream: self.name.clone(),
+                        node: node.address.clone(),
+                        timeout: self.read_timeout,
+                    });
+                }
+            }
+        }
+        Err(UpstreamError::Unreachable {
+            upstream: self.name.clone(),
+            attempts: tried.len() as u32,
+            last,
+        })
+    }
+
+    /// Passive health: consecutive failures eject a node for a while.
+    fn report(&self, i: usize, ok: bool) {
+        let Some(passive) = &self.passive else { return };
+        let node = &self.nodes[i];
+        if ok {
+            node.failures.store(0, Ordering::Relaxed);
+            return;
+        }
+        let failures = node.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if failures >= passive.max_failures.max(1) {
+            node.failures.store(0, Ordering::Relaxed);
+            *node.ejected_until.lock().unwrap() =
+                Some(Instant::now() + Duration::from_millis(passive.ejection_ms));
+            tracing::warn!(upstream = %self.name, node = %node.address, failures, "node ejected after consecutive failures");
+        }
+    }
+
+    /// Whether node `i` is in rotation (healthy and not ejected).
+    pub fn is_available(&self, i: usize) -> bool {
+        self.available(i)
+    }
+}
+
+pub fn hash(value: &impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn build_request(head: &RequestHead, address: &str, body: Body) -> Result<Request<Body>, String> {
+    let uri: Uri = format!("http://{address}{}", head.path)
+        .parse()
+        .map_err(|e| format!("bad upstream URI: {e}"))?;
+    let mut request = Request::new(body);
+    *request.method_mut() = head.method.clone();
+    *request.uri_mut() = uri;
+    // Upstream connections are HTTP/1.1 whatever the client spoke.
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = head.headers.clone();
+    Ok(request)
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// Probes every node until the upstream is dropped.
+async fn probe_forever(upstream: Weak<Upstream>, check: ActiveCheck) {
+    let mut interval = tokio::time::interval(Duration::from_millis(check.interval_ms.max(10)));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(upstream) = upstream.upgrade() else {
+            return;
+        };
+        for node in &upstream.nodes {
+            let ok = probe(&upstream, node, &check).await;
+            let streak = &node.probe_streak;
+            let healthy = node.healthy.load(Ordering::Relaxed);
+            if ok == healthy {
+                streak.store(0, Ordering::Relaxed);
+                continue;
+            }
+            let n = streak.fetch_add(1, Ordering::Relaxed) + 1;
+            let threshold = if ok {
+                check.healthy_threshold
+            } else {
+                check.unhealthy_threshold
+            };
+            if n >= threshold.max(1) {
+                streak.store(0, Ordering::Relaxed);
+                node.healthy.store(ok, Ordering::Relaxed);
+                tracing::warn!(upstream = %upstream.name, node = %node.address, healthy = ok, "active health check changed a node's state");
+            }
+        }
+    }
+}
+
+async fn probe(upstream: &Upstream, node: &Node, check: &ActiveCheck) -> bool {
+    let head = RequestHead {
+        method: Method::GET,
+        path: check.path.clone(),
+        headers: HeaderMap::new(),
+    };
+    let Ok(request) = build_request(&head, &node.address, body::empty()) else {
+        return false;
+    };
+    let timeout = Duration::from_millis(check.timeout_ms);
+    match tokio::time::timeout(timeout, upstream.client.request(request)).await {
+        Ok(Ok(response)) => response.status().as_u16() < 500,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{HealthCheckConfig, NodeConfig};
+
+    fn upstream(balance: Balance, weights: &[u32]) -> Arc<Upstream> {
+        Upstream::new(&UpstreamConfig {
+            name: "u".into(),
+            nodes: weights
+                .iter()
+                .enumerate()
+                .map(|(i, &weight)| NodeConfig {
+                    address: format!("127.0.0.1:{}", 1000 + i),
+                    weight,
+                })
+                .collect(),
+            balance,
+            hash_on: HashOn::ClientIp,
+            hash_header: None,
+            connect_timeout_ms: 100,
+            read_timeout_ms: 100,
+            retries: 1,
+            health_check: HealthCheckConfig::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn smooth_weighted_round_robin_interleaves() {
+        let u = upstream(Balance::RoundRobin, &[5, 1, 1]);
+        let picks: Vec<usize> = (0..7).map(|_| u.pick(None, &[]).unwrap()).collect();
+        assert_eq!(picks, [0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[tokio::test]
+    async fn consistent_hash_is_stable_and_skips_down_nodes() {
+        let u = upstream(Balance::ConsistentHash, &[1, 1, 1]);
+        let key = hash(&"client-a");
+        let first = u.pick(Some(key), &[]).unwrap();
+        assert!((0..10).all(|_| u.pick(Some(key), &[]) == Some(first)));
+        u.nodes[first].healthy.store(false, Ordering::Relaxed);
+        let second = u.pick(Some(key), &[]).unwrap();
+        assert_ne!(second, first);
+        // Keys spread over the nodes.
+        let mut seen = [0; 3];
+        for k in 0..300 {
+            seen[u.pick(Some(hash(&k)), &[]).unwrap()] += 1;
+        }
+        assert!(seen.iter().filter(|&&n| n > 0).count() >= 2);
+    }
+
+    #[tokio::test]
+    async fn every_node_down_still_picks_one() {
+        let u = upstream(Balance::RoundRobin, &[1, 1]);
+        for node in &u.nodes {
+            node.healthy.store(false, Ordering::Relaxed);
+        }
+        assert!(u.pick(None, &[]).is_some());
+        assert_eq!(u.pick(None, &[0, 1]), None);
+    }
+}
