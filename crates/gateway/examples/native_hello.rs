@@ -6,16 +6,16 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
+use wasmgate_gateway::body::{self, Body};
 use wasmgate_gateway::{Handler, ListenerConfig};
 
 struct NativeHello;
 
 impl Handler for NativeHello {
-    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Full<Bytes>> {
+    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
         let body = request
             .into_body()
             .collect()
@@ -26,7 +26,7 @@ impl Handler for NativeHello {
         let json = serde_json::json!({ "message": format!("Hello {name}") }).to_string();
         Response::builder()
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(json)))
+            .body(body::full(json))
             .unwrap()
     }
 }

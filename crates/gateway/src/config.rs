@@ -431,7 +431,13 @@ impl GatewayConfig {
         serde_path_to_error::deserialize(deserializer).map_err(|e| {
             let field = e.path().to_string();
             let field = if field == "." { String::new() } else { field };
-            (field, e.into_inner().to_string())
+            let message = e.into_inner().to_string();
+            // The YAML error repeats the (shorter) path: keep the message only.
+            let message = match message.split_once(": ") {
+                Some((path, rest)) if !path.contains(' ') => rest.to_string(),
+                _ => message,
+            };
+            (field, message)
         })
     }
 
@@ -629,8 +635,9 @@ mod tests {
     fn field_paths_in_errors() {
         let (field, message) =
             GatewayConfig::parse("routes:\n  - name: a\n    upstrem: x\n").unwrap_err();
-        assert_eq!(field, "routes[0]");
-        assert!(message.contains("unknown field `upstrem`"), "{message}");
+        assert_eq!(field, "routes[0].upstrem");
+        assert!(message.starts_with("unknown field `upstrem`"), "{message}");
+        assert!(message.contains("at line 3"), "{message}");
         let (field, _) = GatewayConfig::parse(
             "upstreams:\n  - name: u\n    nodes: [{address: a:1, weight: -1}]\n",
         )

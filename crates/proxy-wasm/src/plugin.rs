@@ -81,6 +81,8 @@ pub(crate) struct FilterInstance {
 }
 
 type StreamCallback = Option<TypedFunc<(u32, u32, u32), i32>>;
+/// (context, token, header count, body size, trailer count)
+type CallResponseCallback = Option<TypedFunc<(u32, u32, u32, u32, u32), ()>>;
 
 /// The callbacks, typed once per instance; a missing one is skipped.
 pub(crate) struct Exports {
@@ -96,7 +98,7 @@ pub(crate) struct Exports {
     pub delete: Option<TypedFunc<u32, ()>>,
     pub tick: Option<TypedFunc<u32, ()>>,
     pub queue_ready: Option<TypedFunc<(u32, u32), ()>>,
-    pub http_call_response: Option<TypedFunc<(u32, u32, u32, u32, u32), ()>>,
+    pub http_call_response: CallResponseCallback,
 }
 
 /// Why a callback failed: the guest trapped, ran out of time or memory, or

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod gateway;
+pub mod upstream;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -34,7 +37,7 @@ pub fn wasmgate() -> Command {
     cmd
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -1,0 +1,174 @@
+//! A real HTTP upstream for gateway tests, served in-process by hyper.
+//!
+//! - `/bytes/1`: one byte, even (2) when the request's `x-token` is `allow`,
+//!   odd (1) otherwise (what http_auth_random asks for);
+//! - `/secret`: a body containing `secret`;
+//! - `/slow`: answers after two seconds;
+//! - `/stream`: three chunks, 100 ms apart;
+//! - anything else: a JSON echo of the request (method, path, headers, body).
+//!
+//! Every response carries `x-upstream: <name>`; requests are counted.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+pub struct Upstream {
+    pub port: u16,
+    pub hits: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+    /// Open connections, closed on drop so the node really goes away.
+    connections: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Upstream {
+    pub async fn start(name: &str) -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let (name, counter) = (Arc::<str>::from(name), hits.clone());
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let open = connections.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (name, counter) = (name.clone(), counter.clone());
+                let connection = tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        answer(name.clone(), request)
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+                open.lock().unwrap().push(connection.abort_handle());
+            }
+        });
+        Upstream {
+            port,
+            hits,
+            task,
+            connections,
+        }
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let (parts, body) = request.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let path = parts.uri.path().to_string();
+    let body: Body = match path.as_str() {
+        "/bytes/1" => {
+            let allow = parts.headers.get("x-token").is_some_and(|v| v == "allow");
+            full(vec![if allow { 2u8 } else { 1u8 }])
+        }
+        "/secret" => full("this has a secret inside"),
+        "/slow" => {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            full("slow")
+        }
+        "/stream" => {
+            let chunks = futures_stream(3, Duration::from_millis(100));
+            StreamBody::new(chunks).boxed()
+        }
+        _ => {
+            // Repeated headers are joined, as a list-valued header would be.
+            let mut headers: BTreeMap<String, String> = BTreeMap::new();
+            for (k, v) in &parts.headers {
+                let v = v.to_str().unwrap_or("");
+                headers
+                    .entry(k.to_string())
+                    .and_modify(|all| {
+                        all.push_str(", ");
+                        all.push_str(v);
+                    })
+                    .or_insert_with(|| v.to_string());
+            }
+            let echo = serde_json::json!({
+                "upstream": &*name,
+                "method": parts.method.as_str(),
+                "path": parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
+                "headers": headers,
+                "body": String::from_utf8_lossy(&body),
+            });
+            full(serde_json::to_vec(&echo).unwrap())
+        }
+    };
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert("x-upstream", name.parse().unwrap());
+    Ok(response)
+}
+
+/// `count` chunks `chunk-<i>\n`, `gap` apart.
+fn futures_stream(
+    count: usize,
+    gap: Duration,
+) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, Infallible>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for i in 0..count {
+            if tx
+                .send(Ok(Frame::data(Bytes::from(format!("chunk-{i}\n")))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            tokio::time::sleep(gap).await;
+        }
+    });
+    Receiver(rx)
+}
+
+struct Receiver(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+
+impl futures_core::Stream for Receiver {
+    type Item = Result<Frame<Bytes>, Infallible>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}

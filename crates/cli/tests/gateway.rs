@@ -1,0 +1,765 @@
+//! `wasmgate run` as a process, with Proxy-Wasm filters built from source by
+//! the official Rust and Go SDKs, in front of real HTTP upstreams started by
+//! the tests. Each test reproduces what the SDK example documents.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::gateway::{get, send, GatewayProc};
+use common::upstream::Upstream;
+use common::{client, wasmgate};
+
+fn header<'a>(reply: &'a common::Reply, name: &str) -> Option<&'a str> {
+    reply.headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_match_and_header_filters_edit_both_directions() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: rust_header, wasm: "{{wasm:add_header}}", priority: 10}}
+  - {{name: go_header, wasm: "{{wasm:go_add_header}}", priority: 20}}
+upstreams:
+  - name: backend
+    nodes: [{{address: "{addr}"}}]
+routes:
+  - name: only-post
+    path: {{exact: /submit}}
+    methods: [POST]
+    headers: {{x-tenant: blue}}
+    respond: {{status: 201, body: "submitted"}}
+  - name: wildcard-host
+    hosts: ["*.example.com"]
+    respond: {{status: 200, body: "example subdomain"}}
+  - name: users
+    path: {{regex: "/users/[0-9]+"}}
+    plugins:
+      - {{plugin: rust_header, conf: rust-conf}}
+      - {{plugin: go_header, conf: go-conf}}
+    upstream: backend
+  - name: plain
+    path: {{prefix: /plain/}}
+    upstream: backend
+"#,
+        addr = up.address()
+    ));
+    let c = client();
+    // Chain order: go_header (priority 20) runs before rust_header (10).
+    let reply = get(&c, &gw.url("/users/42?x=1")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let echo = reply.json();
+    assert_eq!(echo["path"], "/users/42?x=1");
+    assert_eq!(header(&reply, "x-seen-path"), Some("/users/42?x=1"));
+    assert_eq!(header(&reply, "x-upstream"), Some("backend"));
+    // Both filters added their request header; the upstream saw both values.
+    let seen = echo["headers"]["x-wasmgate-filter"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        seen.contains("go-conf") && seen.contains("rust-conf"),
+        "{seen}"
+    );
+    // Forwarding headers.
+    assert_eq!(echo["headers"]["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(echo["headers"]["x-forwarded-proto"], "http");
+    assert_eq!(
+        echo["headers"]["x-forwarded-host"],
+        format!("127.0.0.1:{}", gw.port)
+    );
+    assert_eq!(echo["headers"]["via"], "1.1 wasmgate");
+    assert!(header(&reply, "via").unwrap().contains("1.1 wasmgate"));
+
+    // Regex is anchored: /users/42/x is not `users`, and nothing else matches.
+    let reply = get(&c, &gw.url("/users/42/x")).await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.json()["error"]["kind"], "no_route");
+
+    // Method and header conditions.
+    let reply = send(&c, "POST", &gw.url("/submit"), &[("x-tenant", "blue")], "").await;
+    assert_eq!((reply.status, reply.text().as_str()), (201, "submitted"));
+    let reply = send(&c, "POST", &gw.url("/submit"), &[("x-tenant", "red")], "").await;
+    assert_eq!(reply.status, 404);
+    let reply = get(&c, &gw.url("/submit")).await;
+    assert_eq!(reply.status, 404);
+
+    // Wildcard hosts match subdomains, not the apex.
+    let reply = send(&c, "GET", &gw.url("/"), &[("host", "api.example.com")], "").await;
+    assert_eq!(reply.text(), "example subdomain");
+    let reply = send(&c, "GET", &gw.url("/"), &[("host", "example.com")], "").await;
+    assert_eq!(reply.status, 404);
+
+    // A route without filters proxies bodies as they are.
+    let reply = send(&c, "PUT", &gw.url("/plain/x"), &[], "payload").await;
+    assert_eq!(reply.json()["body"], "payload");
+    assert_eq!(reply.json()["method"], "PUT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_cleartext_downstream() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: h, wasm: "{{wasm:add_header}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes: [{{name: all, plugins: [{{plugin: h, conf: over-h2}}], upstream: backend}}]
+"#,
+        up.address()
+    ));
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let reply = send(&h2, "POST", &gw.url("/h2"), &[], "body over h2").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let echo = reply.json();
+    assert_eq!(echo["body"], "body over h2");
+    assert_eq!(echo["headers"]["x-wasmgate-filter"], "over-h2");
+    assert_eq!(header(&reply, "x-seen-path"), Some("/h2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_injection_answers_locally_and_skips_the_upstream() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: fault, wasm: "{{wasm:fault_injection}}"}}
+  - {{name: h, wasm: "{{wasm:add_header}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - name: fault
+    plugins:
+      - {{plugin: fault, conf: {{body: "hello world", http_status: 200}}}}
+      - {{plugin: h}}
+    upstream: backend
+"#,
+        up.address()
+    ));
+    let c = client();
+    for _ in 0..3 {
+        let reply = get(&c, &gw.url("/anything")).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.text(), "hello world");
+        assert_eq!(header(&reply, "x-fault"), Some("injected"));
+        // The chain ended at the local response: the next filter never ran.
+        assert_eq!(header(&reply, "x-seen-path"), None);
+    }
+    assert_eq!(up.hits(), 0, "a local response skips the upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_body_rewrites_buffered_bodies_and_streams_the_rest() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: body, wasm: "{{wasm:http_body}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes: [{{name: all, plugins: [{{plugin: body}}], upstream: backend}}]
+"#,
+        up.address()
+    ));
+    let c = client();
+    let reply = get(&c, &gw.url("/secret")).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.text(), "Original message body (24 bytes) redacted.\n");
+    // Request bodies: the upstream sees the rewritten one.
+    let reply = send(&c, "POST", &gw.url("/echo"), &[], "my secret password").await;
+    assert_eq!(reply.json()["body"], "redacted");
+    let reply = send(&c, "POST", &gw.url("/echo"), &[], "nothing to hide").await;
+    assert_eq!(reply.json()["body"], "nothing to hide");
+    // A streamed body (3 chunks over 200 ms) arrives whole and unchanged.
+    let reply = get(&c, &gw.url("/stream")).await;
+    assert_eq!(reply.text(), "chunk-0\nchunk-1\nchunk-2\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfiltered_response_bodies_stream_without_buffering() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: h, wasm: "{{wasm:add_header}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - {{name: filtered, headers: {{x-filter: "on"}}, plugins: [{{plugin: h}}], upstream: backend}}
+  - {{name: plain, upstream: backend}}
+"#,
+        up.address()
+    ));
+    use http_body_util::BodyExt;
+    for filter in ["off", "on"] {
+        let c = client();
+        let request = hyper::Request::get(gw.url("/stream"))
+            .header("x-filter", filter)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let started = Instant::now();
+        let response = c.request(request).await.unwrap();
+        let mut body = response.into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        // The first chunk comes before the upstream finished (200 ms later).
+        assert!(
+            started.elapsed() < Duration::from_millis(180),
+            "filter {filter}: first chunk after {:?}",
+            started.elapsed()
+        );
+        assert!(first.starts_with(b"chunk-0"));
+        let rest = body.collect().await.unwrap().to_bytes();
+        assert!(rest.ends_with(b"chunk-2\n"), "filter {filter}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_config_header_comes_from_each_routes_conf() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: cfg, wasm: "{{wasm:http_config}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - {{name: a, path: {{prefix: /a}}, plugins: [{{plugin: cfg, conf: alpha}}], upstream: backend}}
+  - {{name: b, path: {{prefix: /b}}, plugins: [{{plugin: cfg, conf: {{nested: true}}}}], upstream: backend}}
+"#,
+        up.address()
+    ));
+    let c = client();
+    let a = get(&c, &gw.url("/a")).await;
+    assert_eq!(header(&a, "custom-header"), Some("alpha"));
+    let b = get(&c, &gw.url("/b")).await;
+    assert_eq!(header(&b, "custom-header"), Some(r#"{"nested":true}"#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_auth_random_calls_out_then_continues_or_forbids() {
+    let backend = Upstream::start("backend").await;
+    let auth = Upstream::start("auth").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: auth, wasm: "{{wasm:http_auth_random}}"}}
+upstreams:
+  - {{name: backend, nodes: [{{address: "{}"}}]}}
+  - {{name: auth-service, nodes: [{{address: "{}"}}]}}
+routes:
+  - name: broken
+    path: {{prefix: /broken}}
+    plugins: [{{plugin: auth, conf: {{upstream: no-such-upstream}}}}]
+    upstream: backend
+  - name: all
+    plugins: [{{plugin: auth, conf: {{upstream: auth-service}}}}]
+    upstream: backend
+"#,
+        backend.address(),
+        auth.address()
+    ));
+    let c = client();
+    let allowed = send(&c, "GET", &gw.url("/data"), &[("x-token", "allow")], "").await;
+    assert_eq!(allowed.status, 200, "{}", allowed.text());
+    assert_eq!(allowed.json()["headers"]["x-auth"], "allowed");
+    let denied = send(&c, "GET", &gw.url("/data"), &[("x-token", "nope")], "").await;
+    assert_eq!(denied.status, 403);
+    assert_eq!(denied.text(), "Access forbidden.\n");
+    assert_eq!(header(&denied, "x-auth"), Some("denied"));
+    assert_eq!(auth.hits(), 2, "one callout per request");
+    assert_eq!(backend.hits(), 1, "only the allowed request went upstream");
+    // Dispatching to an unknown upstream fails at once (BadArgument): 503.
+    let broken = get(&c, &gw.url("/broken")).await;
+    assert_eq!(broken.status, 503);
+    // Many concurrent paused requests: none blocks a worker thread.
+    let requests: Vec<_> = (0..50)
+        .map(|i| {
+            let c = c.clone();
+            let url = gw.url(&format!("/n/{i}"));
+            tokio::spawn(async move { send(&c, "GET", &url, &[("x-token", "allow")], "").await })
+        })
+        .collect();
+    for r in requests {
+        assert_eq!(r.await.unwrap().status, 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_validation_rust_and_go() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: rust_json, wasm: "{{wasm:json_validation}}"}}
+  - {{name: go_json, wasm: "{{wasm:go_json_validation}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - {{name: rust, path: {{prefix: /rust}}, plugins: [{{plugin: rust_json}}], upstream: backend}}
+  - {{name: go, path: {{prefix: /go}}, plugins: [{{plugin: go_json, conf: {{requiredKeys: [name]}}}}], upstream: backend}}
+"#,
+        up.address()
+    ));
+    let c = client();
+    let json = [("content-type", "application/json")];
+    let text = [("content-type", "text/plain")];
+    let r = send(&c, "POST", &gw.url("/rust"), &text, "{}").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (403, "content-type must be application/json\n")
+    );
+    let r = send(&c, "POST", &gw.url("/rust"), &json, r#"{"id":1}"#).await;
+    assert_eq!((r.status, r.text().as_str()), (403, "invalid payload\n"));
+    let r = send(&c, "POST", &gw.url("/rust"), &json, "not json").await;
+    assert_eq!(r.status, 403);
+    let r = send(
+        &c,
+        "POST",
+        &gw.url("/rust"),
+        &json,
+        r#"{"id":1,"token":"t"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["body"], r#"{"id":1,"token":"t"}"#);
+
+    let r = send(&c, "POST", &gw.url("/go"), &text, "{}").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (403, "content-type must be application/json\n")
+    );
+    let r = send(&c, "POST", &gw.url("/go"), &json, r#"{"id":1}"#).await;
+    assert_eq!((r.status, r.text().as_str()), (403, "invalid payload\n"));
+    let r = send(&c, "POST", &gw.url("/go"), &json, r#"{"name":"ada"}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["body"], r#"{"name":"ada"}"#);
+    assert_eq!(up.hits(), 2, "only valid payloads reach the upstream");
+}
+
+fn number(reply: &common::Reply, name: &str) -> u64 {
+    header(reply, name)
+        .unwrap_or_else(|| panic!("no {name} header"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticks_shared_queue_and_metrics() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+plugins:
+  - {{name: tick, wasm: "{{wasm:tick}}"}}
+  - {{name: queue, wasm: "{{wasm:shared_queue}}"}}
+  - {{name: metrics, wasm: "{{wasm:metrics}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - {{name: tick, path: {{prefix: /tick}}, plugins: [{{plugin: tick}}], upstream: backend}}
+  - {{name: queue, path: {{prefix: /queue}}, plugins: [{{plugin: queue}}], upstream: backend}}
+  - {{name: metrics, path: {{prefix: /metrics}}, plugins: [{{plugin: metrics}}], upstream: backend}}
+"#,
+        up.address()
+    ));
+    let c = client();
+    // Ticks: the root context's 50 ms timer keeps counting.
+    let first = number(&get(&c, &gw.url("/tick")).await, "x-ticks");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = number(&get(&c, &gw.url("/tick")).await, "x-ticks");
+    assert!(
+        later >= first + 5,
+        "ticks went from {first} to {later} in 500 ms"
+    );
+
+    // Queue: every request enqueues its path; the root context drains it.
+    for i in 0..5 {
+        get(&c, &gw.url(&format!("/queue/{i}"))).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let reply = get(&c, &gw.url("/queue/last")).await;
+        let received = number(&reply, "x-received");
+        if received >= 5 {
+            assert!(header(&reply, "x-last-message")
+                .unwrap()
+                .starts_with("/queue/"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue drained only {received} items"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Metrics: defined by the plugin, read back by it, and exported.
+    for expected in 1..=3u64 {
+        let reply = get(&c, &gw.url("/metrics/x")).await;
+        assert_eq!(number(&reply, "x-requests-seen"), expected);
+    }
+    let text = get(&c, &gw.admin_url("/metrics")).await.text();
+    assert!(text.contains("wasm_requests_total 3"), "{text}");
+    assert!(
+        text.contains("# TYPE wasm_last_request_headers gauge"),
+        "{text}"
+    );
+    assert!(text.contains("wasm_request_header_count_count 3"), "{text}");
+    assert!(
+        text.contains(r#"wasmgate_route_requests_total{route="metrics",class="2xx"} 3"#),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postponed_requests_resume_on_the_next_tick() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: postpone, wasm: "{{wasm:postpone_requests}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes: [{{name: all, plugins: [{{plugin: postpone}}], upstream: backend}}]
+"#,
+        up.address()
+    ));
+    let c = client();
+    let started = Instant::now();
+    let reply = get(&c, &gw.url("/later")).await;
+    let waited = started.elapsed();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["headers"]["x-postponed"], "true");
+    assert!(
+        waited >= Duration::from_millis(50),
+        "resumed after {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(2), "resumed after {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_data_counts_across_instances() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: state, wasm: "{{wasm:shared_state}}", pool_size: 8}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes: [{{name: all, plugins: [{{plugin: state}}], upstream: backend}}]
+"#,
+        up.address()
+    ));
+    let c = client();
+    let requests: Vec<_> = (0..40)
+        .map(|_| {
+            let c = c.clone();
+            let url = gw.url("/");
+            tokio::spawn(async move { get(&c, &url).await })
+        })
+        .collect();
+    let mut hits = Vec::new();
+    for r in requests {
+        hits.push(number(&r.await.unwrap(), "x-hits"));
+    }
+    hits.sort();
+    // Compare-and-swap: 40 concurrent increments, none lost, none repeated.
+    assert_eq!(hits, (1..=40).collect::<Vec<u64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extism_function_routes_share_the_listener() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: hello, wasm: "{{wasm:hello}}"}}
+  - {{name: h, wasm: "{{wasm:add_header}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - {{name: hello, path: {{exact: /hello}}, function: {{plugin: hello, function: hello}}}}
+  - {{name: filtered-hello, path: {{exact: /filtered/hello}}, plugins: [{{plugin: h}}], function: {{plugin: hello}}}}
+  - {{name: rest, upstream: backend}}
+"#,
+        up.address()
+    ));
+    let c = client();
+    let reply = send(&c, "POST", &gw.url("/hello"), &[], "Ada").await;
+    assert_eq!(reply.text(), r#"{"message":"Hello Ada"}"#);
+    // With a filter in front; the function is named by the last path segment.
+    let reply = send(&c, "POST", &gw.url("/filtered/hello"), &[], "Grace").await;
+    assert_eq!(reply.text(), r#"{"message":"Hello Grace"}"#);
+    assert_eq!(header(&reply, "x-seen-path"), Some("/filtered/hello"));
+    let reply = get(&c, &gw.url("/other")).await;
+    assert_eq!(reply.json()["upstream"], "backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_balancing_retries_and_health() {
+    let a = Upstream::start("a").await;
+    let b = Upstream::start("b").await;
+    let dead = format!("127.0.0.1:{}", common::free_port());
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+upstreams:
+  - name: weighted
+    nodes: [{{address: "{a}", weight: 3}}, {{address: "{b}", weight: 1}}]
+  - name: hashed
+    balance: consistent_hash
+    hash_on: header
+    hash_header: x-user
+    nodes: [{{address: "{a}"}}, {{address: "{b}"}}]
+  - name: with-dead
+    retries: 1
+    health_check:
+      passive: {{max_failures: 1, ejection_ms: 60000}}
+    nodes: [{{address: "{dead}"}}, {{address: "{b}"}}]
+  - name: all-dead
+    nodes: [{{address: "{dead}"}}]
+  - name: slow
+    read_timeout_ms: 300
+    nodes: [{{address: "{a}"}}]
+routes:
+  - {{name: weighted, path: {{prefix: /w}}, upstream: weighted}}
+  - {{name: hashed, path: {{prefix: /h}}, upstream: hashed}}
+  - {{name: with-dead, path: {{prefix: /d}}, upstream: with-dead}}
+  - {{name: all-dead, path: {{prefix: /x}}, upstream: all-dead}}
+  - {{name: slow, path: {{prefix: /slow}}, upstream: slow}}
+"#,
+        a = a.address(),
+        b = b.address(),
+    ));
+    let c = client();
+    let mut counts = std::collections::HashMap::new();
+    for _ in 0..40 {
+        let reply = get(&c, &gw.url("/w")).await;
+        *counts
+            .entry(reply.json()["upstream"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    assert_eq!((counts["a"], counts["b"]), (30, 10), "3:1 weights");
+
+    for user in ["ada", "grace", "linus", "barbara"] {
+        let first = send(&c, "GET", &gw.url("/h"), &[("x-user", user)], "")
+            .await
+            .json()["upstream"]
+            .clone();
+        for _ in 0..5 {
+            let again = send(&c, "GET", &gw.url("/h"), &[("x-user", user)], "").await;
+            assert_eq!(again.json()["upstream"], first, "{user} sticks to one node");
+        }
+    }
+
+    // The dead node is retried on the next one, then ejected (passive check).
+    let before = b.hits();
+    for _ in 0..6 {
+        let reply = get(&c, &gw.url("/d")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["upstream"], "b");
+    }
+    assert_eq!(b.hits() - before, 6);
+
+    let reply = get(&c, &gw.url("/x")).await;
+    assert_eq!(reply.status, 502);
+    assert_eq!(reply.json()["error"]["kind"], "upstream_unreachable");
+
+    let started = Instant::now();
+    let reply = get(&c, &gw.url("/slow")).await;
+    assert_eq!(reply.status, 504);
+    assert!(started.elapsed() < Duration::from_millis(1500));
+    // The gateway keeps serving after all that.
+    assert_eq!(get(&c, &gw.url("/w")).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_health_checks_take_a_node_out_and_back() {
+    let a = Upstream::start("a").await;
+    let b = Upstream::start("b").await;
+    let b_port = b.port;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+upstreams:
+  - name: pair
+    retries: 0
+    health_check:
+      active: {{path: /health, interval_ms: 50, timeout_ms: 200, healthy_threshold: 1, unhealthy_threshold: 1}}
+    nodes: [{{address: "{}"}}, {{address: "{}"}}]
+routes: [{{name: all, upstream: pair}}]
+"#,
+        a.address(),
+        b.address()
+    ));
+    let c = client();
+    drop(b); // node b goes away
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for _ in 0..10 {
+        let reply = get(&c, &gw.url("/")).await;
+        assert_eq!(reply.status, 200, "b is out of rotation: {}", reply.text());
+        assert_eq!(reply.json()["upstream"], "a");
+    }
+    let metrics = get(&c, &gw.admin_url("/metrics")).await.text();
+    assert!(
+        metrics.contains(&format!("node=\"127.0.0.1:{b_port}\"}} 0")),
+        "{metrics}"
+    );
+}
+
+/// A filter that traps on `/crash` and otherwise adds `x-fragile: ok`.
+const FRAGILE: &str = r#"(module
+  (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
+  (import "env" "proxy_get_header_map_value" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (global $heap (mut i32) (i32.const 4096))
+  (data (i32.const 0) ":path")
+  (data (i32.const 16) "x-fragile")
+  (data (i32.const 32) "ok")
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param i32) (result i32)
+    (local $p i32) (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get 0))) (local.get $p))
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (drop (call $get (i32.const 0) (i32.const 0) (i32.const 5) (i32.const 64) (i32.const 68)))
+    ;; "/crash" is 6 bytes starting with "/c"
+    (if (i32.and (i32.eq (i32.load (i32.const 68)) (i32.const 6))
+                 (i32.eq (i32.load8_u (i32.add (i32.load (i32.const 64)) (i32.const 1))) (i32.const 99)))
+      (then unreachable))
+    (drop (call $add (i32.const 0) (i32.const 16) (i32.const 9) (i32.const 32) (i32.const 2)))
+    (i32.const 0))
+)"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_filters_fail_closed_or_open_and_are_replaced() {
+    let up = Upstream::start("backend").await;
+    let dir = tempfile::tempdir().unwrap();
+    let fragile = dir.path().join("fragile.wat");
+    std::fs::write(&fragile, FRAGILE).unwrap();
+    let c = client();
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: strict, wasm: "{f}", fail: closed, pool_size: 2}}
+  - {{name: lenient, wasm: "{f}", fail: open, pool_size: 2}}
+upstreams: [{{name: backend, nodes: [{{address: "{up}"}}]}}]
+routes:
+  - {{name: closed, headers: {{x-mode: closed}}, plugins: [{{plugin: strict}}], upstream: backend}}
+  - {{name: open, headers: {{x-mode: open}}, plugins: [{{plugin: lenient}}], upstream: backend}}
+"#,
+        f = fragile.display(),
+        up = up.address()
+    ));
+    for _ in 0..5 {
+        let r = send(&c, "GET", &gw.url("/crash"), &[("x-mode", "closed")], "").await;
+        assert_eq!(r.status, 500, "{}", r.text());
+        let error = &r.json()["error"];
+        assert_eq!(error["kind"], "filter_failed");
+        assert_eq!(error["plugin"], "strict");
+        assert!(error["message"]
+            .as_str()
+            .unwrap()
+            .contains("proxy_on_request_headers"));
+        let r = send(&c, "GET", &gw.url("/crash"), &[("x-mode", "open")], "").await;
+        assert_eq!(r.status, 200, "fail open lets it through: {}", r.text());
+        assert!(r.json()["headers"].get("x-fragile").is_none());
+        // Healthy requests right after a crash get a fresh instance.
+        let r = send(&c, "GET", &gw.url("/fine"), &[("x-mode", "closed")], "").await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json()["headers"]["x-fragile"], "ok");
+    }
+}
+
+#[test]
+fn check_explains_config_and_plugin_errors_with_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |yaml: &str| {
+        let path = dir.path().join("gw.yaml");
+        std::fs::write(&path, common::gateway::render(yaml, 1, 2)).unwrap();
+        path
+    };
+    let check = |path: &std::path::Path| {
+        let out = wasmgate().args(["check", "-c"]).arg(path).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    // A typo in a field name.
+    let path = write("routes:\n  - name: r\n    upstrem: x\n");
+    let (code, stderr, _) = check(&path);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("gw.yaml: routes[0].upstrem: unknown field `upstrem`"),
+        "{stderr}"
+    );
+    // References, patterns, and several errors at once.
+    let path = write(
+        "upstreams: [{name: u, nodes: [{address: nowhere}]}]\nroutes:\n  - name: r\n    upstream: v\n    path: {regex: '('}\n",
+    );
+    let (code, stderr, _) = check(&path);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("upstreams[0].nodes[0].address: `nowhere` is not host:port"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("routes[0].upstream: no upstream named `v`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("routes[0].path.regex: invalid regex"),
+        "{stderr}"
+    );
+    // Plugins: missing file, not wasm, and a conf the plugin refuses.
+    let path = write(
+        "plugins:\n  - {name: gone, wasm: /no/such.wasm}\n  - {name: cfg, wasm: \"{wasm:http_config}\"}\nroutes:\n  - {name: r, plugins: [{plugin: cfg}], respond: {}}\n",
+    );
+    let (code, stderr, _) = check(&path);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("plugins[0] (gone): cannot read /no/such.wasm"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("routes[0].plugins[0]"), "{stderr}");
+    assert!(
+        stderr.contains("proxy_on_configure returned false"),
+        "{stderr}"
+    );
+    // A good one.
+    let path = write(
+        "plugins:\n  - {name: h, wasm: \"{wasm:add_header}\"}\n  - {name: g, wasm: \"{wasm:go_add_header}\"}\n  - {name: hello, wasm: \"{wasm:hello}\"}\nroutes:\n  - {name: r, plugins: [{plugin: h}, {plugin: g}], respond: {}}\n",
+    );
+    let (code, stderr, stdout) = check(&path);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("plugin h: proxy-wasm 0.2.1"), "{stdout}");
+    assert!(stdout.contains("plugin g: proxy-wasm 0.2.0"), "{stdout}");
+    assert!(stdout.contains("plugin hello: extism"), "{stdout}");
+}
+
+#[test]
+fn bundled_example_config_checks() {
+    let example = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/gateway/wasmgate.yaml");
+    let out = wasmgate()
+        .args(["check", "-c"])
+        .arg(&example)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
