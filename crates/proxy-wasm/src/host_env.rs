@@ -596,6 +596,35 @@ fn record_stream(list: &mut Vec<StreamType>, kind: i32) -> i32 {
     }
 }
 
+/// ABI extensions wasmgate does not know (Higress's Redis calls in ABI
+/// 0.2.100, say) still link: every other `env` function the module imports
+/// returns Unimplemented when it returns a status, and traps with a message
+/// naming it otherwise. Returns the names so they can be logged.
+pub fn stub_unknown_imports(linker: &mut Linker<FilterState>, module: &wasmtime::Module) -> Vec<String> {
+    let mut stubbed = Vec::new();
+    for import in module.imports().filter(|i| i.module() == MODULE) {
+        let Some(ty) = import.ty().func().cloned() else {
+            continue;
+        };
+        let name = import.name().to_string();
+        let returns_status = matches!(ty.results().collect::<Vec<_>>().as_slice(), [ValType::I32]);
+        let message = format!("{name} is not implemented by wasmgate");
+        let defined = linker.func_new(MODULE, &name, ty, move |_, _, results: &mut [Val]| {
+            if returns_status {
+                results[0] = Val::I32(Status::Unimplemented as i32);
+                Ok(())
+            } else {
+                Err(wasmtime::Error::msg(message.clone()))
+            }
+        });
+        // An error means the function is already defined: a real one.
+        if defined.is_ok() {
+            stubbed.push(name);
+        }
+    }
+    stubbed
+}
+
 /// Host functions wasmgate does not offer (yet, or at all: gRPC, foreign
 /// functions). They exist so SDK-built modules link; calling one returns
 /// Unimplemented.

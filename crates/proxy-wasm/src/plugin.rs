@@ -138,6 +138,14 @@ impl FilterPlugin {
             wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut FilterState| s.wasi())
                 .map_err(anyhow::Error::from)?;
         }
+        let stubbed = host_env::stub_unknown_imports(&mut linker, &module);
+        if !stubbed.is_empty() {
+            tracing::info!(
+                plugin = %config.name,
+                functions = ?stubbed,
+                "filter imports host functions wasmgate does not implement; calling one returns Unimplemented"
+            );
+        }
         let pre = linker
             .instantiate_pre(&module)
             .map_err(anyhow::Error::from)

@@ -206,3 +206,42 @@ async fn shared_data_queues_and_metrics_span_instances() {
         .expect("the plugin defined its metric");
     assert_eq!(requests.value, 2);
 }
+
+/// A Higress-style module (ABI 0.2.100) that calls `proxy_redis_init`, one
+/// of Higress's extensions: it links, the call returns Unimplemented (12),
+/// and the filter reports what it got in `x-redis-status`.
+const HIGRESS_REDIS: &str = r#"(module
+  (import "env" "proxy_redis_init" (func $redis_init (param i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "x-redis-status")
+  (func (export "proxy_abi_version_0_2_100"))
+  (func (export "proxy_on_memory_allocate") (param i32) (result i32) (i32.const 1024))
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    ;; the status as one ASCII digit pair at 32
+    (local $s i32)
+    (local.set $s (call $redis_init (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 100)))
+    (i32.store8 (i32.const 32) (i32.add (i32.const 48) (i32.div_u (local.get $s) (i32.const 10))))
+    (i32.store8 (i32.const 33) (i32.add (i32.const 48) (i32.rem_u (local.get $s) (i32.const 10))))
+    (drop (call $add (i32.const 0) (i32.const 0) (i32.const 14) (i32.const 32) (i32.const 2)))
+    (i32.const 0))
+)"#;
+
+#[tokio::test]
+async fn unknown_abi_extensions_link_and_return_unimplemented() {
+    let rt = runtime();
+    let filter = FilterPlugin::new(&rt, HIGRESS_REDIS.as_bytes(), config("higress", ""))
+        .await
+        .unwrap();
+    assert_eq!(filter.abi_version(), AbiVersion::V0_2_100);
+    let mut exchange = request("/");
+    let mut stream = filter.stream().await.unwrap();
+    let flow = stream
+        .on_request_headers(&mut exchange, true)
+        .await
+        .unwrap();
+    assert_eq!(flow, Flow::Continue);
+    assert_eq!(header(&exchange.request_headers, "x-redis-status"), Some("12"));
+    stream.finish(&mut exchange).await.unwrap();
+}
