@@ -30,6 +30,8 @@ pub enum Stop {
     Closed { plugin: String },
     /// A fail-closed filter failed.
     Failed { plugin: String, error: FilterError },
+    /// A body passing through filters outgrew `limits.max_body_bytes`.
+    TooLarge { limit: usize },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -154,11 +156,13 @@ impl Chain {
     /// Streams `source` through the body callbacks into `sink`. Ends early
     /// (Err) when a filter stops the stream; the sink then gets an error so
     /// the peer sees an aborted body rather than a truncated one.
+    /// `first` is a frame already read from `source`.
     pub async fn pump<B>(
         &mut self,
         direction: Direction,
         exchange: &mut HttpExchange,
         mut source: B,
+        mut first: Option<Result<Frame<Bytes>, B::Error>>,
         sink: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
         limit: usize,
     ) -> Result<(), Stop>
@@ -169,7 +173,11 @@ impl Chain {
         use http_body_util::BodyExt;
         let mut seen = 0usize;
         loop {
-            let frame = match source.frame().await {
+            let next = match first.take() {
+                Some(frame) => Some(frame),
+                None => source.frame().await,
+            };
+            let frame = match next {
                 None => {
                     // The end came without a last data frame: tell the filters.
                     let out = self
@@ -188,10 +196,7 @@ impl Chain {
                 Ok(data) => {
                     seen += data.len();
                     if seen > limit {
-                        let _ = sink
-                            .send(Err(format!("body exceeds the {limit}-byte limit").into()))
-                            .await;
-                        return Ok(());
+                        return Err(Stop::TooLarge { limit });
                     }
                     let end = source.is_end_stream();
                     let out = self

@@ -202,7 +202,7 @@ impl Gateway {
             let limit = self.config.limits.max_body_bytes;
             let pump = async {
                 let result = chain
-                    .pump(Direction::Request, exchange, body, &tx, limit)
+                    .pump(Direction::Request, exchange, body, None, &tx, limit)
                     .await;
                 if result.is_err() {
                     // Abort the upstream request: its body will not be complete.
@@ -267,11 +267,30 @@ impl Gateway {
             .headers_mut()
             .expect("fresh builder")
             .remove(header::CONTENT_LENGTH);
+        // Most bodies come whole in their first frame: filter those here and
+        // answer with the result, which is cheaper than a streaming task and
+        // lets a filter still replace the response.
+        let mut body = body;
+        let first = body.frame().await;
+        if body.is_end_stream() {
+            if let Some(data) = first.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()) {
+                let data = data.to_vec();
+                let filtered = chain
+                    .body_chunk(Direction::Response, &mut exchange, data, true)
+                    .await;
+                let response = match filtered {
+                    Ok(out) => builder.body(body::full(out)).expect("valid parts"),
+                    Err(stop) => stopped(&route.name, stop, &mut exchange),
+                };
+                chain.finish(&mut exchange).await;
+                return response;
+            }
+        }
         let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
         let limit = usize::MAX;
         tokio::spawn(async move {
             if let Err(stop) = chain
-                .pump(Direction::Response, &mut exchange, body, &tx, limit)
+                .pump(Direction::Response, &mut exchange, body, first, &tx, limit)
                 .await
             {
                 // Headers are gone: all that is left is to abort the body.
@@ -306,7 +325,7 @@ async fn filter_whole_body(
     };
     let pump = async {
         let result = chain
-            .pump(Direction::Request, exchange, body, &tx, limit)
+            .pump(Direction::Request, exchange, body, None, &tx, limit)
             .await;
         drop(tx);
         result
@@ -543,6 +562,11 @@ fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange) -> Response<Bod
             StatusCode::BAD_GATEWAY,
             json!({"kind": "stream_closed", "plugin": plugin, "route": route,
                    "message": "the filter closed the stream"}),
+        )),
+        Stop::TooLarge { limit } => body_response(error_response::simple(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the body a filter buffers exceeds limits.max_body_bytes ({limit} bytes)"),
         )),
         Stop::Failed { plugin, error } => {
             let (status, kind) = match &error {

@@ -600,7 +600,10 @@ fn record_stream(list: &mut Vec<StreamType>, kind: i32) -> i32 {
 /// 0.2.100, say) still link: every other `env` function the module imports
 /// returns Unimplemented when it returns a status, and traps with a message
 /// naming it otherwise. Returns the names so they can be logged.
-pub fn stub_unknown_imports(linker: &mut Linker<FilterState>, module: &wasmtime::Module) -> Vec<String> {
+pub fn stub_unknown_imports(
+    linker: &mut Linker<FilterState>,
+    module: &wasmtime::Module,
+) -> Vec<String> {
     let mut stubbed = Vec::new();
     for import in module.imports().filter(|i| i.module() == MODULE) {
         let Some(ty) = import.ty().func().cloned() else {

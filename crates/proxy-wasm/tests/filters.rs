@@ -242,6 +242,9 @@ async fn unknown_abi_extensions_link_and_return_unimplemented() {
         .await
         .unwrap();
     assert_eq!(flow, Flow::Continue);
-    assert_eq!(header(&exchange.request_headers, "x-redis-status"), Some("12"));
+    assert_eq!(
+        header(&exchange.request_headers, "x-redis-status"),
+        Some("12")
+    );
     stream.finish(&mut exchange).await.unwrap();
 }
