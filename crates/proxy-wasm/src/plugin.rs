@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use anyhow::{Context, Result};
+use wasmgate_runtime::guest_log::LogStream;
 use wasmgate_runtime::limits::install_epoch_policy;
 use wasmgate_runtime::{CrashReport, InstancePool, PoolConfig, PoolStats, Runtime};
 use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc};
@@ -202,7 +203,16 @@ impl FilterPlugin {
 
     pub(crate) async fn instantiate(&self) -> Result<FilterInstance> {
         let wasi = if self.shared.needs_wasi {
-            Some(wasmtime_wasi::WasiCtxBuilder::new().build_p1())
+            // No arguments, environment, files or sockets: stdout and stderr
+            // go to the log, clocks and randomness are the host's.
+            let config = &self.shared.config;
+            let (stdout, stderr) = LogStream::pair(&config.name, &config.route);
+            Some(
+                wasmtime_wasi::WasiCtxBuilder::new()
+                    .stdout(stdout)
+                    .stderr(stderr)
+                    .build_p1(),
+            )
         } else {
             None
         };

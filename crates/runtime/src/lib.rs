@@ -20,6 +20,7 @@
 pub mod cache;
 pub mod crash;
 mod engine;
+pub mod guest_log;
 pub mod limits;
 pub mod log_level;
 pub mod pool;
