@@ -62,7 +62,13 @@ impl Chain {
                     fail: filter.fail,
                     held: Vec::new(),
                 })),
-                Err(error) => fail(filter.plugin.name(), filter.fail, error)?,
+                Err(error) => {
+                    if let Err(stop) = fail(filter.plugin.name(), filter.fail, error) {
+                        // The streams already started go back to their pools.
+                        Chain { links }.finish(&mut HttpExchange::default()).await;
+                        return Err(stop);
+                    }
+                }
             }
         }
         Ok(Chain { links })
