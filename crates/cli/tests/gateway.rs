@@ -155,13 +155,22 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_body_rewrites_buffered_bodies_and_streams_the_rest() {
+async fn http_body_rewrites_buffered_bodies_and_streams_the_rest_rust_sdk() {
+    http_body_rewrites_buffered_bodies_and_streams_the_rest("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_body_rewrites_buffered_bodies_and_streams_the_rest_go_sdk() {
+    http_body_rewrites_buffered_bodies_and_streams_the_rest("go_").await;
+}
+
+async fn http_body_rewrites_buffered_bodies_and_streams_the_rest(sdk: &str) {
     let up = Upstream::start("backend").await;
     let gw = GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
 plugins:
-  - {{name: body, wasm: "{{wasm:http_body}}"}}
+  - {{name: body, wasm: "{{wasm:{sdk}http_body}}"}}
 upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
 routes: [{{name: all, plugins: [{{plugin: body}}], upstream: backend}}]
 "#,
@@ -220,13 +229,22 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_config_header_comes_from_each_routes_conf() {
+async fn http_config_header_comes_from_each_routes_conf_rust_sdk() {
+    http_config_header_comes_from_each_routes_conf("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_config_header_comes_from_each_routes_conf_go_sdk() {
+    http_config_header_comes_from_each_routes_conf("go_").await;
+}
+
+async fn http_config_header_comes_from_each_routes_conf(sdk: &str) {
     let up = Upstream::start("backend").await;
     let gw = GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
 plugins:
-  - {{name: cfg, wasm: "{{wasm:http_config}}"}}
+  - {{name: cfg, wasm: "{{wasm:{sdk}http_config}}"}}
 upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
 routes:
   - {{name: a, path: {{prefix: /a}}, plugins: [{{plugin: cfg, conf: alpha}}], upstream: backend}}
@@ -242,14 +260,23 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_auth_random_calls_out_then_continues_or_forbids() {
+async fn http_auth_random_calls_out_then_continues_or_forbids_rust_sdk() {
+    http_auth_random_calls_out_then_continues_or_forbids("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_auth_random_calls_out_then_continues_or_forbids_go_sdk() {
+    http_auth_random_calls_out_then_continues_or_forbids("go_").await;
+}
+
+async fn http_auth_random_calls_out_then_continues_or_forbids(sdk: &str) {
     let backend = Upstream::start("backend").await;
     let auth = Upstream::start("auth").await;
     let gw = GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
 plugins:
-  - {{name: auth, wasm: "{{wasm:http_auth_random}}"}}
+  - {{name: auth, wasm: "{{wasm:{sdk}http_auth_random}}"}}
 upstreams:
   - {{name: backend, nodes: [{{address: "{}"}}]}}
   - {{name: auth-service, nodes: [{{address: "{}"}}]}}
@@ -351,16 +378,25 @@ fn number(reply: &common::Reply, name: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ticks_shared_queue_and_metrics() {
+async fn ticks_shared_queue_and_metrics_rust_sdk() {
+    ticks_shared_queue_and_metrics("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticks_shared_queue_and_metrics_go_sdk() {
+    ticks_shared_queue_and_metrics("go_").await;
+}
+
+async fn ticks_shared_queue_and_metrics(sdk: &str) {
     let up = Upstream::start("backend").await;
     let gw = GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
 admin: "{{admin}}"
 plugins:
-  - {{name: tick, wasm: "{{wasm:tick}}"}}
-  - {{name: queue, wasm: "{{wasm:shared_queue}}"}}
-  - {{name: metrics, wasm: "{{wasm:metrics}}"}}
+  - {{name: tick, wasm: "{{wasm:{sdk}tick}}"}}
+  - {{name: queue, wasm: "{{wasm:{sdk}shared_queue}}"}}
+  - {{name: metrics, wasm: "{{wasm:{sdk}metrics}}"}}
 upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
 routes:
   - {{name: tick, path: {{prefix: /tick}}, plugins: [{{plugin: tick}}], upstream: backend}}
@@ -405,13 +441,16 @@ routes:
         let reply = get(&c, &gw.url("/metrics/x")).await;
         assert_eq!(number(&reply, "x-requests-seen"), expected);
     }
+    // The Go plugin's metric names carry a go_ prefix (metric names are global).
     let text = get(&c, &gw.admin_url("/metrics")).await.text();
-    assert!(text.contains("wasm_requests_total 3"), "{text}");
     assert!(
-        text.contains("# TYPE wasm_last_request_headers gauge"),
+        text.contains(&format!("\n{sdk}wasm_requests_total 3")),
         "{text}"
     );
-    assert!(text.contains("wasm_request_header_count_count 3"), "{text}");
+    let gauge = format!("# TYPE {sdk}wasm_last_request_headers gauge");
+    assert!(text.contains(&gauge), "{text}");
+    let histogram = format!("\n{sdk}wasm_request_header_count_count 3");
+    assert!(text.contains(&histogram), "{text}");
     assert!(
         text.contains(r#"wasmgate_route_requests_total{route="metrics",class="2xx"} 3"#),
         "{text}"
@@ -419,13 +458,22 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postponed_requests_resume_on_the_next_tick() {
+async fn postponed_requests_resume_on_the_next_tick_rust_sdk() {
+    postponed_requests_resume_on_the_next_tick("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postponed_requests_resume_on_the_next_tick_go_sdk() {
+    postponed_requests_resume_on_the_next_tick("go_").await;
+}
+
+async fn postponed_requests_resume_on_the_next_tick(sdk: &str) {
     let up = Upstream::start("backend").await;
     let gw = GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
 plugins:
-  - {{name: postpone, wasm: "{{wasm:postpone_requests}}"}}
+  - {{name: postpone, wasm: "{{wasm:{sdk}postpone_requests}}"}}
 upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
 routes: [{{name: all, plugins: [{{plugin: postpone}}], upstream: backend}}]
 "#,
