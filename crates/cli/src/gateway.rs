@@ -103,14 +103,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .limits
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+    // The control plane (signals, admin, health checks, root contexts) runs
+    // on this thread; traffic is served by `threads` workers of their own.
+    let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    tokio.block_on(serve(args))
+    tokio.block_on(serve(args, threads))
 }
 
-async fn serve(args: RunArgs) -> Result<ExitCode> {
+async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     let gateway = match build(&args.config).await {
         Ok(gateway) => Arc::new(gateway),
         Err(errors) => {
@@ -119,8 +120,7 @@ async fn serve(args: RunArgs) -> Result<ExitCode> {
         }
     };
     let config = gateway.config().clone();
-    let listener = tokio::net::TcpListener::bind(&config.listen)
-        .await
+    let listener = std::net::TcpListener::bind(&config.listen)
         .with_context(|| format!("binding {}", config.listen))?;
     let listener_config = ListenerConfig {
         header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
@@ -146,18 +146,13 @@ async fn serve(args: RunArgs) -> Result<ExitCode> {
     }
     tracing::info!(
         address = %config.listen,
+        threads,
         routes = config.routes.len(),
         upstreams = config.upstreams.len(),
         plugins = config.plugins.len(),
         "gateway listening"
     );
-    wasmgate_gateway::serve(
-        listener,
-        gateway,
-        listener_config,
-        crate::serve::shutdown_signal(),
-    )
-    .await?;
+    crate::serve::serve_until_signal(listener, threads, gateway, listener_config).await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

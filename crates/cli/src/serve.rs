@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use wasmgate_extism::PoolConfig;
-use wasmgate_gateway::{FunctionRoute, FunctionRouteConfig, ListenerConfig};
+use wasmgate_gateway::{FunctionRoute, FunctionRouteConfig, Handler, ListenerConfig};
 
 use crate::plugin_args::{millis, PluginArgs};
 
@@ -54,15 +54,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+    let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    tokio.block_on(serve(args))?;
+    tokio.block_on(serve(args, threads))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(args: ServeArgs) -> Result<()> {
+async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
     let mut manifest = args.plugin.manifest()?;
     manifest.timeout_ms.get_or_insert(DEFAULT_SERVE_TIMEOUT_MS);
     let runtime = args.plugin.runtime()?;
@@ -83,15 +82,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let address: SocketAddr = format!("{}:{}", args.address, args.port)
         .parse()
         .with_context(|| format!("invalid listen address {}:{}", args.address, args.port))?;
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| format!("binding {address}"))?;
+    let listener =
+        std::net::TcpListener::bind(address).with_context(|| format!("binding {address}"))?;
     tracing::info!(
         %address,
         plugin = plugin.name(),
         function = args.function.as_deref().unwrap_or("(none: use /<function>)"),
         pooling = runtime.pooling(),
         isolation = args.isolation,
+        threads,
         "serving"
     );
     let route = Arc::new(FunctionRoute::new(
@@ -106,9 +105,25 @@ async fn serve(args: ServeArgs) -> Result<()> {
         shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_secs),
         ..ListenerConfig::default()
     };
-    wasmgate_gateway::serve(listener, route, config, shutdown_signal()).await?;
+    serve_until_signal(listener, threads, route, config).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Serves on worker threads until SIGTERM or SIGINT, then lets them finish
+/// their in-flight requests.
+pub async fn serve_until_signal<H: Handler>(
+    listener: std::net::TcpListener,
+    threads: usize,
+    handler: Arc<H>,
+    config: ListenerConfig,
+) -> std::io::Result<()> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let workers = wasmgate_gateway::serve_workers(listener, threads, handler, config, stopped)?;
+    shutdown_signal().await;
+    tracing::info!("shutting down: waiting for in-flight requests");
+    let _ = stop.send(true);
+    workers.wait().await
 }
 
 pub async fn shutdown_signal() {

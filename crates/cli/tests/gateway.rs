@@ -280,7 +280,12 @@ plugins:
 upstreams:
   - {{name: backend, nodes: [{{address: "{}"}}]}}
   - {{name: auth-service, nodes: [{{address: "{}"}}]}}
+  - {{name: dead-auth, nodes: [{{address: "127.0.0.1:1"}}]}}
 routes:
+  - name: dead
+    path: {{prefix: /dead}}
+    plugins: [{{plugin: auth, conf: {{upstream: dead-auth}}}}]
+    upstream: backend
   - name: broken
     path: {{prefix: /broken}}
     plugins: [{{plugin: auth, conf: {{upstream: no-such-upstream}}}}]
@@ -301,6 +306,15 @@ routes:
     assert_eq!(denied.text(), "Access forbidden.\n");
     assert_eq!(header(&denied, "x-auth"), Some("denied"));
     assert_eq!(auth.hits(), 2, "one callout per request");
+    // A callout to a dead service is answered empty: denied, and
+    // proxy_get_status says why (the Rust filter reports it in a header).
+    let dead = get(&c, &gw.url("/dead")).await;
+    assert_eq!(dead.status, 403);
+    if sdk.is_empty() {
+        assert_eq!(header(&denied, "x-callout-status"), Some("0"));
+        let status = header(&dead, "x-callout-status").unwrap_or_default();
+        assert!(status.starts_with("14 "), "proxy_get_status: {status:?}");
+    }
     assert_eq!(backend.hits(), 1, "only the allowed request went upstream");
     // Dispatching to an unknown upstream fails at once (BadArgument): 503.
     let broken = get(&c, &gw.url("/broken")).await;
@@ -810,4 +824,85 @@ fn bundled_example_config_checks() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn properties_describe_request_connection_route_and_response() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: props, wasm: "{{wasm:properties}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - name: inspected
+    plugins:
+      - plugin: props
+        conf: ["request.path", "request.url_path", "request.query", "request.method",
+               "request.host", "request.scheme", "request.protocol", "request.id",
+               "request.time:int", "request.size:int", "request.headers.x-probe",
+               "response.code:int", "response.size:int", "response.headers.x-upstream",
+               "source.address", "source.port:int", "destination.address",
+               "destination.port:int", "connection.id:int", "connection.mtls:bool",
+               "plugin_name", "plugin_root_id", "plugin_vm_id", "route_name",
+               "cluster_name", "no.such.property"]
+    upstream: backend
+"#,
+        up.address()
+    ));
+    let c = client();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let r = send(
+        &c,
+        "POST",
+        &gw.url("/a/b?x=1"),
+        &[("x-probe", "p1")],
+        "12345",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = |name: &str| {
+        header(&r, &format!("x-property-{name}"))
+            .unwrap_or_else(|| panic!("no header for {name}"))
+            .to_string()
+    };
+    let gw_port = gw.url("").rsplit(':').next().unwrap().to_string();
+    assert_eq!(p("request.path"), "/a/b?x=1");
+    assert_eq!(p("request.url_path"), "/a/b");
+    assert_eq!(p("request.query"), "x=1");
+    assert_eq!(p("request.method"), "POST");
+    assert_eq!(p("request.host"), format!("127.0.0.1:{gw_port}"));
+    assert_eq!(p("request.scheme"), "http");
+    assert_eq!(p("request.protocol"), "HTTP/1.1");
+    assert_eq!(p("request.id").len(), 16);
+    let time: i64 = p("request.time").parse().unwrap();
+    assert!(
+        (before - 1_000_000_000..before + 60_000_000_000).contains(&time),
+        "{time}"
+    );
+    assert_eq!(p("request.size"), "5");
+    assert_eq!(p("request.headers.x-probe"), "p1");
+    assert_eq!(p("response.code"), "200");
+    assert_eq!(p("response.size"), r.body.len().to_string());
+    assert_eq!(p("response.headers.x-upstream"), "backend");
+    assert!(p("source.address").starts_with("127.0.0.1:"));
+    let source_port: u16 = p("source.port").parse().unwrap();
+    assert!(p("source.address").ends_with(&format!(":{source_port}")));
+    assert_eq!(p("destination.address"), format!("127.0.0.1:{gw_port}"));
+    assert_eq!(p("destination.port"), gw_port);
+    assert!(p("connection.id").parse::<u64>().unwrap() >= 1);
+    assert_eq!(p("connection.mtls"), "false");
+    assert_eq!(p("plugin_name"), "props");
+    assert_eq!(p("plugin_vm_id"), "props");
+    assert_eq!(p("route_name"), "inspected");
+    assert_eq!(p("cluster_name"), "backend");
+    assert_eq!(p("no.such.property"), "<absent>");
+    // Each request gets its own id.
+    let again = send(&c, "POST", &gw.url("/a/b?x=1"), &[], "").await;
+    let id = header(&again, "x-property-request.id").unwrap();
+    assert_ne!(id, p("request.id"));
 }

@@ -3,19 +3,18 @@
 //!
 //! `native_hello [PORT] [THREADS]`
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use wasmgate_gateway::body::{self, Body};
-use wasmgate_gateway::{Handler, ListenerConfig};
+use wasmgate_gateway::{Connection, Handler, ListenerConfig};
 
 struct NativeHello;
 
 impl Handler for NativeHello {
-    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
         let body = request
             .into_body()
             .collect()
@@ -35,22 +34,21 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let port: u16 = args.next().map_or(8093, |p| p.parse().unwrap());
     let threads: usize = args.next().map_or(1, |t| t.parse().unwrap());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+    // The same serving model as `wasmgate serve`: worker threads with a
+    // single-threaded runtime each, so the comparison is handler against handler.
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let (_keep_serving, shutdown) = tokio::sync::watch::channel(false);
+    let workers = wasmgate_gateway::serve_workers(
+        listener,
+        threads,
+        Arc::new(NativeHello),
+        ListenerConfig::default(),
+        shutdown,
+    )
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .unwrap();
-        wasmgate_gateway::serve(
-            listener,
-            Arc::new(NativeHello),
-            ListenerConfig::default(),
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
-    });
+    runtime.block_on(workers.wait()).unwrap();
 }

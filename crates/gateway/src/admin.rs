@@ -3,7 +3,6 @@
 //! examples) so traffic and operations stay apart.
 
 use std::fmt::Write;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -13,14 +12,14 @@ use wasmgate_proxy_wasm::shared::{shared, MetricKind};
 
 use crate::body::{self, Body};
 use crate::gateway::Gateway;
-use crate::listener::Handler;
+use crate::listener::{Connection, Handler};
 
 pub struct Admin {
     pub gateway: Arc<Gateway>,
 }
 
 impl Handler for Admin {
-    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
         let (status, content_type, text) = match request.uri().path() {
             "/metrics" => (StatusCode::OK, "text/plain; version=0.0.4", self.metrics()),
             "/healthz" | "/readyz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),

@@ -2,7 +2,6 @@
 //! input, the output is the response body. The whole request path of
 //! `wasmgate serve` is [`FunctionRoute::handle`].
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,7 +12,7 @@ use wasmgate_extism::Plugin;
 
 use crate::body::{self, Body};
 use crate::error_response;
-use crate::listener::Handler;
+use crate::listener::{Connection, Handler};
 
 #[derive(Clone, Debug)]
 pub struct FunctionRouteConfig {
@@ -90,7 +89,7 @@ impl FunctionRoute {
 }
 
 impl Handler for FunctionRoute {
-    async fn handle(&self, request: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
         FunctionRoute::handle(self, request).await.map(body::boxed)
     }
 }

@@ -21,4 +21,4 @@ mod upstream;
 
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
 pub use gateway::Gateway;
-pub use listener::{serve, Handler, ListenerConfig};
+pub use listener::{serve, serve_workers, Connection, Handler, ListenerConfig, Workers};

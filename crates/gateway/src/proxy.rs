@@ -13,7 +13,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -24,14 +24,14 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::mpsc;
 use wasmgate_proxy_wasm::pairs::Pairs;
-use wasmgate_proxy_wasm::{headers, HttpExchange, LocalResponse};
+use wasmgate_proxy_wasm::{headers, HttpExchange, LocalResponse, RequestInfo};
 
 use crate::body::{self, Body};
 use crate::chain::{channel_body, header_map, header_pairs, Chain, Direction, Stop};
 use crate::config::HashOn;
 use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
-use crate::listener::Handler;
+use crate::listener::{Connection, Handler};
 use crate::upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
 
 const VIA: &str = "1.1 wasmgate";
@@ -41,7 +41,8 @@ const BODY_CHANNEL_FRAMES: usize = 8;
 static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
 
 impl Handler for Gateway {
-    async fn handle(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+        let peer = connection.peer;
         let (parts, body) = request.into_parts();
         let host = crate::router::request_host(&parts.uri, &parts.headers).to_string();
         let route = self.routes.iter().find(|r| {
@@ -63,7 +64,7 @@ impl Handler for Gateway {
         let response = if route.filters.is_empty() {
             self.unfiltered(route, parts, body, peer, &host).await
         } else {
-            self.filtered(route, parts, body, peer, host).await
+            self.filtered(route, parts, body, connection, host).await
         };
         route.count(response.status());
         response
@@ -119,10 +120,11 @@ impl Gateway {
         route: &Route,
         parts: Parts,
         body: Incoming,
-        peer: SocketAddr,
+        connection: Connection,
         host: String,
     ) -> Response<Body> {
-        let mut exchange = exchange_for(&parts, peer, &host, route);
+        let peer = connection.peer;
+        let mut exchange = exchange_for(&parts, connection, &host, route);
         let mut chain = match Chain::start(&route.filters).await {
             Ok(chain) => chain,
             Err(stop) => return stopped(&route.name, stop, &mut exchange),
@@ -367,8 +369,8 @@ async fn call_endpoint(endpoint: &Endpoint, path: &str, input: Bytes) -> Respons
 }
 
 /// The exchange filters see: pseudo-headers first, then the request's
-/// headers, and the properties of the connection.
-fn exchange_for(parts: &Parts, peer: SocketAddr, host: &str, route: &Route) -> HttpExchange {
+/// headers, and what is known of the request and its connection.
+fn exchange_for(parts: &Parts, connection: Connection, host: &str, route: &Route) -> HttpExchange {
     let authority = request_authority(parts).unwrap_or_else(|| host.to_string());
     let mut request_headers: Pairs = Vec::with_capacity(parts.headers.len() + 4);
     request_headers.push((
@@ -383,42 +385,28 @@ fn exchange_for(parts: &Parts, peer: SocketAddr, host: &str, route: &Route) -> H
             request_headers.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
         }
     }
-    let mut exchange = HttpExchange {
-        request_headers,
-        ..HttpExchange::default()
-    };
-    let id = REQUEST_IDS.fetch_add(1, Ordering::Relaxed);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
     let protocol = match parts.version {
         hyper::Version::HTTP_2 => "HTTP/2",
         hyper::Version::HTTP_10 => "HTTP/1.0",
         _ => "HTTP/1.1",
     };
-    exchange.set_property(&["request", "id"], format!("{id:016x}"));
-    exchange.set_property(&["request", "protocol"], protocol);
-    exchange.set_property(
-        &["request", "time"],
-        (now.as_nanos() as i64).to_le_bytes().to_vec(),
-    );
-    exchange.set_property(&["source", "address"], peer.to_string());
-    exchange.set_property(
-        &["source", "port"],
-        (peer.port() as i64).to_le_bytes().to_vec(),
-    );
-    exchange.set_property(&["route_name"], route.name.as_str());
-    if let Endpoint::Upstream(upstream) = &route.endpoint {
-        exchange.set_property(&["cluster_name"], upstream.name.as_str());
+    let cluster = match &route.endpoint {
+        Endpoint::Upstream(upstream) => Some(upstream.name.clone()),
+        _ => None,
+    };
+    HttpExchange {
+        request_headers,
+        info: RequestInfo {
+            id: REQUEST_IDS.fetch_add(1, Ordering::Relaxed),
+            protocol,
+            start_time: Some(SystemTime::now()),
+            source: Some(connection.peer),
+            destination: Some(connection.local),
+            connection_id: connection.id,
+            cluster,
+        },
+        ..HttpExchange::default()
     }
-    if let Some(size) = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<i64>().ok())
-    {
-        exchange.set_property(&["request", "size"], size.to_le_bytes().to_vec());
-    }
-    exchange
 }
 
 /// Host and port as the client sent them (URI for HTTP/2, Host for HTTP/1).
@@ -459,16 +447,20 @@ fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> RequestHead {
 }
 
 /// Hop-by-hop headers are the connection's, not the message's (RFC 9110 7.6.1).
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-authenticate",
+/// Names are built once: parsing them per request showed in profiles.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
 ];
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
@@ -481,7 +473,7 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
@@ -491,19 +483,19 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
 fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &str) {
     remove_hop_by_hop(headers);
     let client = peer.ip().to_string();
-    let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+    let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(earlier) => format!("{earlier}, {client}"),
         None => client,
     };
     if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
-        headers.insert("x-forwarded-for", value);
+        headers.insert(X_FORWARDED_FOR, value);
     }
-    if !headers.contains_key("x-forwarded-proto") {
-        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     }
-    if !headers.contains_key("x-forwarded-host") {
+    if !headers.contains_key(&X_FORWARDED_HOST) {
         if let Ok(value) = HeaderValue::from_str(host) {
-            headers.insert("x-forwarded-host", value);
+            headers.insert(X_FORWARDED_HOST, value);
         }
     }
     headers.append(header::VIA, HeaderValue::from_static(VIA));
@@ -520,6 +512,9 @@ fn path_and_query(uri: &hyper::Uri) -> String {
 }
 
 fn hash_key(upstream: &Upstream, parts: &Parts, peer: SocketAddr) -> Option<u64> {
+    if !upstream.hashes() {
+        return None;
+    }
     Some(match upstream.hash_on {
         HashOn::ClientIp => hash(&peer.ip()),
         HashOn::Path => hash(&parts.uri.path()),
@@ -535,6 +530,9 @@ fn exchange_hash_key(
     exchange: &HttpExchange,
     peer: SocketAddr,
 ) -> Option<u64> {
+    if !upstream.hashes() {
+        return None;
+    }
     Some(match upstream.hash_on {
         HashOn::ClientIp => hash(&peer.ip()),
         HashOn::Path => {

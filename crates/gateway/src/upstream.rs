@@ -21,7 +21,8 @@ use crate::config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
 const RING_POINTS_PER_WEIGHT: u32 = 40;
 
 pub struct Upstream {
-    pub name: String,
+    /// Shared with every request's exchange (`cluster_name`).
+    pub name: Arc<str>,
     nodes: Vec<Node>,
     balance: Balance,
     pub hash_on: HashOn,
@@ -110,7 +111,7 @@ impl Upstream {
         }
         ring.sort_unstable();
         let upstream = Arc::new(Upstream {
-            name: config.name.clone(),
+            name: config.name.as_str().into(),
             current_weights: Mutex::new(vec![0; nodes.len()]),
             nodes,
             balance: config.balance,
@@ -151,6 +152,11 @@ impl Upstream {
     /// The node for this attempt, skipping `tried`. When every node is down
     /// the gateway tries them anyway ("panic mode", as Envoy): a wrong health
     /// verdict must not take the whole upstream out.
+    /// True when nodes are picked by a request's hash key (consistent hashing).
+    pub fn hashes(&self) -> bool {
+        self.balance == Balance::ConsistentHash
+    }
+
     pub fn pick(&self, key: Option<u64>, tried: &[usize]) -> Option<usize> {
         let candidates: Vec<usize> = (0..self.nodes.len())
             .filter(|i| !tried.contains(i) && self.available(*i))
@@ -245,7 +251,7 @@ impl Upstream {
                 Err(_) => {
                     self.report(i, false);
                     return Err(UpstreamError::Timeout {
-                        upstream: self.name.clone(),
+                        upstream: self.name.to_string(),
                         node: node.address.clone(),
                         timeout: self.read_timeout,
                     });
@@ -253,7 +259,7 @@ impl Upstream {
             }
         }
         Err(UpstreamError::Unreachable {
-            upstream: self.name.clone(),
+            upstream: self.name.to_string(),
             attempts: tried.len() as u32,
             last,
         })

@@ -3,6 +3,9 @@
 //! bodies, trailers, properties, and the local response a filter may send.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use crate::pairs::Pairs;
 
@@ -14,11 +17,35 @@ pub struct HttpExchange {
     pub response_headers: Pairs,
     pub response_body: Vec<u8>,
     pub response_trailers: Pairs,
-    /// Values for `proxy_get_property`, keyed by the NUL-joined path
-    /// (`request\0path`); filters add their own with `proxy_set_property`.
+    /// What the embedder knows about the request and its connection.
+    pub info: RequestInfo,
+    /// Values for `proxy_get_property` beyond the derived ones, keyed by the
+    /// NUL-joined path (`my\0key`); filters add their own with
+    /// `proxy_set_property`, and they win over derived values.
     pub properties: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Set by `proxy_send_local_response`: answer with this, skip the upstream.
     pub local_response: Option<LocalResponse>,
+}
+
+/// Facts about a request that are not in its headers. Properties
+/// (`request.id`, `source.address`, `connection.id`, ...) are derived from
+/// them only when a filter asks: most filters never do, and formatting them
+/// for every request showed in the gateway's profiles.
+#[derive(Clone, Debug, Default)]
+pub struct RequestInfo {
+    /// Unique per process; `request.id` is its 16 hex digits.
+    pub id: u64,
+    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2`.
+    pub protocol: &'static str,
+    pub start_time: Option<SystemTime>,
+    /// The client's address (`source.*`).
+    pub source: Option<SocketAddr>,
+    /// The address the client connected to (`destination.*`).
+    pub destination: Option<SocketAddr>,
+    /// Unique per accepted connection (`connection.id`).
+    pub connection_id: u64,
+    /// The upstream the route sends to (`cluster_name`).
+    pub cluster: Option<Arc<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

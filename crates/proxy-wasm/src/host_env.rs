@@ -36,11 +36,28 @@ pub fn add_to_linker(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
+/// Whether a guest log line at this Proxy-Wasm level would be written.
+fn log_enabled(level: i32) -> bool {
+    use tracing::Level;
+    match level {
+        0 => tracing::enabled!(target: "wasmgate::filter", Level::TRACE),
+        1 => tracing::enabled!(target: "wasmgate::filter", Level::DEBUG),
+        2 => tracing::enabled!(target: "wasmgate::filter", Level::INFO),
+        3 => tracing::enabled!(target: "wasmgate::filter", Level::WARN),
+        _ => tracing::enabled!(target: "wasmgate::filter", Level::ERROR),
+    }
+}
+
 fn add_logging_and_time(linker: &mut Linker<FilterState>) -> Result<()> {
     linker.func_wrap(
         MODULE,
         "proxy_log",
         |mut c: Ctx, level: i32, ptr: u32, len: u32| -> Result<i32> {
+            // Filters log on every request whatever the host's level (the
+            // Rust SDK never asks it): skip the copy when nobody listens.
+            if !log_enabled(level) {
+                return Ok(OK);
+            }
             let message = read(&mut c, "proxy_log", ptr, len)?;
             let message = String::from_utf8_lossy(&message);
             let config = &c.data().plugin.config;
@@ -435,6 +452,27 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
         },
     )?;
     linker.func_wrap(MODULE, "proxy_done", |_: Ctx| OK)?;
+    // The one status this host has: the outcome of the last http call
+    // (0 when it was answered, 14 UNAVAILABLE with the reason when not).
+    linker.func_wrap_async(
+        MODULE,
+        "proxy_get_status",
+        |mut c: Ctx, (code_out, ptr_out, len_out): (u32, u32, u32)| {
+            Box::new(async move {
+                let (code, message) = c.data().last_call_status.clone();
+                write_u32(&mut c, "proxy_get_status", code_out, code)?;
+                give(
+                    &mut c,
+                    "proxy_get_status",
+                    message.as_bytes(),
+                    ptr_out,
+                    len_out,
+                )
+                .await?;
+                Ok(OK)
+            })
+        },
+    )?;
     Ok(())
 }
 
@@ -639,7 +677,6 @@ fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
         ("proxy_grpc_send", 4),
         ("proxy_grpc_cancel", 1),
         ("proxy_grpc_close", 1),
-        ("proxy_get_status", 3),
         ("proxy_call_foreign_function", 6),
     ];
     for &(name, i32s) in table {

@@ -21,7 +21,7 @@ mod state;
 mod stream;
 
 pub use abi::{AbiVersion, Action};
-pub use exchange::{HttpExchange, LocalResponse};
+pub use exchange::{HttpExchange, LocalResponse, RequestInfo};
 pub use http_call::{HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller};
 pub use plugin::{FilterConfig, FilterError, FilterPlugin};
 pub use stream::{FilterStream, Flow};

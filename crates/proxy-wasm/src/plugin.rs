@@ -77,9 +77,14 @@ impl Drop for FilterPlugin {
 
 pub(crate) struct FilterInstance {
     pub store: Store<FilterState>,
-    pub exports: Exports,
+    /// Shared so a callback can borrow its function while the store is in use.
+    pub exports: Arc<Exports>,
     pub next_context_id: u32,
 }
+
+/// gRPC status codes `proxy_get_status` reports for a callout.
+const GRPC_OK: u32 = 0;
+const GRPC_UNAVAILABLE: u32 = 14;
 
 type StreamCallback = Option<TypedFunc<(u32, u32, u32), i32>>;
 /// (context, token, header count, body size, trailer count)
@@ -234,7 +239,7 @@ impl FilterPlugin {
         self.start(&mut store, &instance)
             .await
             .map_err(|e| self.start_failure("start-up", e))?;
-        let exports = Exports::find(&mut store, &instance)?;
+        let exports = Arc::new(Exports::find(&mut store, &instance)?);
         Ok(FilterInstance {
             store,
             exports,
@@ -418,11 +423,18 @@ impl FilterInstance {
         let Some(f) = self.exports.http_call_response.clone() else {
             return Ok(());
         };
-        let response = result.unwrap_or_else(|reason| {
-            let plugin = &self.store.data().plugin.config;
-            tracing::info!(plugin = %plugin.name, route = %plugin.route, token, %reason, "http call failed");
-            HttpCallResponse::default()
-        });
+        let response = match result {
+            Ok(response) => {
+                self.store.data_mut().last_call_status = (GRPC_OK, String::new());
+                response
+            }
+            Err(reason) => {
+                let plugin = &self.store.data().plugin.config;
+                tracing::info!(plugin = %plugin.name, route = %plugin.route, token, %reason, "http call failed");
+                self.store.data_mut().last_call_status = (GRPC_UNAVAILABLE, reason);
+                HttpCallResponse::default()
+            }
+        };
         let sizes = (
             response.headers.len() as u32,
             response.body.len() as u32,

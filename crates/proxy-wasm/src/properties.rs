@@ -1,9 +1,15 @@
-//! `proxy_get_property`: values the embedder set on the exchange (source and
-//! destination addresses, connection, route, ...), the plugin's own names, and
-//! request/response attributes derived from the header maps.
+//! `proxy_get_property`: values set with `proxy_set_property` (or by the
+//! embedder), the plugin's own names, request/response attributes derived
+//! from the header maps, and connection facts from [`crate::exchange::RequestInfo`].
+//!
+//! Numbers are 8-byte little-endian integers and booleans one byte, as Envoy
+//! serializes them.
+
+use std::net::SocketAddr;
+use std::time::UNIX_EPOCH;
 
 use crate::headers;
-use crate::pairs;
+use crate::pairs::{self, Pairs};
 use crate::state::FilterState;
 
 pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
@@ -12,6 +18,7 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
         return Some(value.clone());
     }
     let exchange = &state.exchange;
+    let info = &exchange.info;
     let plugin = &state.plugin;
     let request = |name: &[u8]| headers::get(&exchange.request_headers, name).map(<[u8]>::to_vec);
     match pairs::property_path(path).as_slice() {
@@ -19,6 +26,7 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
         [b"plugin_root_id"] => Some(plugin.config.root_id.as_bytes().to_vec()),
         [b"plugin_vm_id"] => Some(plugin.config.vm_id.as_bytes().to_vec()),
         [b"route_name"] => Some(plugin.config.route.as_bytes().to_vec()),
+        [b"cluster_name"] => info.cluster.as_ref().map(|c| c.as_bytes().to_vec()),
         [b"request", b"headers", name] => request(name),
         [b"request", b"path"] => request(b":path"),
         [b"request", b"url_path"] => {
@@ -32,13 +40,49 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
         [b"request", b"method"] => request(b":method"),
         [b"request", b"host"] => request(b":authority"),
         [b"request", b"scheme"] => request(b":scheme"),
+        [b"request", b"id"] => Some(format!("{:016x}", info.id).into_bytes()),
+        [b"request", b"protocol"] => Some(info.protocol.as_bytes().to_vec()),
+        [b"request", b"time"] => info.start_time.map(|t| {
+            let nanos = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+            integer(nanos as i64)
+        }),
+        [b"request", b"size"] => content_length(&exchange.request_headers),
         [b"response", b"headers", name] => {
             headers::get(&exchange.response_headers, name).map(<[u8]>::to_vec)
         }
-        // Numbers are 8-byte little-endian integers, as Envoy serializes them.
         [b"response", b"code"] => headers::get(&exchange.response_headers, b":status")
             .and_then(|s| std::str::from_utf8(s).ok()?.parse::<i64>().ok())
-            .map(|code| code.to_le_bytes().to_vec()),
+            .map(integer),
+        [b"response", b"size"] => content_length(&exchange.response_headers),
+        [b"source", field] => address(info.source, field),
+        [b"destination", field] => address(info.destination, field),
+        [b"connection", b"id"] => Some(integer(info.connection_id as i64)),
+        // Cleartext listeners only: no TLS, so no peer certificate or SNI.
+        [b"connection", b"mtls"] => Some(vec![0]),
+        [b"connection", b"requested_server_name"] => Some(Vec::new()),
+        _ => None,
+    }
+}
+
+fn integer(value: i64) -> Vec<u8> {
+    value.to_le_bytes().to_vec()
+}
+
+fn content_length(headers: &Pairs) -> Option<Vec<u8>> {
+    let value = headers::get(headers, b"content-length")?;
+    let length = std::str::from_utf8(value)
+        .ok()?
+        .trim()
+        .parse::<i64>()
+        .ok()?;
+    Some(integer(length))
+}
+
+fn address(address: Option<SocketAddr>, field: &[u8]) -> Option<Vec<u8>> {
+    let address = address?;
+    match field {
+        b"address" => Some(address.to_string().into_bytes()),
+        b"port" => Some(integer(i64::from(address.port()))),
         _ => None,
     }
 }

@@ -31,6 +31,9 @@ pub struct FilterState {
     pub(crate) last_call_token: u32,
     /// The answer `proxy_on_http_call_response` is reading.
     pub(crate) call_response: Option<HttpCallResponse>,
+    /// What `proxy_get_status` reports: the outcome of the last callout
+    /// delivered to this instance, as a gRPC status code and message.
+    pub(crate) last_call_status: (u32, String),
     /// Queues this instance registered: its root context hears when they fill.
     pub(crate) registered_queues: Vec<u32>,
     pub(crate) limiter: MemoryLimiter,
@@ -52,6 +55,7 @@ impl FilterState {
             dispatched_calls: Vec::new(),
             last_call_token: 0,
             call_response: None,
+            last_call_status: (0, String::new()),
             registered_queues: Vec::new(),
             budget: CallBudget::new(),
             wasi,
@@ -91,10 +95,10 @@ pub struct BadGuestPointer {
 
 type Ctx<'a> = Caller<'a, FilterState>;
 
-fn guest(c: &Ctx) -> GuestMemory {
+fn guest<'a>(c: &'a Ctx<'_>) -> &'a GuestMemory {
     c.data()
         .guest
-        .clone()
+        .as_ref()
         .expect("the guest's memory is known before any callback runs")
 }
 
@@ -164,10 +168,12 @@ pub(crate) async fn give(
     ptr_out: u32,
     len_out: u32,
 ) -> wasmtime::Result<()> {
-    let allocate = guest(c).allocate;
     let ptr = if bytes.is_empty() {
         0
     } else {
+        // Cloning a TypedFunc copies its reference-counted type: only pay
+        // for it when there is something to allocate.
+        let allocate = guest(c).allocate.clone();
         let ptr = allocate
             .call_async(c.as_context_mut(), bytes.len() as u32)
             .await?;

@@ -73,7 +73,8 @@ impl FilterStream {
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let count = exchange.request_headers.len() as u32;
-        let f = self.lease.instance().exports.request_headers.clone();
+        let exports = self.lease.instance().exports.clone();
+        let f = exports.request_headers.as_ref();
         let phase = Phase::headers("proxy_on_request_headers", StreamType::Request);
         self.stream_callback(phase, f, exchange, count, end_of_stream)
             .await
@@ -87,7 +88,8 @@ impl FilterStream {
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let size = exchange.request_body.len() as u32;
-        let f = self.lease.instance().exports.request_body.clone();
+        let exports = self.lease.instance().exports.clone();
+        let f = exports.request_body.as_ref();
         let phase = Phase::body("proxy_on_request_body", StreamType::Request);
         self.stream_callback(phase, f, exchange, size, end_of_stream)
             .await
@@ -98,7 +100,8 @@ impl FilterStream {
         exchange: &mut HttpExchange,
     ) -> Result<Flow, FilterError> {
         let count = exchange.request_trailers.len() as u32;
-        let f = self.lease.instance().exports.request_trailers.clone();
+        let exports = self.lease.instance().exports.clone();
+        let f = exports.request_trailers.as_ref();
         let phase = Phase::headers("proxy_on_request_trailers", StreamType::Request);
         self.trailers_callback(phase, f, exchange, count).await
     }
@@ -109,7 +112,8 @@ impl FilterStream {
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let count = exchange.response_headers.len() as u32;
-        let f = self.lease.instance().exports.response_headers.clone();
+        let exports = self.lease.instance().exports.clone();
+        let f = exports.response_headers.as_ref();
         let phase = Phase::headers("proxy_on_response_headers", StreamType::Response);
         self.stream_callback(phase, f, exchange, count, end_of_stream)
             .await
@@ -121,7 +125,8 @@ impl FilterStream {
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let size = exchange.response_body.len() as u32;
-        let f = self.lease.instance().exports.response_body.clone();
+        let exports = self.lease.instance().exports.clone();
+        let f = exports.response_body.as_ref();
         let phase = Phase::body("proxy_on_response_body", StreamType::Response);
         self.stream_callback(phase, f, exchange, size, end_of_stream)
             .await
@@ -132,7 +137,8 @@ impl FilterStream {
         exchange: &mut HttpExchange,
     ) -> Result<Flow, FilterError> {
         let count = exchange.response_trailers.len() as u32;
-        let f = self.lease.instance().exports.response_trailers.clone();
+        let exports = self.lease.instance().exports.clone();
+        let f = exports.response_trailers.as_ref();
         let phase = Phase::headers("proxy_on_response_trailers", StreamType::Response);
         self.trailers_callback(phase, f, exchange, count).await
     }
@@ -142,11 +148,8 @@ impl FilterStream {
     pub async fn finish(mut self, exchange: &mut HttpExchange) -> Result<(), FilterError> {
         let id = self.context_id;
         let instance = self.lease.instance();
-        let (log, done, delete) = (
-            instance.exports.log.clone(),
-            instance.exports.done.clone(),
-            instance.exports.delete.clone(),
-        );
+        let exports = instance.exports.clone();
+        let (log, done, delete) = (&exports.log, &exports.done, &exports.delete);
         instance
             .run_with(exchange, "proxy_on_log", async |store| {
                 if let Some(f) = log {
@@ -171,7 +174,7 @@ impl FilterStream {
     async fn stream_callback(
         &mut self,
         phase: Phase,
-        f: Option<TypedFunc<(u32, u32, u32), i32>>,
+        f: Option<&TypedFunc<(u32, u32, u32), i32>>,
         exchange: &mut HttpExchange,
         size: u32,
         end_of_stream: bool,
@@ -195,7 +198,7 @@ impl FilterStream {
     async fn trailers_callback(
         &mut self,
         phase: Phase,
-        f: Option<TypedFunc<(u32, u32), i32>>,
+        f: Option<&TypedFunc<(u32, u32), i32>>,
         exchange: &mut HttpExchange,
         count: u32,
     ) -> Result<Flow, FilterError> {

@@ -53,7 +53,7 @@ impl GatewayProc {
             _dir: dir,
             config,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(180);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Some(status) = gateway.child.try_wait().unwrap() {
                 let mut stderr = String::new();
@@ -69,7 +69,7 @@ impl GatewayProc {
             }
             assert!(
                 Instant::now() < deadline,
-                "wasmgate run did not start listening"
+                "wasmgate run did not start listening within 180 s"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

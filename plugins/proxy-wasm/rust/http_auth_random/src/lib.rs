@@ -89,11 +89,17 @@ impl Context for Auth {
                 self.add_http_request_header("x-auth", "allowed");
                 self.resume_http_request();
             }
-            _ => self.send_http_response(
-                403,
-                vec![("x-auth", "denied")],
-                Some(b"Access forbidden.\n"),
-            ),
+            _ => {
+                // Why the decision was negative: 0 when the service answered,
+                // another gRPC-style code (and a reason) when the call failed.
+                let (code, reason) = self.get_grpc_status();
+                let status = format!("{code} {}", reason.unwrap_or_default());
+                self.send_http_response(
+                    403,
+                    vec![("x-auth", "denied"), ("x-callout-status", status.trim_end())],
+                    Some(b"Access forbidden.\n"),
+                )
+            }
         }
     }
 }
