@@ -9,3 +9,5 @@ python3 -c "import matplotlib" 2>/dev/null || pip install -q matplotlib || true
 bench/inprocess.sh 3
 bench/http.py --rounds 3 --seconds 8
 bench/report.py
+ROUNDS=3 SECONDS=5 bench/gateway.sh
+bench/gateway_report.py
