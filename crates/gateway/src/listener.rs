@@ -5,8 +5,7 @@
 //! with its own single-threaded tokio runtime accepting from the shared
 //! socket, so that a request is read, proxied and answered without waking
 //! another thread. (A multi-thread runtime parks and unparks its workers
-//! around every request even with one worker; on the gateway benchmark that
-//! cost a third of the throughput: docs/benchmarks.md.)
+//! around requests even with one worker: docs/benchmarks.md.)
 
 use std::convert::Infallible;
 use std::future::Future;
