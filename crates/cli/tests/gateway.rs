@@ -906,3 +906,37 @@ routes:
     let id = header(&again, "x-property-request.id").unwrap();
     assert_ne!(id, p("request.id"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_trailers_pass_through_the_filter() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: trailers, wasm: "{{wasm:trailers}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - {{name: filtered, path: {{prefix: /filtered}}, plugins: [{{plugin: trailers}}], upstream: backend}}
+  - {{name: plain, upstream: backend}}
+"#,
+        up.address()
+    ));
+    let c = client();
+    let te = [("te", "trailers")];
+    // Unfiltered: the upstream's trailers reach the client.
+    let plain = send(&c, "GET", &gw.url("/trailers"), &te, "").await;
+    assert_eq!(plain.text(), "part1 part2");
+    let trailers = plain.trailers.expect("trailers through the plain route");
+    assert_eq!(trailers["x-checksum"], "abc123");
+    // Filtered: proxy_on_response_trailers sees them and rewrites one.
+    let filtered = send(&c, "GET", &gw.url("/filtered/trailers"), &te, "").await;
+    assert_eq!(filtered.status, 200);
+    assert_eq!(filtered.text(), "part1 part2");
+    let trailers = filtered.trailers.expect("trailers through the filter");
+    assert_eq!(trailers["x-checksum"], "abc123; seen-by=filter; trailers=1");
+    // A client that did not say `TE: trailers` gets the body without them.
+    let without = get(&c, &gw.url("/filtered/trailers")).await;
+    assert_eq!(without.text(), "part1 part2");
+    assert!(without.trailers.is_none());
+}

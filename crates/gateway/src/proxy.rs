@@ -447,13 +447,13 @@ fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> RequestHead {
 }
 
 /// Hop-by-hop headers are the connection's, not the message's (RFC 9110 7.6.1).
+/// (`Trailer` is end-to-end: it names the trailers the message ends with.)
 /// Names are built once: parsing them per request showed in profiles.
-const HOP_BY_HOP: [HeaderName; 8] = [
+const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
     header::PROXY_AUTHENTICATE,
@@ -481,7 +481,17 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
 /// X-Forwarded-For gets the client appended; -Proto and -Host are set when
 /// no earlier proxy set them; Via records this hop.
 fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &str) {
+    // `TE: trailers` says the client takes trailers (gRPC requires it); it
+    // is passed on, as Envoy does, so the upstream sends them. Other TE
+    // values are this hop's business.
+    let accepts_trailers = headers
+        .get_all(header::TE)
+        .iter()
+        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
     remove_hop_by_hop(headers);
+    if accepts_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
     let client = peer.ip().to_string();
     let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(earlier) => format!("{earlier}, {client}"),

@@ -5,7 +5,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 
 use super::{free_port, plugin, wasmgate, HttpClient, Reply};
 
@@ -106,20 +106,7 @@ pub async fn send(
     }
     let request = request.body(Full::new(body.into())).unwrap();
     let response = client.request(request).await.expect("request failed");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .unwrap()
-        .to_bytes()
-        .to_vec();
-    Reply {
-        status,
-        headers,
-        body,
-    }
+    Reply::read(response).await
 }
 
 pub async fn get(client: &HttpClient, url: &str) -> Reply {

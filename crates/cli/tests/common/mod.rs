@@ -111,9 +111,24 @@ pub struct Reply {
     pub status: u16,
     pub headers: hyper::HeaderMap,
     pub body: Vec<u8>,
+    pub trailers: Option<hyper::HeaderMap>,
 }
 
 impl Reply {
+    /// Reads the whole response: status, headers, body and trailers.
+    pub async fn read(response: hyper::Response<hyper::body::Incoming>) -> Reply {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let collected = response.into_body().collect().await.unwrap();
+        let trailers = collected.trailers().cloned();
+        Reply {
+            status,
+            headers,
+            body: collected.to_bytes().to_vec(),
+            trailers,
+        }
+    }
+
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
@@ -135,18 +150,5 @@ pub async fn post(client: &HttpClient, url: &str, body: impl Into<Bytes>) -> Rep
         .body(Full::new(body.into()))
         .unwrap();
     let response = client.request(request).await.expect("request failed");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .unwrap()
-        .to_bytes()
-        .to_vec();
-    Reply {
-        status,
-        headers,
-        body,
-    }
+    Reply::read(response).await
 }

@@ -106,6 +106,18 @@ async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<B
             tokio::time::sleep(Duration::from_secs(2)).await;
             full("slow")
         }
+        p if p.ends_with("/trailers") => {
+            // Two chunks, then trailers (declared in `Trailer`, as HTTP/1.1
+            // needs; sent only to a client that said `TE: trailers`).
+            let mut trailers = hyper::HeaderMap::new();
+            trailers.insert("x-checksum", "abc123".parse().unwrap());
+            let frames = [
+                Frame::data(Bytes::from("part1 ")),
+                Frame::data(Bytes::from("part2")),
+                Frame::trailers(trailers),
+            ];
+            StreamBody::new(frames_stream(frames)).boxed()
+        }
         "/stream" => {
             let chunks = futures_stream(3, Duration::from_millis(100));
             StreamBody::new(chunks).boxed()
@@ -137,6 +149,11 @@ async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<B
     response
         .headers_mut()
         .insert("x-upstream", name.parse().unwrap());
+    if path.ends_with("/trailers") {
+        response
+            .headers_mut()
+            .insert("trailer", "x-checksum".parse().unwrap());
+    }
     Ok(response)
 }
 
@@ -158,6 +175,16 @@ fn futures_stream(
             tokio::time::sleep(gap).await;
         }
     });
+    Receiver(rx)
+}
+
+/// The given frames, in order, as a stream.
+fn frames_stream<const N: usize>(frames: [Frame<Bytes>; N]) -> Receiver {
+    let (tx, rx) = tokio::sync::mpsc::channel(N);
+    for frame in frames {
+        tx.try_send(Ok(frame))
+            .expect("the channel holds every frame");
+    }
     Receiver(rx)
 }
 

@@ -1,0 +1,25 @@
+//! Reads and edits response trailers: when the response ends with trailers,
+//! rewrites the upstream's `x-checksum` trailer to
+//! `<value>; seen-by=filter; trailers=<count>`.
+
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::Action;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_http_context(|_, _| -> Box<dyn HttpContext> { Box::new(Trailers) });
+}}
+
+struct Trailers;
+
+impl Context for Trailers {}
+
+impl HttpContext for Trailers {
+    fn on_http_response_trailers(&mut self, count: usize) -> Action {
+        let checksum = self
+            .get_http_response_trailer("x-checksum")
+            .unwrap_or_else(|| "none".to_string());
+        let seen = format!("{checksum}; seen-by=filter; trailers={count}");
+        self.set_http_response_trailer("x-checksum", Some(&seen));
+        Action::Continue
+    }
+}
