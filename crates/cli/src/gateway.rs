@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use wasmgate_gateway::admin::Admin;
 use wasmgate_gateway::config::GatewayConfig;
-use wasmgate_gateway::{Gateway, ListenerConfig};
+use wasmgate_gateway::{Gateway, ListenerConfig, LiveGateway};
 use wasmgate_runtime::{Runtime, RuntimeConfig};
 
 use crate::plugin_args::default_cache_dir;
@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// Seconds in-flight requests get to finish on SIGTERM/SIGINT.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_secs: u64,
+    /// Do not reload when the configuration file or a plugin's module
+    /// changes (SIGHUP and `POST /reload` on the admin listener still do).
+    #[arg(long)]
+    no_watch: bool,
 }
 
 fn runtime(args: &ConfigArgs) -> Result<Runtime> {
@@ -49,12 +53,13 @@ fn runtime(args: &ConfigArgs) -> Result<Runtime> {
 }
 
 /// Reads, checks and builds; errors are printed one per line with file and field.
-async fn build(args: &ConfigArgs) -> Result<Gateway, String> {
+async fn build(args: &ConfigArgs) -> Result<(Gateway, Runtime), String> {
     let config = GatewayConfig::load(&args.config).map_err(|e| e.to_string())?;
     let runtime = runtime(args).map_err(|e| format!("{e:#}"))?;
-    Gateway::build(config, &args.config, &runtime)
+    let gateway = Gateway::build(config, &args.config, &runtime)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok((gateway, runtime))
 }
 
 pub fn check(args: ConfigArgs) -> Result<ExitCode> {
@@ -63,7 +68,7 @@ pub fn check(args: ConfigArgs) -> Result<ExitCode> {
         .enable_all()
         .build()?;
     match tokio.block_on(build(&args)) {
-        Ok(gateway) => {
+        Ok((gateway, _)) => {
             let config = gateway.config();
             println!(
                 "{}: ok ({} routes, {} upstreams, {} plugins)",
@@ -112,14 +117,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 }
 
 async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
-    let gateway = match build(&args.config).await {
-        Ok(gateway) => Arc::new(gateway),
+    let live = match build(&args.config).await {
+        Ok((gateway, runtime)) => Arc::new(LiveGateway::new(gateway, &args.config.config, runtime)),
         Err(errors) => {
             eprintln!("{errors}");
             return Ok(ExitCode::FAILURE);
         }
     };
-    let config = gateway.config().clone();
+    let config = live.current().config().clone();
     let listener = std::net::TcpListener::bind(&config.listen)
         .with_context(|| format!("binding {}", config.listen))?;
     let listener_config = ListenerConfig {
@@ -130,9 +135,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         let admin_listener = tokio::net::TcpListener::bind(admin)
             .await
             .with_context(|| format!("binding the admin listener {admin}"))?;
-        let handler = Arc::new(Admin {
-            gateway: gateway.clone(),
-        });
+        let handler = Arc::new(Admin { live: live.clone() });
         let admin_config = listener_config.clone();
         tokio::spawn(async move {
             let never = std::future::pending::<()>();
@@ -142,7 +145,12 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
                 tracing::error!(error = %e, "admin listener failed");
             }
         });
-        tracing::info!(address = %admin, "admin listener (/metrics, /healthz, /readyz)");
+        tracing::info!(address = %admin, "admin listener (/metrics, /healthz, /readyz, /status, POST /reload)");
+    }
+    // Reloads: SIGHUP, and changes to the configuration or a plugin's module.
+    tokio::spawn(reload_on_sighup(live.clone()));
+    if !args.no_watch {
+        tokio::spawn(live.clone().watch(WATCH_INTERVAL));
     }
     tracing::info!(
         address = %config.listen,
@@ -152,7 +160,23 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         plugins = config.plugins.len(),
         "gateway listening"
     );
-    crate::serve::serve_until_signal(listener, threads, gateway, listener_config).await?;
+    crate::serve::serve_until_signal(listener, threads, live, listener_config).await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// How often the configuration file and plugin modules are checked for changes.
+const WATCH_INTERVAL: Duration = Duration::from_millis(500);
+
+async fn reload_on_sighup(live: Arc<LiveGateway>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        tracing::warn!(
+            "cannot listen for SIGHUP; reload through the file watcher or the admin API"
+        );
+        return;
+    };
+    while hangup.recv().await.is_some() {
+        let _ = live.reload("SIGHUP").await;
+    }
 }

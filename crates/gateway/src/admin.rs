@@ -1,5 +1,6 @@
-//! The admin listener: `/metrics` (Prometheus text format), `/healthz` and
-//! `/readyz`. It binds to its own address (127.0.0.1 by default in the
+//! The admin listener: `/metrics` (Prometheus text format), `/healthz`,
+//! `/readyz`, `GET /status` (reload generation and last error) and
+//! `POST /reload`. It binds to its own address (127.0.0.1 by default in the
 //! examples) so traffic and operations stay apart.
 
 use std::fmt::Write;
@@ -13,16 +14,38 @@ use wasmgate_proxy_wasm::shared::{shared, MetricKind};
 use crate::body::{self, Body};
 use crate::gateway::Gateway;
 use crate::listener::{Connection, Handler};
+use crate::reload::LiveGateway;
 
 pub struct Admin {
-    pub gateway: Arc<Gateway>,
+    pub live: Arc<LiveGateway>,
 }
+
+const JSON: &str = "application/json";
 
 impl Handler for Admin {
     async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
-        let (status, content_type, text) = match request.uri().path() {
-            "/metrics" => (StatusCode::OK, "text/plain; version=0.0.4", self.metrics()),
-            "/healthz" | "/readyz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+        let method = request.method().clone();
+        let (status, content_type, text) = match (&method, request.uri().path()) {
+            (_, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4", self.metrics()),
+            (_, "/healthz" | "/readyz") => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+            (_, "/status") => (StatusCode::OK, JSON, self.status()),
+            (&hyper::Method::POST, "/reload") => match self.live.reload("admin API").await {
+                Ok(generation) => (
+                    StatusCode::OK,
+                    JSON,
+                    serde_json::json!({"reloaded": true, "generation": generation}).to_string(),
+                ),
+                Err(reason) => (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    JSON,
+                    serde_json::json!({"reloaded": false, "error": reason}).to_string(),
+                ),
+            },
+            (_, "/reload") => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "POST /reload\n".to_string(),
+            ),
             _ => (
                 StatusCode::NOT_FOUND,
                 "text/plain",
@@ -38,13 +61,39 @@ impl Handler for Admin {
 }
 
 impl Admin {
+    fn status(&self) -> String {
+        let gateway = self.live.current();
+        let plugins: Vec<_> = gateway
+            .plugin_kinds
+            .iter()
+            .map(|(name, kind)| serde_json::json!({"name": name, "kind": kind}))
+            .collect();
+        serde_json::json!({
+            "reload": self.live.status(),
+            "routes": gateway.config().routes.len(),
+            "upstreams": gateway.config().upstreams.len(),
+            "plugins": plugins,
+        })
+        .to_string()
+    }
+
     fn metrics(&self) -> String {
+        let gateway: Arc<Gateway> = self.live.current();
+        let reload = self.live.status();
         let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP wasmgate_config_generation Configuration generation serving (1 at start-up).\n\
+             # TYPE wasmgate_config_generation gauge\nwasmgate_config_generation {}\n\
+             # TYPE wasmgate_config_reloads_total counter\nwasmgate_config_reloads_total {}\n\
+             # TYPE wasmgate_config_reload_failures_total counter\nwasmgate_config_reload_failures_total {}",
+            reload.generation, reload.reloads, reload.failed_reloads
+        );
         out.push_str(
             "# HELP wasmgate_route_requests_total Requests answered per route and status class.\n",
         );
         out.push_str("# TYPE wasmgate_route_requests_total counter\n");
-        for route in &self.gateway.routes {
+        for route in &gateway.routes {
             for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
                 let n = route.responses[i].load(Ordering::Relaxed);
                 let _ = writeln!(
@@ -56,7 +105,7 @@ impl Admin {
         }
         out.push_str("# HELP wasmgate_upstream_node_healthy Whether a node is in rotation.\n");
         out.push_str("# TYPE wasmgate_upstream_node_healthy gauge\n");
-        let mut upstreams: Vec<_> = self.gateway.upstreams.values().collect();
+        let mut upstreams: Vec<_> = gateway.upstreams.values().collect();
         upstreams.sort_by(|a, b| a.name.cmp(&b.name));
         for upstream in &upstreams {
             for (i, node) in upstream.nodes().iter().enumerate() {

@@ -91,10 +91,24 @@ impl Gateway {
             upstreams: upstreams.clone(),
         });
 
+        // Compiling is the slow part of building (seconds for a Go module):
+        // do it on the blocking pool, all plugins at once, so that neither
+        // the serving threads nor the control plane's timers wait for it.
+        let loads: Vec<_> = config
+            .plugins
+            .iter()
+            .map(|p| {
+                let (p, base, runtime) = (p.clone(), base.clone(), runtime.clone());
+                tokio::task::spawn_blocking(move || load_plugin(&p, &base, &runtime))
+            })
+            .collect();
         let mut loaded = HashMap::new();
         let mut plugin_kinds = Vec::new();
-        for (i, p) in config.plugins.iter().enumerate() {
-            match load_plugin(p, &base, runtime) {
+        for ((i, p), load) in config.plugins.iter().enumerate().zip(loads) {
+            let load = load
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("loading the plugin panicked: {e}")));
+            match load {
                 Ok(plugin) => {
                     let kind = match &plugin {
                         LoadedPlugin::ProxyWasm { abi, .. } => format!("proxy-wasm {abi}"),
@@ -219,6 +233,11 @@ impl Gateway {
     }
 }
 
+/// Where a plugin's module is, for a configuration in directory `base`.
+pub(crate) fn plugin_path(base: &Path, p: &PluginConfig) -> PathBuf {
+    resolve(base, &p.wasm)
+}
+
 fn resolve(base: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
         path.to_path_buf()
@@ -228,7 +247,7 @@ fn resolve(base: &Path, path: &Path) -> PathBuf {
 }
 
 fn load_plugin(p: &PluginConfig, base: &Path, runtime: &Runtime) -> anyhow::Result<LoadedPlugin> {
-    let path = resolve(base, &p.wasm);
+    let path = plugin_path(base, p);
     let wasm =
         std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let module = runtime.load_module(&wasm)?;

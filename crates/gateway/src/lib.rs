@@ -16,9 +16,11 @@ mod function_route;
 mod gateway;
 pub mod listener;
 mod proxy;
+pub mod reload;
 mod router;
 mod upstream;
 
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
 pub use gateway::Gateway;
 pub use listener::{serve, serve_workers, Connection, Handler, ListenerConfig, Workers};
+pub use reload::{LiveGateway, ReloadStatus};

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,6 +16,9 @@ pub struct GatewayProc {
     pub admin_port: u16,
     _dir: tempfile::TempDir,
     pub config: PathBuf,
+    /// Everything the gateway wrote to stderr so far. It is read as it
+    /// comes: a pipe nobody reads fills up and blocks the gateway's logging.
+    logs: Arc<Mutex<String>>,
 }
 
 /// `{wasm:name}` in the YAML becomes the path of plugin `name`;
@@ -34,38 +38,49 @@ pub fn render(yaml: &str, port: u16, admin_port: u16) -> String {
 
 impl GatewayProc {
     pub fn start(yaml: &str) -> GatewayProc {
+        GatewayProc::start_with(yaml, &[])
+    }
+
+    /// Starts `wasmgate run` with extra arguments.
+    pub fn start_with(yaml: &str, args: &[&str]) -> GatewayProc {
         let (port, admin_port) = (free_port(), free_port());
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("wasmgate.yaml");
         std::fs::write(&config, render(yaml, port, admin_port)).unwrap();
-        let child = wasmgate()
+        let mut child = wasmgate()
             .args(["run", "-c"])
             .arg(&config)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting wasmgate run");
+        let logs = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = logs.clone();
+        let drain = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut logs = sink.lock().unwrap();
+                logs.push_str(&line);
+                logs.push('\n');
+            }
+        });
         let mut gateway = GatewayProc {
             child,
             port,
             admin_port,
             _dir: dir,
             config,
+            logs,
         };
         let deadline = Instant::now() + Duration::from_secs(180);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Some(status) = gateway.child.try_wait().unwrap() {
-                let mut stderr = String::new();
-                use std::io::Read;
-                gateway
-                    .child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut stderr)
-                    .unwrap();
-                panic!("wasmgate run exited with {status}: {stderr}");
+                let _ = drain.join();
+                panic!("wasmgate run exited with {status}: {}", gateway.logs());
             }
             assert!(
                 Instant::now() < deadline,
@@ -76,8 +91,26 @@ impl GatewayProc {
         gateway
     }
 
+    /// What the gateway has logged so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The directory holding the configuration file.
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
+    /// Replaces the configuration file (same ports), atomically as editors
+    /// and deploy tools do: written beside it, then renamed over it.
+    pub fn rewrite(&self, yaml: &str) {
+        let staged = self.config.with_extension("yaml.new");
+        std::fs::write(&staged, render(yaml, self.port, self.admin_port)).unwrap();
+        std::fs::rename(&staged, &self.config).unwrap();
     }
 
     pub fn admin_url(&self, path: &str) -> String {

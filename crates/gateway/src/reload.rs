@@ -1,0 +1,199 @@
+//! Hot reload. Requests are served by whatever [`Gateway`] is current; a
+//! reload reads the configuration file again, loads its plugins (compiling
+//! them off the serving threads) and builds a whole new gateway beside the
+//! running one. Only if every part of it builds is it swapped in, atomically:
+//! a request holds the gateway it started on until it ends, so in-flight
+//! requests finish on the old version while new ones get the new one, and
+//! the listeners never stop. A failed reload changes nothing but the
+//! status, which names the file, field and reason.
+//!
+//! The old gateway is freed when its last request ends: its instances and
+//! modules with it, its root contexts stop, its health probes end.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use serde::Serialize;
+use wasmgate_runtime::Runtime;
+
+use crate::body::Body;
+use crate::config::GatewayConfig;
+use crate::gateway::{plugin_path, Gateway};
+use crate::listener::{Connection, Handler};
+
+/// The gateway currently serving, and how to build the next one.
+pub struct LiveGateway {
+    current: ArcSwap<Gateway>,
+    file: PathBuf,
+    runtime: Runtime,
+    status: Mutex<ReloadStatus>,
+    /// One reload at a time: a file change and a SIGHUP arriving together
+    /// build once after the other, never interleaved.
+    reloading: tokio::sync::Mutex<()>,
+}
+
+/// What the admin API reports about reloads.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReloadStatus {
+    /// 1 for the gateway started with, +1 per successful reload.
+    pub generation: u64,
+    /// When the current generation was swapped in (ms since the epoch).
+    pub loaded_at_ms: u64,
+    pub reloads: u64,
+    pub failed_reloads: u64,
+    /// Why the last failed reload was rejected, with what triggered it.
+    pub last_error: Option<String>,
+}
+
+impl LiveGateway {
+    pub fn new(gateway: Gateway, file: &Path, runtime: Runtime) -> LiveGateway {
+        LiveGateway {
+            current: ArcSwap::from_pointee(gateway),
+            file: file.to_path_buf(),
+            runtime,
+            status: Mutex::new(ReloadStatus {
+                generation: 1,
+                loaded_at_ms: now_ms(),
+                reloads: 0,
+                failed_reloads: 0,
+                last_error: None,
+            }),
+            reloading: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The gateway new requests go to.
+    pub fn current(&self) -> Arc<Gateway> {
+        self.current.load_full()
+    }
+
+    pub fn status(&self) -> ReloadStatus {
+        self.status.lock().expect("status lock").clone()
+    }
+
+    /// Builds the gateway from the file as it is now and swaps it in.
+    /// Returns the new generation, or every reason the file was rejected
+    /// (the running gateway is untouched then).
+    pub async fn reload(&self, trigger: &str) -> Result<u64, String> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let started = std::time::Instant::now();
+        let built = match GatewayConfig::load(&self.file) {
+            Ok(config) => {
+                self.warn_about_restart_only_changes(&config);
+                Gateway::build(config, &self.file, &self.runtime)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Err(errors) => Err(errors.to_string()),
+        };
+        let mut status = self.status.lock().expect("status lock");
+        match built {
+            Ok(gateway) => {
+                self.current.store(Arc::new(gateway));
+                status.generation += 1;
+                status.reloads += 1;
+                status.loaded_at_ms = now_ms();
+                tracing::info!(
+                    trigger,
+                    generation = status.generation,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "configuration reloaded"
+                );
+                Ok(status.generation)
+            }
+            Err(reason) => {
+                status.failed_reloads += 1;
+                status.last_error = Some(format!("{trigger}: {reason}"));
+                tracing::error!(
+                    trigger,
+                    generation = status.generation,
+                    "reload rejected; the running configuration keeps serving:\n{reason}"
+                );
+                Err(reason)
+            }
+        }
+    }
+
+    /// The listener, admin address and thread count are fixed at start-up.
+    fn warn_about_restart_only_changes(&self, new: &GatewayConfig) {
+        let current = self.current();
+        let old = current.config();
+        if old.listen != new.listen
+            || old.admin != new.admin
+            || old.limits.threads != new.limits.threads
+        {
+            tracing::warn!(
+                "`listen`, `admin` and `limits.threads` changes take effect at the next restart"
+            );
+        }
+    }
+
+    /// The files a reload reads: the configuration and every plugin's module.
+    pub fn watched_files(&self) -> Vec<PathBuf> {
+        let current = self.current();
+        let base = self.file.parent().unwrap_or(Path::new("."));
+        let mut files = vec![self.file.clone()];
+        files.extend(
+            current
+                .config()
+                .plugins
+                .iter()
+                .map(|p| plugin_path(base, p)),
+        );
+        files
+    }
+
+    /// Reloads whenever the configuration file or a plugin's module changes
+    /// (checked every `interval`). Polling rather than inotify: it also sees
+    /// files replaced by rename, on any filesystem.
+    pub async fn watch(self: Arc<Self>, interval: Duration) {
+        let mut seen = fingerprint(&self.watched_files());
+        loop {
+            tokio::time::sleep(interval).await;
+            let files = self.watched_files();
+            let now = fingerprint(&files);
+            if now == seen {
+                continue;
+            }
+            // Let a writer finish: reload once the files stop changing.
+            tokio::time::sleep(interval).await;
+            let settled = fingerprint(&files);
+            if settled != now {
+                continue;
+            }
+            let _ = self.reload("file change").await;
+            // Track the files of whatever now serves (a plugin list may have changed).
+            seen = fingerprint(&self.watched_files());
+        }
+    }
+}
+
+impl Handler for LiveGateway {
+    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+        // The request keeps this version alive until it is answered.
+        let gateway = self.current.load_full();
+        gateway.handle(request, connection).await
+    }
+}
+
+/// Size and modification time of each file (None when missing).
+fn fingerprint(files: &[PathBuf]) -> Vec<Option<(u64, SystemTime)>> {
+    files
+        .iter()
+        .map(|f| {
+            let meta = std::fs::metadata(f).ok()?;
+            Some((meta.len(), meta.modified().ok()?))
+        })
+        .collect()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
