@@ -12,6 +12,10 @@ use common::gateway::{get, send, GatewayProc};
 use common::{client, plugin};
 
 fn config(answer: &str, filter_wasm: &str) -> String {
+    config_with_conf(answer, filter_wasm, "from-config")
+}
+
+fn config_with_conf(answer: &str, filter_wasm: &str, conf: &str) -> String {
     format!(
         r#"
 listen: "{{listen}}"
@@ -21,7 +25,7 @@ plugins:
 routes:
   - name: filtered
     path: {{prefix: /filtered}}
-    plugins: [{{plugin: filter, conf: from-config}}]
+    plugins: [{{plugin: filter, conf: "{conf}"}}]
     respond: {{status: 200, body: "{answer}"}}
   - {{name: plain, respond: {{status: 200, body: "{answer}"}}}}
 "#
@@ -126,6 +130,20 @@ async fn config_and_plugin_changes_reload_without_failing_a_request() {
     assert_eq!(after.headers.get("custom-header").unwrap(), "from-config");
     assert!(after.headers.get("x-seen-path").is_none());
 
+    // A filter that refuses its configuration (http_config refuses an empty
+    // one in proxy_on_configure): rejected, v4 keeps serving.
+    gw.rewrite(&config_with_conf("v5-never", filter.to_str().unwrap(), ""));
+    let status = wait_for_failed_reloads(&c, &gw, 3).await;
+    assert!(
+        status["reload"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("proxy_on_configure"),
+        "{status}"
+    );
+    assert_eq!(get(&c, &gw.url("/")).await.text(), "v4");
+    gw.rewrite(&config("v4", filter.to_str().unwrap()));
+
     // POST /reload answers with the outcome.
     let r = send(&c, "POST", &gw.admin_url("/reload"), &[], "").await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -145,7 +163,7 @@ async fn config_and_plugin_changes_reload_without_failing_a_request() {
     );
     let metrics = get(&c, &gw.admin_url("/metrics")).await.text();
     assert!(
-        metrics.contains("wasmgate_config_reload_failures_total 2"),
+        metrics.contains("wasmgate_config_reload_failures_total 3"),
         "{metrics}"
     );
 }
