@@ -89,6 +89,7 @@ impl Admin {
              # TYPE wasmgate_config_reload_failures_total counter\nwasmgate_config_reload_failures_total {}",
             reload.generation, reload.reloads, reload.failed_reloads
         );
+        self.instance_pool_metrics(&mut out);
         out.push_str(
             "# HELP wasmgate_route_requests_total Requests answered per route and status class.\n",
         );
@@ -151,6 +152,50 @@ impl Admin {
             }
         }
         out
+    }
+}
+
+impl Admin {
+    /// The engine's instance allocator: what is alive (instances and
+    /// memories of every plugin and version) and what freed slots keep
+    /// resident for reuse, which is how memory after reloads is accounted.
+    fn instance_pool_metrics(&self, out: &mut String) {
+        let Some(pool) = self.live.runtime().engine().pooling_allocator_metrics() else {
+            return;
+        };
+        let gauges = [
+            (
+                "wasmgate_pool_instances",
+                "Live wasm module instances.",
+                pool.core_instances(),
+            ),
+            (
+                "wasmgate_pool_memories",
+                "Live linear memories.",
+                pool.memories() as u64,
+            ),
+            (
+                "wasmgate_pool_stacks",
+                "Async stacks in use.",
+                pool.stacks() as u64,
+            ),
+            (
+                "wasmgate_pool_unused_warm_memories",
+                "Freed memory slots kept warm for reuse.",
+                pool.unused_warm_memories() as u64,
+            ),
+            (
+                "wasmgate_pool_unused_memory_bytes_resident",
+                "Bytes of freed memory slots kept resident for reuse.",
+                pool.unused_memory_bytes_resident() as u64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
     }
 }
 

@@ -71,6 +71,10 @@ impl LiveGateway {
         self.current.load_full()
     }
 
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     pub fn status(&self) -> ReloadStatus {
         self.status.lock().expect("status lock").clone()
     }
