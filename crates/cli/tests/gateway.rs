@@ -940,3 +940,60 @@ routes:
     assert_eq!(without.text(), "part1 part2");
     assert!(without.trailers.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_trailers_pass_through_the_filter() {
+    use http_body_util::StreamBody;
+    use hyper::body::Frame;
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: trailers, wasm: "{{wasm:trailers}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - {{name: filtered, plugins: [{{plugin: trailers}}], upstream: backend}}
+"#,
+        up.address()
+    ));
+    // A chunked request body that ends with a trailer it declares.
+    let mut trailers = hyper::HeaderMap::new();
+    trailers.insert("x-checksum", "req-42".parse().unwrap());
+    let frames: Vec<Result<Frame<bytes::Bytes>, std::convert::Infallible>> = vec![
+        Ok(Frame::data(bytes::Bytes::from("one "))),
+        Ok(Frame::data(bytes::Bytes::from("two"))),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let body = StreamBody::new(futures_iter(frames));
+    let request = hyper::Request::post(gw.url("/upload"))
+        .header("trailer", "x-checksum")
+        .body(body)
+        .unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http();
+    let response = client.request(request).await.unwrap();
+    let reply = common::Reply::read(response).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let echo = reply.json();
+    assert_eq!(echo["body"], "one two");
+    assert_eq!(
+        echo["trailers"]["x-checksum"], "req-42; seen-by=filter; trailers=1",
+        "{echo}"
+    );
+}
+
+/// A stream over a list of items, for request bodies made of frames.
+fn futures_iter<T: Unpin>(items: Vec<T>) -> impl futures_core::Stream<Item = T> + Unpin {
+    struct Iter<T>(std::vec::IntoIter<T>);
+    impl<T: Unpin> futures_core::Stream for Iter<T> {
+        type Item = T;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<T>> {
+            std::task::Poll::Ready(self.0.next())
+        }
+    }
+    Iter(items.into_iter())
+}

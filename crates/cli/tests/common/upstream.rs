@@ -90,11 +90,13 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 
 async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let (parts, body) = request.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let (body, request_trailers) = match body.collect().await {
+        Ok(collected) => {
+            let trailers = collected.trailers().cloned().unwrap_or_default();
+            (collected.to_bytes(), trailers)
+        }
+        Err(_) => Default::default(),
+    };
     let path = parts.uri.path().to_string();
     let body: Body = match path.as_str() {
         "/bytes/1" => {
@@ -141,6 +143,10 @@ async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<B
                 "path": parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
                 "headers": headers,
                 "body": String::from_utf8_lossy(&body),
+                "trailers": request_trailers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+                    .collect::<BTreeMap<_, _>>(),
             });
             full(serde_json::to_vec(&echo).unwrap())
         }

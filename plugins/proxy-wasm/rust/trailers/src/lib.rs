@@ -1,5 +1,5 @@
-//! Reads and edits response trailers: when the response ends with trailers,
-//! rewrites the upstream's `x-checksum` trailer to
+//! Reads and edits trailers: when a request or a response ends with
+//! trailers, rewrites its `x-checksum` trailer to
 //! `<value>; seen-by=filter; trailers=<count>`.
 
 use proxy_wasm::traits::{Context, HttpContext};
@@ -14,6 +14,15 @@ struct Trailers;
 impl Context for Trailers {}
 
 impl HttpContext for Trailers {
+    fn on_http_request_trailers(&mut self, count: usize) -> Action {
+        let checksum = self
+            .get_http_request_trailer("x-checksum")
+            .unwrap_or_else(|| "none".to_string());
+        let seen = format!("{checksum}; seen-by=filter; trailers={count}");
+        self.set_http_request_trailer("x-checksum", Some(&seen));
+        Action::Continue
+    }
+
     fn on_http_response_trailers(&mut self, count: usize) -> Action {
         let checksum = self
             .get_http_response_trailer("x-checksum")
