@@ -960,12 +960,11 @@ routes:
     // A chunked request body that ends with a trailer it declares.
     let mut trailers = hyper::HeaderMap::new();
     trailers.insert("x-checksum", "req-42".parse().unwrap());
-    let frames: Vec<Result<Frame<bytes::Bytes>, std::convert::Infallible>> = vec![
-        Ok(Frame::data(bytes::Bytes::from("one "))),
-        Ok(Frame::data(bytes::Bytes::from("two"))),
-        Ok(Frame::trailers(trailers)),
-    ];
-    let body = StreamBody::new(futures_iter(frames));
+    let body = StreamBody::new(common::upstream::frames_stream([
+        Frame::data(bytes::Bytes::from("one ")),
+        Frame::data(bytes::Bytes::from("two")),
+        Frame::trailers(trailers),
+    ]));
     let request = hyper::Request::post(gw.url("/upload"))
         .header("trailer", "x-checksum")
         .body(body)
@@ -981,19 +980,4 @@ routes:
         echo["trailers"]["x-checksum"], "req-42; seen-by=filter; trailers=1",
         "{echo}"
     );
-}
-
-/// A stream over a list of items, for request bodies made of frames.
-fn futures_iter<T: Unpin>(items: Vec<T>) -> impl futures_core::Stream<Item = T> + Unpin {
-    struct Iter<T>(std::vec::IntoIter<T>);
-    impl<T: Unpin> futures_core::Stream for Iter<T> {
-        type Item = T;
-        fn poll_next(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Option<T>> {
-            std::task::Poll::Ready(self.0.next())
-        }
-    }
-    Iter(items.into_iter())
 }

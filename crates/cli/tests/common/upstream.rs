@@ -184,8 +184,8 @@ fn futures_stream(
     Receiver(rx)
 }
 
-/// The given frames, in order, as a stream.
-fn frames_stream<const N: usize>(frames: [Frame<Bytes>; N]) -> Receiver {
+/// The given frames, in order, as a stream (for streamed bodies with trailers).
+pub fn frames_stream<const N: usize>(frames: [Frame<Bytes>; N]) -> Receiver {
     let (tx, rx) = tokio::sync::mpsc::channel(N);
     for frame in frames {
         tx.try_send(Ok(frame))
@@ -194,7 +194,7 @@ fn frames_stream<const N: usize>(frames: [Frame<Bytes>; N]) -> Receiver {
     Receiver(rx)
 }
 
-struct Receiver(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+pub struct Receiver(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
 
 impl futures_core::Stream for Receiver {
     type Item = Result<Frame<Bytes>, Infallible>;

@@ -15,20 +15,20 @@ impl Context for Trailers {}
 
 impl HttpContext for Trailers {
     fn on_http_request_trailers(&mut self, count: usize) -> Action {
-        let checksum = self
-            .get_http_request_trailer("x-checksum")
-            .unwrap_or_else(|| "none".to_string());
-        let seen = format!("{checksum}; seen-by=filter; trailers={count}");
+        let seen = mark(self.get_http_request_trailer("x-checksum"), count);
         self.set_http_request_trailer("x-checksum", Some(&seen));
         Action::Continue
     }
 
     fn on_http_response_trailers(&mut self, count: usize) -> Action {
-        let checksum = self
-            .get_http_response_trailer("x-checksum")
-            .unwrap_or_else(|| "none".to_string());
-        let seen = format!("{checksum}; seen-by=filter; trailers={count}");
+        let seen = mark(self.get_http_response_trailer("x-checksum"), count);
         self.set_http_response_trailer("x-checksum", Some(&seen));
         Action::Continue
     }
+}
+
+/// The rewritten checksum: what came in, marked as seen, with the count.
+fn mark(checksum: Option<String>, count: usize) -> String {
+    let checksum = checksum.unwrap_or_else(|| "none".to_string());
+    format!("{checksum}; seen-by=filter; trailers={count}")
 }
