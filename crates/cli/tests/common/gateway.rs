@@ -122,7 +122,10 @@ impl Drop for GatewayProc {
     fn drop(&mut self) {
         // A failing test shows what the gateway logged.
         if std::thread::panicking() {
-            eprintln!("--- wasmgate run log ---\n{}--- end of log ---", self.logs());
+            eprintln!(
+                "--- wasmgate run log ---\n{}--- end of log ---",
+                self.logs()
+            );
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
