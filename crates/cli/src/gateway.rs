@@ -145,7 +145,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
                 tracing::error!(error = %e, "admin listener failed");
             }
         });
-        tracing::info!(address = %admin, "admin listener (/metrics, /healthz, /readyz, /status, POST /reload)");
+        tracing::info!(address = %admin, "admin listener (admin API, /metrics, /healthz, /readyz; see docs/admin.md)");
     }
     // Reloads: SIGHUP, and changes to the configuration or a plugin's module.
     tokio::spawn(reload_on_sighup(live.clone()));

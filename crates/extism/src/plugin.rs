@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use rustc_hash::FxHashMap;
 use wasmgate_runtime::limits::install_epoch_policy;
-use wasmgate_runtime::{CrashReport, InstancePool, PoolConfig, PoolStats, Runtime};
+use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolStats, Runtime};
 use wasmtime::{AsContextMut, ExternType, Instance, Linker, Module, Store, TypedFunc, ValType};
 use wasmtime_wasi::I32Exit;
 
@@ -53,6 +53,7 @@ pub(crate) struct PluginShared {
     pub extism_memory_limit: u64,
     pub timeout: Option<Duration>,
     pub needs_wasi: bool,
+    pub stats: Arc<PluginStats>,
 }
 
 /// A module of the manifest with, for each of its imports, where a new
@@ -158,6 +159,7 @@ impl Plugin {
             memory_limit,
             timeout: manifest.timeout_ms.map(Duration::from_millis),
             needs_wasi,
+            stats: Arc::default(),
         });
 
         let mut linker = Linker::new(runtime.engine());
@@ -213,6 +215,11 @@ impl Plugin {
             .is_some_and(|f| callable_signature(f.params().len(), &f.results().collect::<Vec<_>>()))
     }
 
+    /// Calls, latency, failures and memory of this plugin's instances.
+    pub fn stats(&self) -> &PluginStats {
+        &self.shared.stats
+    }
+
     pub fn status(&self) -> PluginStatus {
         PluginStatus {
             name: self.shared.name.to_string(),
@@ -242,10 +249,12 @@ impl Plugin {
         let ticks = store.data_mut().budget.start(self.shared.timeout);
         store.set_epoch_deadline(ticks);
 
+        let started = std::time::Instant::now();
         let outcome = match &export {
             Export::ReturnsCode(f) => f.call_async(&mut *store, ()).await,
             Export::ReturnsNothing(f) => f.call_async(&mut *store, ()).await.map(|()| 0),
         };
+        self.shared.stats.record_call(started.elapsed());
         // Only an instance whose call returned normally goes back to the pool;
         // the lease drops any other, so it is never reused.
         let healthy = outcome.is_ok();
@@ -290,6 +299,7 @@ impl Plugin {
             &error,
             state.budget.timed_out(),
         );
+        self.shared.stats.record_crash(&report);
         tracing::warn!(plugin = %self.shared.name, function, kind = report.kind.as_str(), "{report}");
         Err(CallError::Crash(Box::new(report)))
     }

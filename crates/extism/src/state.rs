@@ -29,7 +29,8 @@ impl ExtismState {
         ExtismState {
             memory: ExtismMemory::new(plugin.extism_memory_limit),
             kernel_memory: None,
-            limiter: MemoryLimiter::new(plugin.memory_limit.map(|b| b as usize)),
+            limiter: MemoryLimiter::new(plugin.memory_limit.map(|b| b as usize))
+                .counted_in(plugin.stats.clone()),
             plugin,
             http_status: 0,
             http_headers: None,
@@ -48,5 +49,8 @@ impl ExtismState {
 impl HasCallBudget for ExtismState {
     fn call_budget(&mut self) -> &mut CallBudget {
         &mut self.budget
+    }
+    fn plugin_name(&self) -> &str {
+        &self.plugin.name
     }
 }

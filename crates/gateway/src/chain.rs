@@ -30,7 +30,7 @@ pub enum Stop {
     Closed { plugin: String },
     /// A fail-closed filter failed.
     Failed { plugin: String, error: FilterError },
-    /// A body passing through filters outgrew `limits.max_body_bytes`.
+    /// A body the filters hold back (buffer) outgrew `limits.max_body_bytes`.
     TooLarge { limit: usize },
 }
 
@@ -177,7 +177,10 @@ impl Chain {
         B::Error: std::fmt::Display,
     {
         use http_body_util::BodyExt;
-        let mut seen = 0usize;
+        // Bytes the filters hold back (fed in, nothing passed on yet): a
+        // filter buffering the body is what the limit protects against; a
+        // body streaming through is not held and may be any size.
+        let mut held = 0usize;
         loop {
             let next = match first.take() {
                 Some(frame) => Some(frame),
@@ -200,14 +203,16 @@ impl Chain {
             };
             match frame.into_data() {
                 Ok(data) => {
-                    seen += data.len();
-                    if seen > limit {
-                        return Err(Stop::TooLarge { limit });
-                    }
+                    held += data.len();
                     let end = source.is_end_stream();
                     let out = self
                         .body_chunk(direction, exchange, data.to_vec(), end)
                         .await?;
+                    if !out.is_empty() {
+                        held = 0;
+                    } else if held > limit {
+                        return Err(Stop::TooLarge { limit });
+                    }
                     send(sink, out).await;
                     if end {
                         return Ok(());

@@ -17,9 +17,15 @@ pub struct GatewayConfig {
     /// Address of the traffic listener (HTTP/1.1 and cleartext HTTP/2).
     #[serde(default = "default_listen")]
     pub listen: String,
-    /// Address of the admin listener (`/metrics`, `/healthz`, `/readyz`); none when absent.
+    /// Address of the admin listener (`/metrics`, `/healthz`, `/readyz`, the
+    /// admin API); none when absent.
     #[serde(default)]
     pub admin: Option<String>,
+    /// Bearer token the admin API requires (`Authorization: Bearer ...`).
+    /// Required when `admin` is not a loopback address; the environment
+    /// variable `WASMGATE_ADMIN_TOKEN` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<String>,
     /// Every plugin the routes use, declared once.
     #[serde(default)]
     pub plugins: Vec<PluginConfig>,
@@ -34,6 +40,9 @@ pub struct GatewayConfig {
     #[serde(default)]
     pub limits: Limits,
 }
+
+/// Environment variable that sets (and overrides) `admin_token`.
+pub const ADMIN_TOKEN_ENV: &str = "WASMGATE_ADMIN_TOKEN";
 
 fn default_listen() -> String {
     "127.0.0.1:8080".into()
@@ -288,6 +297,10 @@ pub struct RouteConfig {
     /// ... or a fixed answer.
     #[serde(default)]
     pub respond: Option<FixedResponse>,
+    /// Requests this route serves at once; more are answered 503 with
+    /// `Retry-After` at once instead of queueing. Unlimited when absent.
+    #[serde(default)]
+    pub max_concurrent_requests: Option<usize>,
 }
 
 /// At most one of `exact`, `prefix`, `regex`.
@@ -457,6 +470,20 @@ impl GatewayConfig {
                         format!("`{address}` is not an IP:port address"),
                     );
                 }
+            }
+        }
+        if let Some(Ok(address)) = self
+            .admin
+            .as_ref()
+            .map(|a| a.parse::<std::net::SocketAddr>())
+        {
+            let token = self.admin_token.is_some()
+                || std::env::var_os(ADMIN_TOKEN_ENV).is_some_and(|t| !t.is_empty());
+            if !address.ip().is_loopback() && !token {
+                problem(
+                    "admin".into(),
+                    format!("the admin API on a non-loopback address ({address}) needs a token: set `admin_token` or {ADMIN_TOKEN_ENV}"),
+                );
             }
         }
         let plugins = unique_names(

@@ -10,11 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::Semaphore;
 use wasmgate_extism::{Manifest, Plugin, PluginOptions};
 use wasmgate_proxy_wasm::{
     AbiVersion, FilterConfig, FilterPlugin, HttpCallFuture, HttpCallRequest, HttpCallResponse,
     HttpCaller, PoolConfig, Runtime,
 };
+
+use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats};
 
 use crate::chain::{header_map, header_pairs, RouteFilter};
 use crate::config::{
@@ -30,6 +33,8 @@ pub struct Gateway {
     pub(crate) config: GatewayConfig,
     /// What each declared plugin turned out to be, e.g. `proxy-wasm 0.2.1`.
     pub plugin_kinds: Vec<(String, String)>,
+    /// SHA-256 (hex) of each plugin's module: which binary is serving.
+    plugin_hashes: HashMap<String, String>,
 }
 
 pub(crate) struct Route {
@@ -40,6 +45,12 @@ pub(crate) struct Route {
     pub endpoint: Endpoint,
     /// Responses by status class (1xx..5xx), for `/metrics`.
     pub responses: [AtomicU64; 5],
+    /// Time from the request's arrival to its response headers.
+    pub latency: LatencyHistogram,
+    /// `max_concurrent_requests`: one permit per request being served.
+    pub concurrency: Option<Arc<Semaphore>>,
+    /// Requests turned away by the concurrency limit.
+    pub rejected: AtomicU64,
 }
 
 impl Route {
@@ -63,6 +74,11 @@ pub(crate) enum Endpoint {
 enum LoadedPlugin {
     ProxyWasm { wasm: Arc<Vec<u8>>, abi: AbiVersion },
     Extism(Arc<Plugin>),
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
 }
 
 impl Gateway {
@@ -104,12 +120,14 @@ impl Gateway {
             .collect();
         let mut loaded = HashMap::new();
         let mut plugin_kinds = Vec::new();
+        let mut plugin_hashes = HashMap::new();
         for ((i, p), load) in config.plugins.iter().enumerate().zip(loads) {
             let load = load
                 .await
                 .unwrap_or_else(|e| Err(anyhow::anyhow!("loading the plugin panicked: {e}")));
             match load {
-                Ok(plugin) => {
+                Ok((plugin, hash)) => {
+                    plugin_hashes.insert(p.name.clone(), hash);
                     let kind = match &plugin {
                         LoadedPlugin::ProxyWasm { abi, .. } => format!("proxy-wasm {abi}"),
                         LoadedPlugin::Extism(_) => "extism".to_string(),
@@ -213,6 +231,11 @@ impl Gateway {
                     filters: filters.into_iter().map(|(_, f)| f).collect(),
                     endpoint,
                     responses: Default::default(),
+                    latency: LatencyHistogram::default(),
+                    concurrency: r
+                        .max_concurrent_requests
+                        .map(|n| Arc::new(Semaphore::new(n))),
+                    rejected: AtomicU64::new(0),
                 });
             }
         }
@@ -222,6 +245,7 @@ impl Gateway {
                 upstreams,
                 config,
                 plugin_kinds,
+                plugin_hashes,
             })
         } else {
             Err(ConfigErrors(errors))
@@ -231,6 +255,49 @@ impl Gateway {
     pub fn config(&self) -> &GatewayConfig {
         &self.config
     }
+
+    /// SHA-256 of the module plugin `name` was loaded from.
+    pub fn plugin_hash(&self, name: &str) -> Option<&str> {
+        self.plugin_hashes.get(name).map(String::as_str)
+    }
+
+    /// Every plugin instance set serving: one per (filter, route) since
+    /// each route configures its filters apart, one per Extism plugin used
+    /// as a function (shared by the routes that call it).
+    pub fn plugin_sets(&self) -> Vec<PluginSet<'_>> {
+        let mut sets = Vec::new();
+        let mut functions: Vec<&Arc<Plugin>> = Vec::new();
+        for route in &self.routes {
+            for filter in &route.filters {
+                sets.push(PluginSet {
+                    name: filter.plugin.name(),
+                    route: Some(&route.name),
+                    stats: filter.plugin.stats(),
+                    pool: filter.plugin.status(),
+                });
+            }
+            if let Endpoint::Function { plugin, .. } = &route.endpoint {
+                if !functions.iter().any(|p| Arc::ptr_eq(p, plugin)) {
+                    functions.push(plugin);
+                    sets.push(PluginSet {
+                        name: plugin.name(),
+                        route: None,
+                        stats: plugin.stats(),
+                        pool: plugin.status().pool,
+                    });
+                }
+            }
+        }
+        sets
+    }
+}
+
+/// One plugin's instances on one route (or on every route, for a function).
+pub struct PluginSet<'a> {
+    pub name: &'a str,
+    pub route: Option<&'a str>,
+    pub stats: &'a PluginStats,
+    pub pool: PoolStats,
 }
 
 /// Where a plugin's module is, for a configuration in directory `base`.
@@ -246,10 +313,25 @@ fn resolve(base: &Path, path: &Path) -> PathBuf {
     }
 }
 
-fn load_plugin(p: &PluginConfig, base: &Path, runtime: &Runtime) -> anyhow::Result<LoadedPlugin> {
+/// Loads plugin `p`; returns it with the SHA-256 of its module.
+fn load_plugin(
+    p: &PluginConfig,
+    base: &Path,
+    runtime: &Runtime,
+) -> anyhow::Result<(LoadedPlugin, String)> {
     let path = plugin_path(base, p);
     let wasm =
         std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let hash = sha256_hex(&wasm);
+    load_module_as(p, &path, wasm, runtime).map(|plugin| (plugin, hash))
+}
+
+fn load_module_as(
+    p: &PluginConfig,
+    path: &Path,
+    wasm: Vec<u8>,
+    runtime: &Runtime,
+) -> anyhow::Result<LoadedPlugin> {
     let module = runtime.load_module(&wasm)?;
     let abi = AbiVersion::detect(module.exports().map(|e| e.name()));
     let kind = match (p.kind, &abi) {
@@ -263,7 +345,7 @@ fn load_plugin(p: &PluginConfig, base: &Path, runtime: &Runtime) -> anyhow::Resu
             abi,
         });
     }
-    let mut manifest = Manifest::from_wasm_file(path);
+    let mut manifest = Manifest::from_wasm_file(path.to_path_buf());
     manifest.config = p.config.clone();
     if !p.allowed_hosts.is_empty() {
         manifest.allowed_hosts = Some(p.allowed_hosts.clone());

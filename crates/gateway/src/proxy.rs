@@ -61,13 +61,36 @@ impl Handler for Gateway {
                 ),
             ));
         };
+        let permit = match &route.concurrency {
+            None => None,
+            Some(limit) => match limit.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    route.rejected.fetch_add(1, Ordering::Relaxed);
+                    route.count(StatusCode::SERVICE_UNAVAILABLE);
+                    return route_overloaded(&route.name);
+                }
+            },
+        };
+        let started = std::time::Instant::now();
         let response = if route.filters.is_empty() {
             self.unfiltered(route, parts, body, peer, &host).await
         } else {
             self.filtered(route, parts, body, connection, host).await
         };
+        route.latency.record(started.elapsed());
         route.count(response.status());
-        response
+        match permit {
+            // The request counts against the limit until its body is sent.
+            Some(permit) => response.map(|body| {
+                body.map_frame(move |frame| {
+                    let _held = &permit;
+                    frame
+                })
+                .boxed_unsync()
+            }),
+            None => response,
+        }
     }
 }
 
@@ -289,14 +312,25 @@ impl Gateway {
             }
         }
         let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
-        let limit = usize::MAX;
+        let limit = self.config.limits.max_body_bytes;
+        let route_name = route.name.clone();
         tokio::spawn(async move {
             if let Err(stop) = chain
                 .pump(Direction::Response, &mut exchange, body, first, &tx, limit)
                 .await
             {
-                // Headers are gone: all that is left is to abort the body.
-                tracing::warn!(?stop, "a filter stopped the response body; aborting it");
+                // Headers are gone: all that is left is to abort the body
+                // (the client sees a truncated response, never a wrong one).
+                match stop {
+                    Stop::TooLarge { limit } => tracing::warn!(
+                        route = %route_name,
+                        limit,
+                        "a filter buffered more of the response body than limits.max_body_bytes; aborting the response"
+                    ),
+                    stop => {
+                        tracing::warn!(route = %route_name, ?stop, "a filter stopped the response body; aborting it")
+                    }
+                }
                 let _ = tx.send(Err("response stopped by a filter".into())).await;
             }
             drop(tx);
@@ -589,12 +623,32 @@ fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange) -> Response<Bod
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "filter_failed"),
             };
             tracing::warn!(%route, %plugin, %error, "filter failed; failing the request closed");
-            body_response(error_response::json_error(
+            let mut response = error_response::json_error(
                 status,
                 json!({"kind": kind, "plugin": plugin, "route": route, "message": error.to_string()}),
-            ))
+            );
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                // Busy or backing off: worth trying again shortly.
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            body_response(response)
         }
     }
+}
+
+/// 503 for a request over its route's `max_concurrent_requests`.
+fn route_overloaded(route: &str) -> Response<Body> {
+    let mut response = error_response::simple(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "route_overloaded",
+        format!("route `{route}` is serving its max_concurrent_requests; retry later"),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    body_response(response)
 }
 
 fn local_response(local: LocalResponse) -> Response<Body> {

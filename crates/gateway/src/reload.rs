@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use hyper::body::Incoming;
@@ -34,6 +34,19 @@ pub struct LiveGateway {
     /// One reload at a time: a file change and a SIGHUP arriving together
     /// build once after the other, never interleaved.
     reloading: tokio::sync::Mutex<()>,
+    /// The watched files as the last reload or update saw them: the watcher
+    /// reloads when they differ (so the admin API's own writes do not
+    /// trigger a second reload).
+    seen: Mutex<Fingerprint>,
+}
+
+/// Why an admin API change was not applied.
+#[derive(Debug)]
+pub enum EditError {
+    /// The named route, upstream or plugin does not exist.
+    NotFound(String),
+    /// The change was checked or built and refused, for these reasons.
+    Invalid(String),
 }
 
 /// What the admin API reports about reloads.
@@ -51,7 +64,7 @@ pub struct ReloadStatus {
 
 impl LiveGateway {
     pub fn new(gateway: Gateway, file: &Path, runtime: Runtime) -> LiveGateway {
-        LiveGateway {
+        let live = LiveGateway {
             current: ArcSwap::from_pointee(gateway),
             file: file.to_path_buf(),
             runtime,
@@ -63,7 +76,10 @@ impl LiveGateway {
                 last_error: None,
             }),
             reloading: tokio::sync::Mutex::new(()),
-        }
+            seen: Mutex::new(Vec::new()),
+        };
+        *live.seen.lock().expect("seen lock") = fingerprint(&live.watched_files());
+        live
     }
 
     /// The gateway new requests go to.
@@ -85,6 +101,7 @@ impl LiveGateway {
     pub async fn reload(&self, trigger: &str) -> Result<u64, String> {
         let _one_at_a_time = self.reloading.lock().await;
         let started = std::time::Instant::now();
+        let stamp = self.runtime.module_load_stamp();
         let built = match GatewayConfig::load(&self.file) {
             Ok(config) => {
                 self.warn_about_restart_only_changes(&config);
@@ -94,32 +111,78 @@ impl LiveGateway {
             }
             Err(errors) => Err(errors.to_string()),
         };
-        let mut status = self.status.lock().expect("status lock");
-        match built {
-            Ok(gateway) => {
-                self.current.store(Arc::new(gateway));
-                status.generation += 1;
-                status.reloads += 1;
-                status.loaded_at_ms = now_ms();
-                tracing::info!(
-                    trigger,
-                    generation = status.generation,
-                    took_ms = started.elapsed().as_millis() as u64,
-                    "configuration reloaded"
-                );
-                Ok(status.generation)
-            }
-            Err(reason) => {
-                status.failed_reloads += 1;
-                status.last_error = Some(format!("{trigger}: {reason}"));
-                tracing::error!(
-                    trigger,
-                    generation = status.generation,
-                    "reload rejected; the running configuration keeps serving:\n{reason}"
-                );
-                Err(reason)
-            }
+        let outcome = match built {
+            Ok(gateway) => Ok(self.swap(gateway, trigger, started, stamp)),
+            Err(reason) => Err(self.reject(trigger, reason)),
+        };
+        *self.seen.lock().expect("seen lock") = fingerprint(&self.watched_files());
+        outcome
+    }
+
+    /// Changes the running configuration with `edit` (the admin API's
+    /// writes): the result is checked and built like a reload, swapped in,
+    /// and written to the configuration file (comments are not kept), so a
+    /// restart or a later reload starts from it. A rejected change touches
+    /// nothing.
+    pub async fn update(
+        &self,
+        trigger: &str,
+        edit: impl FnOnce(&mut GatewayConfig) -> Result<(), EditError>,
+    ) -> Result<u64, EditError> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let started = std::time::Instant::now();
+        let stamp = self.runtime.module_load_stamp();
+        let mut config = self.current().config().clone();
+        edit(&mut config)?;
+        let problems = config.check();
+        if !problems.is_empty() {
+            let reason = problems
+                .iter()
+                .map(|(field, message)| format!("{field}: {message}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            return Err(EditError::Invalid(self.reject(trigger, reason)));
         }
+        let text = serde_yaml_ng::to_string(&config)
+            .map_err(|e| EditError::Invalid(format!("serialising the configuration: {e}")))?;
+        let gateway = Gateway::build(config, &self.file, &self.runtime)
+            .await
+            .map_err(|e| EditError::Invalid(self.reject(trigger, e.to_string())))?;
+        write_atomically(&self.file, text.as_bytes())
+            .map_err(|e| EditError::Invalid(format!("writing {}: {e}", self.file.display())))?;
+        let generation = self.swap(gateway, trigger, started, stamp);
+        *self.seen.lock().expect("seen lock") = fingerprint(&self.watched_files());
+        Ok(generation)
+    }
+
+    fn swap(&self, gateway: Gateway, trigger: &str, started: Instant, stamp: u64) -> u64 {
+        self.current.store(Arc::new(gateway));
+        // Modules only the old version used go when its last request ends.
+        self.runtime.forget_modules_unused_since(stamp);
+        let mut status = self.status.lock().expect("status lock");
+        status.generation += 1;
+        status.reloads += 1;
+        status.loaded_at_ms = now_ms();
+        tracing::info!(
+            trigger,
+            generation = status.generation,
+            took_ms = started.elapsed().as_millis() as u64,
+            "configuration reloaded"
+        );
+        status.generation
+    }
+
+    /// Records a rejected change; returns the reason.
+    fn reject(&self, trigger: &str, reason: String) -> String {
+        let mut status = self.status.lock().expect("status lock");
+        status.failed_reloads += 1;
+        status.last_error = Some(format!("{trigger}: {reason}"));
+        tracing::error!(
+            trigger,
+            generation = status.generation,
+            "reload rejected; the running configuration keeps serving:\n{reason}"
+        );
+        reason
     }
 
     /// The listener, admin address and thread count are fixed at start-up.
@@ -155,12 +218,11 @@ impl LiveGateway {
     /// (checked every `interval`). Polling rather than inotify: it also sees
     /// files replaced by rename, on any filesystem.
     pub async fn watch(self: Arc<Self>, interval: Duration) {
-        let mut seen = fingerprint(&self.watched_files());
         loop {
             tokio::time::sleep(interval).await;
             let files = self.watched_files();
             let now = fingerprint(&files);
-            if now == seen {
+            if now == *self.seen.lock().expect("seen lock") {
                 continue;
             }
             // Let a writer finish: reload once the files stop changing.
@@ -169,9 +231,8 @@ impl LiveGateway {
             if settled != now {
                 continue;
             }
+            // Records the files of whatever serves next (its plugin list may differ).
             let _ = self.reload("file change").await;
-            // Track the files of whatever now serves (a plugin list may have changed).
-            seen = fingerprint(&self.watched_files());
         }
     }
 }
@@ -184,8 +245,10 @@ impl Handler for LiveGateway {
     }
 }
 
+type Fingerprint = Vec<Option<(u64, SystemTime)>>;
+
 /// Size and modification time of each file (None when missing).
-fn fingerprint(files: &[PathBuf]) -> Vec<Option<(u64, SystemTime)>> {
+fn fingerprint(files: &[PathBuf]) -> Fingerprint {
     files
         .iter()
         .map(|f| {
@@ -193,6 +256,17 @@ fn fingerprint(files: &[PathBuf]) -> Vec<Option<(u64, SystemTime)>> {
             Some((meta.len(), meta.modified().ok()?))
         })
         .collect()
+}
+
+/// Written beside the file and renamed over it: a reader (or the watcher)
+/// never sees half of it.
+fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let mut staged = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut staged, bytes)?;
+    staged.as_file().sync_data()?;
+    staged.persist(file).map_err(|e| e.error)?;
+    Ok(())
 }
 
 fn now_ms() -> u64 {

@@ -14,6 +14,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use wasmgate_runtime::LatencyHistogram;
+
 use crate::body::{self, Body};
 use crate::config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
 
@@ -48,6 +50,10 @@ pub struct Node {
     ejected_until: Mutex<Option<Instant>>,
     pub requests: AtomicU64,
     pub retries: AtomicU64,
+    /// Requests sent to this node still waiting for its response headers.
+    pub waiting: AtomicU64,
+    /// Time from sending a request to its response headers.
+    pub latency: LatencyHistogram,
 }
 
 /// What goes upstream besides the body.
@@ -101,6 +107,8 @@ impl Upstream {
                 ejected_until: Mutex::new(None),
                 requests: AtomicU64::new(0),
                 retries: AtomicU64::new(0),
+                waiting: AtomicU64::new(0),
+                latency: LatencyHistogram::default(),
             })
             .collect();
         let mut ring = Vec::new();
@@ -235,7 +243,13 @@ impl Upstream {
                     break;
                 }
             };
-            match tokio::time::timeout(self.read_timeout, self.client.request(request)).await {
+            node.waiting.fetch_add(1, Ordering::Relaxed);
+            let sent_at = Instant::now();
+            let answer =
+                tokio::time::timeout(self.read_timeout, self.client.request(request)).await;
+            node.waiting.fetch_sub(1, Ordering::Relaxed);
+            node.latency.record(sent_at.elapsed());
+            match answer {
                 Ok(Ok(response)) => {
                     self.report(i, !matches!(response.status().as_u16(), 502..=504));
                     return Ok(response);

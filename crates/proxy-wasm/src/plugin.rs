@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use anyhow::{Context, Result};
 use wasmgate_runtime::guest_log::LogStream;
 use wasmgate_runtime::limits::install_epoch_policy;
-use wasmgate_runtime::{CrashReport, InstancePool, PoolConfig, PoolStats, Runtime};
+use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolStats, Runtime};
 use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc};
 
 use crate::abi::AbiVersion;
@@ -57,6 +57,7 @@ pub struct FilterConfig {
 pub(crate) struct FilterShared {
     pub config: FilterConfig,
     pub needs_wasi: bool,
+    pub stats: Arc<PluginStats>,
 }
 
 pub struct FilterPlugin {
@@ -158,7 +159,11 @@ impl FilterPlugin {
             .with_context(|| format!("linking filter `{}`", config.name))?;
         let plugin = FilterPlugin {
             pool: InstancePool::new(config.pool.clone()),
-            shared: Arc::new(FilterShared { config, needs_wasi }),
+            shared: Arc::new(FilterShared {
+                config,
+                needs_wasi,
+                stats: Arc::default(),
+            }),
             runtime: runtime.clone(),
             pre,
             abi,
@@ -191,6 +196,16 @@ impl FilterPlugin {
     /// The instance pool's counters.
     pub fn status(&self) -> PoolStats {
         self.pool.stats()
+    }
+
+    /// Calls, latency, failures and memory of this plugin's instances.
+    pub fn stats(&self) -> &PluginStats {
+        &self.shared.stats
+    }
+
+    /// The route this filter instance set serves.
+    pub fn route(&self) -> &str {
+        &self.shared.config.route
     }
 
     /// Starts an HTTP stream: leases an instance and creates the stream's context.
@@ -379,9 +394,13 @@ impl FilterInstance {
         let store = &mut self.store;
         let ticks = store.data_mut().budget.start(plugin.config.timeout);
         store.set_epoch_deadline(ticks);
-        body(store).await.map_err(|error| {
+        let started = std::time::Instant::now();
+        let outcome = body(store).await;
+        plugin.stats.record_call(started.elapsed());
+        outcome.map_err(|error| {
             let timed_out = self.store.data().budget.timed_out();
             let report = CrashReport::from_error(&plugin.config.name, name, &error, timed_out);
+            plugin.stats.record_crash(&report);
             tracing::warn!(plugin = %plugin.config.name, route = %plugin.config.route, callback = name, kind = report.kind.as_str(), "{report}");
             FilterError::Crash(Box::new(report))
         })

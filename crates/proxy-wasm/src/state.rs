@@ -44,7 +44,8 @@ pub struct FilterState {
 impl FilterState {
     pub(crate) fn new(plugin: Arc<FilterShared>, wasi: Option<WasiP1Ctx>) -> FilterState {
         FilterState {
-            limiter: MemoryLimiter::new(plugin.config.memory_limit),
+            limiter: MemoryLimiter::new(plugin.config.memory_limit)
+                .counted_in(plugin.stats.clone()),
             plugin,
             exchange: HttpExchange::default(),
             guest: None,
@@ -72,6 +73,9 @@ impl FilterState {
 impl HasCallBudget for FilterState {
     fn call_budget(&mut self) -> &mut CallBudget {
         &mut self.budget
+    }
+    fn plugin_name(&self) -> &str {
+        &self.plugin.config.name
     }
 }
 

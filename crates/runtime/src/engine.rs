@@ -1,7 +1,9 @@
 //! The engine: compiler settings, the instance allocator and the epoch ticker.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -56,6 +58,14 @@ struct RuntimeInner {
     cache: Option<ModuleCache>,
     epoch_tick: Duration,
     pooling: bool,
+    /// Modules loaded so far, by SHA-256 of their bytes, with the load
+    /// stamp of their last use. Loading the same bytes again returns the
+    /// same `Module`: the pooling allocator keeps freed memory slots warm for
+    /// the module that used them, so a reload that made a new `Module` for
+    /// unchanged bytes would strand those slots (memory grew on every
+    /// reload). See [`Runtime::forget_modules_unused_since`].
+    loaded: Mutex<HashMap<[u8; 32], (Module, u64)>>,
+    load_stamp: AtomicU64,
 }
 
 impl Runtime {
@@ -72,6 +82,8 @@ impl Runtime {
                 cache,
                 epoch_tick: config.epoch_tick,
                 pooling,
+                loaded: Mutex::new(HashMap::new()),
+                load_stamp: AtomicU64::new(0),
             }),
         })
     }
@@ -97,6 +109,40 @@ impl Runtime {
     /// compatible engine, but its contents are trusted, so only load `.cwasm`
     /// files you produced yourself.
     pub fn load_module(&self, bytes: &[u8]) -> Result<Module> {
+        use sha2::{Digest, Sha256};
+        let key: [u8; 32] = Sha256::digest(bytes).into();
+        let stamp = self.inner.load_stamp.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some((module, used)) = self.inner.loaded.lock().unwrap().get_mut(&key) {
+            *used = stamp;
+            return Ok(module.clone());
+        }
+        let module = self.compile_or_deserialize(bytes)?;
+        self.inner
+            .loaded
+            .lock()
+            .unwrap()
+            .insert(key, (module.clone(), stamp));
+        Ok(module)
+    }
+
+    /// A stamp to pass to [`Runtime::forget_modules_unused_since`] later.
+    pub fn module_load_stamp(&self) -> u64 {
+        self.inner.load_stamp.load(Ordering::Relaxed)
+    }
+
+    /// Drops the runtime's reference to every module not loaded since
+    /// `stamp` (plugins still using one keep it alive). A gateway calls this
+    /// after a reload, with the stamp taken before building, so the modules
+    /// only the old configuration used are freed with it.
+    pub fn forget_modules_unused_since(&self, stamp: u64) {
+        self.inner
+            .loaded
+            .lock()
+            .unwrap()
+            .retain(|_, (_, used)| *used > stamp);
+    }
+
+    fn compile_or_deserialize(&self, bytes: &[u8]) -> Result<Module> {
         if let Some(kind) = Engine::detect_precompiled(bytes) {
             anyhow::ensure!(
                 kind == Precompiled::Module,

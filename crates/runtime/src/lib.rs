@@ -14,6 +14,8 @@
 //!   to two calls, with an isolation mode and crash-loop backoff.
 //! - [`crash`]: turning a failed call into a [`CrashReport`] with the trap kind
 //!   and the wasm backtrace (function names, file:line from DWARF).
+//! - [`profiler`]: sampling CPU profiles of guest code on the epoch ticker.
+//! - [`stats`]: per-plugin call counts, latency, failures and memory.
 //!
 //! The ABI crates build their own `Linker`s and store data on top of this.
 
@@ -24,9 +26,12 @@ pub mod guest_log;
 pub mod limits;
 pub mod log_level;
 pub mod pool;
+pub mod profiler;
+pub mod stats;
 
 pub use crash::{CrashReport, FailureKind, Frame};
 pub use engine::{Runtime, RuntimeConfig};
 pub use limits::{CallBudget, MemoryLimiter};
 pub use pool::{AcquireError, InstancePool, Lease, PoolConfig, PoolStats};
+pub use stats::{HistogramSnapshot, LastCrash, LatencyHistogram, PluginStats, StatsSnapshot};
 pub use wasmtime;

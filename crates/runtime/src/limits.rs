@@ -1,7 +1,10 @@
 //! Per-store resource limits: a memory cap and a call deadline.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::profiler;
+use crate::stats::PluginStats;
 use wasmtime::{ResourceLimiter, StoreContextMut, UpdateDeadline};
 
 /// Caps the total linear memory (all memories of one store together) and the
@@ -15,6 +18,8 @@ pub struct MemoryLimiter {
     committed: usize,
     exceeded: bool,
     exempt_next_growth: bool,
+    /// The plugin's statistics, whose memory gauge this store adds to.
+    stats: Option<Arc<PluginStats>>,
 }
 
 /// The error that ends a call whose plugin grew memory past its cap.
@@ -34,7 +39,14 @@ impl MemoryLimiter {
             committed: 0,
             exceeded: false,
             exempt_next_growth: false,
+            stats: None,
         }
+    }
+
+    /// Counts this store's linear memory in `stats` (until the store is dropped).
+    pub fn counted_in(mut self, stats: Arc<PluginStats>) -> MemoryLimiter {
+        self.stats = Some(stats);
+        self
     }
 
     pub fn max_bytes(&self) -> Option<usize> {
@@ -64,6 +76,14 @@ impl MemoryLimiter {
     }
 }
 
+impl Drop for MemoryLimiter {
+    fn drop(&mut self) {
+        if let Some(stats) = &self.stats {
+            stats.memory_released(self.committed as u64);
+        }
+    }
+}
+
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
@@ -84,6 +104,9 @@ impl ResourceLimiter for MemoryLimiter {
                 }
                 .into());
             }
+        }
+        if let Some(stats) = &self.stats {
+            stats.memory_grew(after.saturating_sub(self.committed) as u64);
         }
         self.committed = after;
         Ok(true)
@@ -111,11 +134,17 @@ pub struct CallBudget {
     deadline: Option<Instant>,
     timed_out: bool,
     slice_ticks: u64,
+    /// Ticks the call has run since it last yielded.
+    ticks_since_yield: u64,
+    /// Ticks until the next epoch callback, as last set.
+    step: u64,
 }
 
 /// Store data that carries a [`CallBudget`].
 pub trait HasCallBudget {
     fn call_budget(&mut self) -> &mut CallBudget;
+    /// The plugin's name, which CPU profiles file samples under.
+    fn plugin_name(&self) -> &str;
 }
 
 impl CallBudget {
@@ -127,6 +156,8 @@ impl CallBudget {
             deadline: None,
             timed_out: false,
             slice_ticks: Self::DEFAULT_SLICE_TICKS,
+            ticks_since_yield: 0,
+            step: Self::DEFAULT_SLICE_TICKS,
         }
     }
 
@@ -135,7 +166,19 @@ impl CallBudget {
     pub fn start(&mut self, timeout: Option<Duration>) -> u64 {
         self.deadline = timeout.map(|t| Instant::now() + t);
         self.timed_out = false;
-        self.slice_ticks
+        self.ticks_since_yield = 0;
+        self.step = self.next_step();
+        self.step
+    }
+
+    /// Every tick while a profile records (each tick is a sample), else
+    /// once per time slice.
+    fn next_step(&self) -> u64 {
+        if profiler::recording() {
+            1
+        } else {
+            self.slice_ticks
+        }
     }
 
     /// Time left before the deadline (`None`: no deadline).
@@ -160,10 +203,18 @@ impl CallBudget {
                 self.timed_out = true;
                 UpdateDeadline::Interrupt
             }
-            // tokio's yield_now defers the wake-up until the scheduler has
-            // polled its timers and sockets, so a spinning plugin cannot keep
-            // them waiting (a plain re-wake would run again first).
-            _ => UpdateDeadline::YieldCustom(self.slice_ticks, Box::pin(tokio::task::yield_now())),
+            _ => {
+                self.ticks_since_yield += self.step;
+                self.step = self.next_step();
+                if self.ticks_since_yield < self.slice_ticks {
+                    return UpdateDeadline::Continue(self.step);
+                }
+                self.ticks_since_yield = 0;
+                // tokio's yield_now defers the wake-up until the scheduler has
+                // polled its timers and sockets, so a spinning plugin cannot keep
+                // them waiting (a plain re-wake would run again first).
+                UpdateDeadline::YieldCustom(self.step, Box::pin(tokio::task::yield_now()))
+            }
         }
     }
 }
@@ -171,6 +222,10 @@ impl CallBudget {
 /// Installs the deadline/yield policy on a store; call once per store.
 pub fn install_epoch_policy<T: HasCallBudget + 'static>(store: &mut wasmtime::Store<T>) {
     store.epoch_deadline_callback(|mut ctx: StoreContextMut<'_, T>| {
+        if profiler::recording() {
+            let backtrace = wasmtime::WasmBacktrace::capture(&ctx);
+            profiler::sample(ctx.data().plugin_name(), &backtrace);
+        }
         Ok(ctx.data_mut().call_budget().on_epoch())
     });
 }

@@ -55,12 +55,18 @@ pub enum AcquireError {
 }
 
 /// Counters for status pages and metrics.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PoolStats {
     pub created: u64,
     pub discarded: u64,
     pub instantiation_failures: u64,
     pub rejected: u64,
+    /// Calls that found every instance busy and had to wait.
+    pub waits: u64,
+    /// Instantiations that failed in a row (0 once one succeeds).
+    pub consecutive_failures: u32,
+    /// Whether instantiation is in crash-loop backoff now.
+    pub backing_off: bool,
     pub idle: usize,
     pub in_use: usize,
 }
@@ -86,6 +92,7 @@ struct PoolInner<I> {
     created: AtomicU64,
     discarded: AtomicU64,
     rejected: AtomicU64,
+    waits: AtomicU64,
 }
 
 #[derive(Default)]
@@ -128,6 +135,7 @@ impl<I: Send> InstancePool<I> {
             created: AtomicU64::new(0),
             discarded: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         };
         InstancePool {
             inner: Arc::new(inner),
@@ -148,6 +156,7 @@ impl<I: Send> InstancePool<I> {
         let permit = match self.inner.slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
+                self.inner.waits.fetch_add(1, Ordering::Relaxed);
                 match tokio::time::timeout(
                     self.inner.config.acquire_timeout,
                     self.inner.slots.clone().acquire_owned(),
@@ -213,11 +222,19 @@ impl<I: Send> InstancePool<I> {
 
     pub fn stats(&self) -> PoolStats {
         let idle = self.inner.idle.lock().unwrap().len();
+        let (consecutive_failures, backing_off) = {
+            let backoff = self.inner.backoff.lock().unwrap();
+            let backing_off = backoff.until.is_some_and(|until| Instant::now() < until);
+            (backoff.consecutive_failures, backing_off)
+        };
         PoolStats {
+            consecutive_failures,
+            backing_off,
             created: self.inner.created.load(Ordering::Relaxed),
             discarded: self.inner.discarded.load(Ordering::Relaxed),
             instantiation_failures: self.inner.backoff.lock().unwrap().total_failures,
             rejected: self.inner.rejected.load(Ordering::Relaxed),
+            waits: self.inner.waits.load(Ordering::Relaxed),
             idle,
             in_use: self.inner.config.max_instances - self.inner.slots.available_permits(),
         }

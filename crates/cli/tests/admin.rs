@@ -1,0 +1,359 @@
+//! The admin API of `wasmgate run` over real HTTP: configuration writes
+//! (applied whole or refused whole, written back to the file), the token,
+//! per-plugin metrics and status with crash reports, route concurrency
+//! limits, buffering limits and CPU profiles.
+
+mod common;
+
+use std::time::Duration;
+
+use common::gateway::{get, send, GatewayProc};
+use common::upstream::Upstream;
+use common::{client, HttpClient, Reply};
+
+/// Sends an admin request with an optional bearer token.
+async fn admin(
+    c: &HttpClient,
+    gw: &GatewayProc,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> Reply {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|a| vec![("authorization", a)])
+        .unwrap_or_default();
+    send(c, method, &gw.admin_url(path), &headers, body.to_string()).await
+}
+
+/// The value of the series `name{labels}` in a Prometheus scrape.
+fn metric(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_upstreams_and_plugins_are_changed_whole_or_not_at_all() {
+    let backend = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+plugins:
+  - {{name: tag, wasm: "{{wasm:add_header}}"}}
+upstreams:
+  - {{name: backend, nodes: [{{address: "{}"}}]}}
+routes:
+  - {{name: home, path: {{prefix: /home}}, respond: {{status: 200, body: home}}}}
+"#,
+        backend.address()
+    ));
+    let c = client();
+
+    // A new route using the plugin and the upstream: created, then serving.
+    let put = admin(
+        &c,
+        &gw,
+        "PUT",
+        "/routes/api",
+        None,
+        r#"{"path": {"prefix": "/api"}, "plugins": [{"plugin": "tag", "conf": "via-admin"}], "upstream": "backend"}"#,
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.text());
+    assert_eq!(put.json()["generation"], 2);
+    let r = get(&c, &gw.url("/api/x")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["headers"]["x-wasmgate-filter"], "via-admin");
+    // Written back to the file: a restart (or a reload) keeps it.
+    let file = std::fs::read_to_string(&gw.config).unwrap();
+    assert!(file.contains("via-admin"), "{file}");
+
+    // Replacing it in place, as YAML.
+    let put = admin(
+        &c,
+        &gw,
+        "PUT",
+        "/routes/api",
+        None,
+        "path: {prefix: /api}\nplugins: [{plugin: tag, conf: second}]\nupstream: backend\n",
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.text());
+    let r = get(&c, &gw.url("/api/x")).await;
+    assert_eq!(r.json()["headers"]["x-wasmgate-filter"], "second");
+
+    // Refused whole: an unknown upstream, a plugin that is not wasm, deleting
+    // an upstream a route uses. Each names its reason; nothing changes.
+    let bad = admin(
+        &c,
+        &gw,
+        "PUT",
+        "/routes/api",
+        None,
+        r#"{"path": {"prefix": "/api"}, "upstream": "nowhere"}"#,
+    )
+    .await;
+    assert_eq!(bad.status, 422, "{}", bad.text());
+    assert!(bad.text().contains("nowhere"), "{}", bad.text());
+    std::fs::write(gw.dir().join("junk.wasm"), b"not wasm").unwrap();
+    let bad = admin(&c, &gw, "PUT", "/plugins/junk", None, r#"{"wasm": "junk.wasm"}"#).await;
+    assert_eq!(bad.status, 422, "{}", bad.text());
+    assert!(bad.text().contains("not a WebAssembly module"), "{}", bad.text());
+    let bad = admin(&c, &gw, "DELETE", "/upstreams/backend", None, "").await;
+    assert_eq!(bad.status, 422, "{}", bad.text());
+    let r = get(&c, &gw.url("/api/x")).await;
+    assert_eq!(r.json()["headers"]["x-wasmgate-filter"], "second");
+    let status = admin(&c, &gw, "GET", "/status", None, "").await.json();
+    assert_eq!(status["reload"]["generation"], 3);
+    assert_eq!(status["reload"]["failed_reloads"], 3);
+
+    // Body and path disagree; unknown field: 400 before anything is tried.
+    let r = admin(&c, &gw, "PUT", "/routes/api", None, r#"{"name": "other"}"#).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = admin(&c, &gw, "PUT", "/upstreams/u", None, r#"{"nodez": []}"#).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("nodez"), "{}", r.text());
+
+    // Reads.
+    let routes = admin(&c, &gw, "GET", "/routes", None, "").await.json();
+    assert_eq!(routes.as_array().unwrap().len(), 2);
+    let one = admin(&c, &gw, "GET", "/upstreams/backend", None, "").await;
+    assert_eq!(one.json()["nodes"][0]["address"], backend.address());
+    assert_eq!(admin(&c, &gw, "GET", "/plugins/nope", None, "").await.status, 404);
+
+    // Deleting the route: its traffic finds no route.
+    let del = admin(&c, &gw, "DELETE", "/routes/api", None, "").await;
+    assert_eq!(del.status, 200, "{}", del.text());
+    assert_eq!(get(&c, &gw.url("/api/x")).await.status, 404);
+    assert_eq!(admin(&c, &gw, "DELETE", "/routes/api", None, "").await.status, 404);
+    assert_eq!(get(&c, &gw.url("/home")).await.text(), "home");
+
+    // The admin write did not trigger a second (file-watch) reload.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = admin(&c, &gw, "GET", "/status", None, "").await.json();
+    assert_eq!(status["reload"]["generation"], 4, "{status}");
+    let openapi = admin(&c, &gw, "GET", "/openapi.yaml", None, "").await;
+    assert!(openapi.text().contains("/routes/{name}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_everything_but_the_probes() {
+    let gw = GatewayProc::start(
+        r#"
+listen: "{listen}"
+admin: "{admin}"
+admin_token: s3cret
+routes:
+  - {name: all, respond: {status: 200, body: ok}}
+"#,
+    );
+    let c = client();
+    assert_eq!(admin(&c, &gw, "GET", "/healthz", None, "").await.status, 200);
+    assert_eq!(admin(&c, &gw, "GET", "/readyz", None, "").await.status, 200);
+    assert_eq!(admin(&c, &gw, "GET", "/status", None, "").await.status, 401);
+    assert_eq!(admin(&c, &gw, "GET", "/metrics", Some("wrong"), "").await.status, 401);
+    assert_eq!(admin(&c, &gw, "POST", "/reload", Some("s3cre"), "").await.status, 401);
+    assert_eq!(admin(&c, &gw, "GET", "/status", Some("s3cret"), "").await.status, 200);
+    let config = admin(&c, &gw, "GET", "/config", Some("s3cret"), "").await;
+    assert!(!config.text().contains("s3cret"), "{}", config.text());
+
+    // Bound beyond loopback without a token: refused before it starts.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("open.yaml");
+    std::fs::write(&file, "admin: 0.0.0.0:0\nroutes: []\n").unwrap();
+    let out = common::wasmgate()
+        .args(["check", "-c"])
+        .arg(&file)
+        .env_remove("WASMGATE_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("needs a token"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_metrics_status_and_crash_reports() {
+    let backend = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+plugins:
+  - {{name: tag, wasm: "{{wasm:add_header}}"}}
+  - {{name: faults, wasm: "{{wasm:faults}}"}}
+upstreams:
+  - {{name: backend, nodes: [{{address: "{}"}}]}}
+routes:
+  - {{name: api, path: {{prefix: /api}}, plugins: [{{plugin: tag}}], upstream: backend}}
+  - {{name: fn, path: {{prefix: /fn/}}, function: {{plugin: faults}}}}
+"#,
+        backend.address()
+    ));
+    let c = client();
+    for _ in 0..5 {
+        assert_eq!(get(&c, &gw.url("/api/x")).await.status, 200);
+    }
+    let trap = send(&c, "POST", &gw.url("/fn/trap"), &[], "").await;
+    assert_eq!(trap.status, 500, "{}", trap.text());
+
+    let scrape = admin(&c, &gw, "GET", "/metrics", None, "").await.text();
+    let tag = r#"plugin="tag",route="api""#;
+    // Each request runs several callbacks (context create, headers both ways, log...).
+    let calls = metric(&scrape, &format!("wasmgate_plugin_call_seconds_count{{{tag}}}")).unwrap();
+    assert!(calls >= 15.0, "{calls} calls\n{scrape}");
+    assert!(metric(&scrape, &format!("wasmgate_plugin_memory_bytes{{{tag}}}")).unwrap() > 0.0);
+    let idle = metric(&scrape, &format!("wasmgate_plugin_instances{{{tag},state=\"idle\"}}"));
+    assert!(idle.unwrap() >= 1.0, "{scrape}");
+    let faults = r#"plugin="faults",route="""#;
+    let traps = format!("wasmgate_plugin_failures_total{{{faults},kind=\"trap\"}}");
+    assert_eq!(metric(&scrape, &traps), Some(1.0), "{scrape}");
+    let restarts = format!("wasmgate_plugin_restarts_total{{{faults}}}");
+    assert_eq!(metric(&scrape, &restarts), Some(1.0), "{scrape}");
+    let api_2xx = r#"wasmgate_route_requests_total{route="api",class="2xx"}"#;
+    assert_eq!(metric(&scrape, api_2xx), Some(5.0));
+    assert_eq!(
+        metric(&scrape, r#"wasmgate_route_response_seconds_count{route="api"}"#),
+        Some(5.0)
+    );
+    let node = format!(
+        r#"wasmgate_upstream_node_response_seconds_count{{upstream="backend",node="{}"}}"#,
+        backend.address()
+    );
+    assert_eq!(metric(&scrape, &node), Some(5.0), "{scrape}");
+
+    // The plugin status page: hash, pools, counters, last crash with file:line.
+    let status = admin(&c, &gw, "GET", "/plugins/faults/status", None, "").await.json();
+    assert_eq!(status["sha256"].as_str().unwrap().len(), 64);
+    let set = &status["instance_sets"][0];
+    assert_eq!(set["stats"]["traps"], 1);
+    let crash = &set["last_crash"]["report"];
+    assert_eq!(crash["function"], "trap");
+    let frames = crash["frames"].as_array().unwrap();
+    assert!(
+        frames.iter().any(|f| f["function"].as_str().unwrap().contains("explode_on_purpose")
+            && f["file"].as_str().is_some_and(|file| file.ends_with(".rs"))
+            && f["line"].as_u64().is_some()),
+        "{crash}"
+    );
+    let tag_status = admin(&c, &gw, "GET", "/plugins/tag/status", None, "").await.json();
+    assert_eq!(tag_status["instance_sets"][0]["route"], "api");
+    assert!(tag_status["instance_sets"][0]["last_crash"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_route_answers_503_with_retry_after_instead_of_queueing() {
+    let gw = GatewayProc::start(
+        r#"
+listen: "{listen}"
+admin: "{admin}"
+plugins:
+  - {name: faults, wasm: "{wasm:faults}", pool_size: 4}
+routes:
+  - {name: slow, path: {prefix: /fn/}, function: {plugin: faults}, max_concurrent_requests: 1}
+"#,
+    );
+    let c = client();
+    let busy = {
+        let (c, url) = (c.clone(), gw.url("/fn/sleep_ms"));
+        tokio::spawn(async move { send(&c, "POST", &url, &[], "800").await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = send(&c, "POST", &gw.url("/fn/sleep_ms"), &[], "1").await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(refused.json()["error"]["kind"], "route_overloaded");
+    let first = busy.await.unwrap();
+    assert_eq!((first.status, first.text()), (200, "slept".to_string()));
+    // Free again once the first request is answered.
+    assert_eq!(send(&c, "POST", &gw.url("/fn/sleep_ms"), &[], "1").await.status, 200);
+    let scrape = admin(&c, &gw, "GET", "/metrics", None, "").await.text();
+    assert_eq!(metric(&scrape, r#"wasmgate_route_rejected_total{route="slow"}"#), Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_buffering_past_the_limit_gets_413_and_streaming_passes() {
+    let backend = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+limits: {{max_body_bytes: 100000}}
+plugins:
+  - {{name: body, wasm: "{{wasm:http_body}}"}}
+  - {{name: tag, wasm: "{{wasm:add_header}}"}}
+upstreams:
+  - {{name: backend, nodes: [{{address: "{}"}}]}}
+routes:
+  - {{name: buffered, path: {{prefix: /buffered}}, plugins: [{{plugin: body}}], upstream: backend}}
+  - {{name: streamed, path: {{prefix: /streamed}}, plugins: [{{plugin: tag}}], upstream: backend}}
+"#,
+        backend.address()
+    ));
+    let c = client();
+    let big = "x".repeat(300_000);
+    let r = send(&c, "POST", &gw.url("/buffered"), &[], big.clone()).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    let r = send(&c, "POST", &gw.url("/buffered"), &[], "small").await;
+    assert_eq!(r.status, 200);
+    // A filter that does not hold the body back is not limited by it.
+    let r = send(&c, "POST", &gw.url("/streamed"), &[], big.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["body"].as_str().unwrap().len(), 300_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_profile_names_the_plugins_hot_functions() {
+    let gw = GatewayProc::start(
+        r#"
+listen: "{listen}"
+admin: "{admin}"
+plugins:
+  - {name: faults, wasm: "{wasm:faults}"}
+routes:
+  - {name: fn, path: {prefix: /fn/}, function: {plugin: faults}}
+"#,
+    );
+    let c = client();
+    let load = {
+        let (c, url) = (c.clone(), gw.url("/fn/sleep_ms"));
+        tokio::spawn(async move {
+            for _ in 0..4 {
+                send(&c, "POST", &url, &[], "300").await;
+            }
+        })
+    };
+    let folded = admin(&c, &gw, "POST", "/profile?seconds=1&plugin=faults&format=folded", None, "").await;
+    load.await.unwrap();
+    assert_eq!(folded.status, 200, "{}", folded.text());
+    let text = folded.text();
+    let samples: u64 = text
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    // Up to ~1000 ticks of 1 ms while the plugin busy-waits most of the
+    // second; fewer when tests running beside it take the CPU.
+    assert!(samples > 100, "{samples} samples:\n{text}");
+    assert!(
+        text.lines().all(|l| l.starts_with("faults;")),
+        "{text}"
+    );
+    assert!(text.contains("sleep_ms"), "{text}");
+
+    // SVG, with the plugin filter refusing an unknown plugin.
+    let svg_load = {
+        let (c, url) = (c.clone(), gw.url("/fn/sleep_ms"));
+        tokio::spawn(async move { send(&c, "POST", &url, &[], "400").await })
+    };
+    let svg = admin(&c, &gw, "POST", "/profile?seconds=0.5", None, "").await;
+    svg_load.await.unwrap();
+    assert_eq!(svg.status, 200);
+    assert_eq!(svg.headers["content-type"], "image/svg+xml");
+    assert!(svg.text().contains("<svg") && svg.text().contains("sleep_ms"));
+    let none = admin(&c, &gw, "POST", "/profile?seconds=1&plugin=nope", None, "").await;
+    assert_eq!(none.status, 404);
+}

@@ -1,0 +1,178 @@
+//! The configuration over HTTP: routes, upstreams and plugins, each listed,
+//! read, put (create or replace) and deleted by name. A write is checked and
+//! built exactly like a reload of the file (`LiveGateway::update`): it either
+//! serves in full or is refused with every reason, and the file is rewritten
+//! so the change survives a restart.
+
+use hyper::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::Reply;
+use crate::config::{GatewayConfig, PluginConfig, RouteConfig, UpstreamConfig};
+use crate::reload::{EditError, LiveGateway};
+
+/// A named entry of one of the configuration's lists.
+trait Named: Serialize + DeserializeOwned + Clone {
+    /// `route`, `upstream` or `plugin`, for messages.
+    const KIND: &'static str;
+    fn name(&self) -> &str;
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self>;
+}
+
+impl Named for RouteConfig {
+    const KIND: &'static str = "route";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.routes
+    }
+}
+
+impl Named for UpstreamConfig {
+    const KIND: &'static str = "upstream";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.upstreams
+    }
+}
+
+impl Named for PluginConfig {
+    const KIND: &'static str = "plugin";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.plugins
+    }
+}
+
+pub(super) async fn handle(
+    live: &LiveGateway,
+    method: &Method,
+    segments: &[&str],
+    body: &[u8],
+) -> Reply {
+    match segments {
+        ["config"] if method == Method::GET => {
+            let mut config = live.current().config().clone();
+            if config.admin_token.is_some() {
+                config.admin_token = Some("<redacted>".into());
+            }
+            Reply::json(StatusCode::OK, json!(config))
+        }
+        ["routes", rest @ ..] => entry::<RouteConfig>(live, method, rest.first(), body).await,
+        ["upstreams", rest @ ..] => entry::<UpstreamConfig>(live, method, rest.first(), body).await,
+        ["plugins", rest @ ..] => entry::<PluginConfig>(live, method, rest.first(), body).await,
+        _ => Reply::error(StatusCode::METHOD_NOT_ALLOWED, "GET /config"),
+    }
+}
+
+async fn entry<T: Named>(
+    live: &LiveGateway,
+    method: &Method,
+    name: Option<&&str>,
+    body: &[u8],
+) -> Reply {
+    let mut config = live.current().config().clone();
+    match (method, name) {
+        (&Method::GET, None) => Reply::json(StatusCode::OK, json!(T::list(&mut config))),
+        (&Method::GET, Some(name)) => match T::list(&mut config).iter().find(|e| e.name() == *name)
+        {
+            Some(found) => Reply::json(StatusCode::OK, json!(found)),
+            None => Reply::error(StatusCode::NOT_FOUND, format!("no {} `{name}`", T::KIND)),
+        },
+        (&Method::PUT, Some(name)) => put::<T>(live, name, body).await,
+        (&Method::DELETE, Some(name)) => {
+            let name = name.to_string();
+            let result = live
+                .update(&format!("admin API: DELETE {} {name}", T::KIND), |config| {
+                    let list = T::list(config);
+                    let before = list.len();
+                    list.retain(|e| e.name() != name);
+                    if list.len() == before {
+                        return Err(EditError::NotFound(format!("no {} `{name}`", T::KIND)));
+                    }
+                    Ok(())
+                })
+                .await;
+            applied(result, StatusCode::OK, json!({ "deleted": name }))
+        }
+        _ => Reply::error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(
+                "a {0} list takes GET; a {0} by name takes GET, PUT and DELETE",
+                T::KIND
+            ),
+        ),
+    }
+}
+
+/// Creates (appended last: routes match in order) or replaces in place.
+async fn put<T: Named>(live: &LiveGateway, name: &str, body: &[u8]) -> Reply {
+    let entry: T = match parse(name, body) {
+        Ok(entry) => entry,
+        Err(message) => return Reply::error(StatusCode::BAD_REQUEST, message),
+    };
+    let mut created = false;
+    let result = live
+        .update(&format!("admin API: PUT {} {name}", T::KIND), |config| {
+            let list = T::list(config);
+            match list.iter_mut().find(|e| e.name() == name) {
+                Some(existing) => *existing = entry.clone(),
+                None => {
+                    created = true;
+                    list.push(entry.clone());
+                }
+            }
+            Ok(())
+        })
+        .await;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    applied(result, status, json!({ T::KIND: entry }))
+}
+
+/// The body as an entry named `name` (JSON or YAML; `name` may be left out).
+fn parse<T: Named>(name: &str, body: &[u8]) -> Result<T, String> {
+    let mut value: Value = serde_yaml_ng::from_slice(body)
+        .map_err(|e| format!("the body is not JSON or YAML: {e}"))?;
+    let Some(object) = value.as_object_mut() else {
+        return Err(format!("a {} is an object", T::KIND));
+    };
+    match object.get("name").and_then(Value::as_str) {
+        Some(given) if given != name => {
+            return Err(format!(
+                "the body names `{given}` but the path names `{name}`"
+            ))
+        }
+        _ => {
+            object.insert("name".into(), Value::String(name.to_string()));
+        }
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        format!("{}: {path}: {}", T::KIND, e.into_inner())
+    })
+}
+
+fn applied(result: Result<u64, EditError>, status: StatusCode, mut body: Value) -> Reply {
+    match result {
+        Ok(generation) => {
+            body["generation"] = json!(generation);
+            Reply::json(status, body)
+        }
+        Err(EditError::NotFound(message)) => Reply::error(StatusCode::NOT_FOUND, message),
+        Err(EditError::Invalid(reason)) => Reply::json(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            json!({ "error": "the change was rejected; the running configuration is unchanged", "reasons": reason.lines().collect::<Vec<_>>() }),
+        ),
+    }
+}

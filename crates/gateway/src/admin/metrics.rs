@@ -1,0 +1,351 @@
+//! `/metrics`: everything in the Prometheus text format. Families, in order:
+//! configuration reloads, the engine's instance allocator, routes, upstream
+//! nodes, plugins, then the metrics Proxy-Wasm plugins defined themselves.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use wasmgate_proxy_wasm::shared::{shared, MetricKind};
+use wasmgate_runtime::stats::LATENCY_BUCKETS;
+use wasmgate_runtime::{HistogramSnapshot, PoolStats};
+
+use crate::gateway::Gateway;
+use crate::reload::LiveGateway;
+
+pub fn render(live: &LiveGateway) -> String {
+    let gateway = live.current();
+    let mut out = String::new();
+    reload_metrics(live, &mut out);
+    instance_pool_metrics(live, &mut out);
+    route_metrics(&gateway, &mut out);
+    upstream_metrics(&gateway, &mut out);
+    plugin_metrics(&gateway, &mut out);
+    guest_defined_metrics(&mut out);
+    out
+}
+
+fn reload_metrics(live: &LiveGateway, out: &mut String) {
+    let reload = live.status();
+    family(
+        out,
+        "wasmgate_config_generation",
+        "gauge",
+        "Configuration generation serving (1 at start-up).",
+    );
+    let _ = writeln!(out, "wasmgate_config_generation {}", reload.generation);
+    family(
+        out,
+        "wasmgate_config_reloads_total",
+        "counter",
+        "Successful reloads.",
+    );
+    let _ = writeln!(out, "wasmgate_config_reloads_total {}", reload.reloads);
+    family(
+        out,
+        "wasmgate_config_reload_failures_total",
+        "counter",
+        "Rejected reloads.",
+    );
+    let _ = writeln!(
+        out,
+        "wasmgate_config_reload_failures_total {}",
+        reload.failed_reloads
+    );
+}
+
+/// The engine's instance allocator: what is alive (instances and memories
+/// of every plugin and version) and what freed slots keep resident for
+/// reuse, which is how memory after reloads is accounted.
+fn instance_pool_metrics(live: &LiveGateway, out: &mut String) {
+    let Some(pool) = live.runtime().engine().pooling_allocator_metrics() else {
+        return;
+    };
+    let gauges = [
+        (
+            "wasmgate_pool_instances",
+            "Live wasm module instances.",
+            pool.core_instances(),
+        ),
+        (
+            "wasmgate_pool_memories",
+            "Live linear memories.",
+            pool.memories() as u64,
+        ),
+        (
+            "wasmgate_pool_stacks",
+            "Async stacks in use.",
+            pool.stacks() as u64,
+        ),
+        (
+            "wasmgate_pool_unused_warm_memories",
+            "Freed memory slots kept warm for reuse.",
+            pool.unused_warm_memories() as u64,
+        ),
+        (
+            "wasmgate_pool_unused_memory_bytes_resident",
+            "Bytes of freed memory slots kept resident for reuse.",
+            pool.unused_memory_bytes_resident() as u64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        family(out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+}
+
+fn route_metrics(gateway: &Gateway, out: &mut String) {
+    family(
+        out,
+        "wasmgate_route_requests_total",
+        "counter",
+        "Requests answered per route and status class.",
+    );
+    for route in &gateway.routes {
+        for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
+            let n = route.responses[i].load(Ordering::Relaxed);
+            let labels = format!("route=\"{}\",class=\"{class}\"", escape(&route.name));
+            let _ = writeln!(out, "wasmgate_route_requests_total{{{labels}}} {n}");
+        }
+    }
+    family(
+        out,
+        "wasmgate_route_rejected_total",
+        "counter",
+        "Requests refused by the route's max_concurrent_requests (503).",
+    );
+    for route in &gateway.routes {
+        let n = route.rejected.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "wasmgate_route_rejected_total{{route=\"{}\"}} {n}",
+            escape(&route.name)
+        );
+    }
+    let name = "wasmgate_route_response_seconds";
+    family(
+        out,
+        name,
+        "histogram",
+        "Time from a request's arrival to its response headers.",
+    );
+    for route in &gateway.routes {
+        let labels = format!("route=\"{}\"", escape(&route.name));
+        histogram(out, name, &labels, &route.latency.snapshot());
+    }
+}
+
+fn upstream_metrics(gateway: &Gateway, out: &mut String) {
+    let mut upstreams: Vec<_> = gateway.upstreams.values().collect();
+    upstreams.sort_by(|a, b| a.name.cmp(&b.name));
+    let node_labels = |upstream: &str, node: &str| {
+        format!(
+            "upstream=\"{}\",node=\"{}\"",
+            escape(upstream),
+            escape(node)
+        )
+    };
+    family(
+        out,
+        "wasmgate_upstream_node_healthy",
+        "gauge",
+        "Whether a node is in rotation.",
+    );
+    for upstream in &upstreams {
+        for (i, node) in upstream.nodes().iter().enumerate() {
+            let labels = node_labels(&upstream.name, &node.address);
+            let up = upstream.is_available(i) as u8;
+            let _ = writeln!(out, "wasmgate_upstream_node_healthy{{{labels}}} {up}");
+        }
+    }
+    let counters = [
+        (
+            "wasmgate_upstream_node_requests_total",
+            "counter",
+            "Requests sent to the node (retries included).",
+        ),
+        (
+            "wasmgate_upstream_node_retries_total",
+            "counter",
+            "Requests retried on the node after another node failed.",
+        ),
+        (
+            "wasmgate_upstream_node_waiting",
+            "gauge",
+            "Requests sent to the node and waiting for its response headers.",
+        ),
+    ];
+    for (i, (name, kind, help)) in counters.into_iter().enumerate() {
+        family(out, name, kind, help);
+        for upstream in &upstreams {
+            for node in upstream.nodes() {
+                let value =
+                    [&node.requests, &node.retries, &node.waiting][i].load(Ordering::Relaxed);
+                let labels = node_labels(&upstream.name, &node.address);
+                let _ = writeln!(out, "{name}{{{labels}}} {value}");
+            }
+        }
+    }
+    let name = "wasmgate_upstream_node_response_seconds";
+    family(
+        out,
+        name,
+        "histogram",
+        "Time from sending a request to the node to its response headers.",
+    );
+    for upstream in &upstreams {
+        for node in upstream.nodes() {
+            let labels = node_labels(&upstream.name, &node.address);
+            histogram(out, name, &labels, &node.latency.snapshot());
+        }
+    }
+}
+
+/// Per plugin instance set: a filter on a route (`route` label) or an
+/// Extism function plugin (`route=""`, shared by the routes calling it).
+fn plugin_metrics(gateway: &Gateway, out: &mut String) {
+    let sets = gateway.plugin_sets();
+    let labels: Vec<String> = sets
+        .iter()
+        .map(|s| {
+            format!(
+                "plugin=\"{}\",route=\"{}\"",
+                escape(s.name),
+                escape(s.route.unwrap_or(""))
+            )
+        })
+        .collect();
+    let snapshots: Vec<_> = sets.iter().map(|s| s.stats.snapshot()).collect();
+    let name = "wasmgate_plugin_call_seconds";
+    family(
+        out,
+        name,
+        "histogram",
+        "Guest calls and their duration; _sum is the time spent in wasm (wall clock).",
+    );
+    for (l, s) in labels.iter().zip(&snapshots) {
+        histogram(out, name, l, &s.calls);
+    }
+    let name = "wasmgate_plugin_failures_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Failed guest calls by kind (trap, timeout, out_of_memory, host_error).",
+    );
+    for (l, s) in labels.iter().zip(&snapshots) {
+        for (kind, n) in [
+            ("trap", s.traps),
+            ("timeout", s.timeouts),
+            ("out_of_memory", s.out_of_memory),
+            ("host_error", s.host_errors),
+        ] {
+            let _ = writeln!(out, "{name}{{{l},kind=\"{kind}\"}} {n}");
+        }
+    }
+    let name = "wasmgate_plugin_memory_bytes";
+    family(
+        out,
+        name,
+        "gauge",
+        "Linear memory held by the plugin's live instances.",
+    );
+    for (l, s) in labels.iter().zip(&snapshots) {
+        let _ = writeln!(out, "{name}{{{l}}} {}", s.memory_bytes);
+    }
+    let name = "wasmgate_plugin_instances";
+    family(
+        out,
+        name,
+        "gauge",
+        "Live instances, idle in the pool or serving a call.",
+    );
+    for (l, set) in labels.iter().zip(&sets) {
+        let _ = writeln!(out, "{name}{{{l},state=\"idle\"}} {}", set.pool.idle);
+        let _ = writeln!(out, "{name}{{{l},state=\"in_use\"}} {}", set.pool.in_use);
+    }
+    let pool_counters: [PoolFamily; 6] = [
+        ("wasmgate_plugin_instances_created_total", "counter", "Instances created.", |p| p.created),
+        ("wasmgate_plugin_restarts_total", "counter", "Instances discarded (after a failed call, a cancelled request or a cleared pool) and so replaced.", |p| p.discarded),
+        ("wasmgate_plugin_instantiation_failures_total", "counter", "Instances that failed to start.", |p| p.instantiation_failures),
+        ("wasmgate_plugin_pool_waits_total", "counter", "Calls that found every instance busy and waited.", |p| p.waits),
+        ("wasmgate_plugin_pool_rejections_total", "counter", "Calls refused: no instance within queue_timeout_ms, or crash-loop backoff (503).", |p| p.rejected),
+        ("wasmgate_plugin_backing_off", "gauge", "1 while instantiation is in crash-loop backoff.", |p| p.backing_off as u64),
+    ];
+    for (name, kind, help, value) in pool_counters {
+        family(out, name, kind, help);
+        for (l, set) in labels.iter().zip(&sets) {
+            let _ = writeln!(out, "{name}{{{l}}} {}", value(&set.pool));
+        }
+    }
+}
+
+/// A per-plugin family read from the pool's counters: name, type, help, value.
+type PoolFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PoolStats) -> u64,
+);
+
+/// Metrics Proxy-Wasm plugins defined, under their own names (made
+/// Prometheus-safe) with a `wasm_` prefix kept if they chose one.
+fn guest_defined_metrics(out: &mut String) {
+    for metric in shared().metrics() {
+        let name = prometheus_name(&metric.name);
+        match metric.kind {
+            MetricKind::Counter => {
+                let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", metric.value);
+            }
+            MetricKind::Gauge => {
+                let _ = writeln!(out, "# TYPE {name} gauge\n{name} {}", metric.value);
+            }
+            MetricKind::Histogram => {
+                let _ = writeln!(
+                    out,
+                    "# TYPE {name} summary\n{name}_count {}\n{name}_sum {}",
+                    metric.count, metric.sum
+                );
+            }
+        }
+    }
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// One labelled series of a histogram over `LATENCY_BUCKETS`.
+fn histogram(out: &mut String, name: &str, labels: &str, h: &HistogramSnapshot) {
+    let mut cumulative = 0;
+    for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+        cumulative += h.buckets[i];
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_seconds);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+}
+
+fn prometheus_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) || out.is_empty() {
+        out.insert(0, '_');
+    }
+    out
+}
+
+pub(crate) fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

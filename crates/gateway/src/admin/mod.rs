@@ -1,0 +1,230 @@
+//! The admin listener: operations apart from traffic, on its own address
+//! (loopback by default; a bearer token is required anywhere else).
+//!
+//! - `GET /healthz`, `GET /readyz`: liveness and readiness, never behind the token.
+//! - `GET /metrics`: Prometheus text format (see `metrics.rs`).
+//! - `GET /status`: reload generation and last error, plugin summaries.
+//! - `GET /plugins/{name}/status`: one plugin's pools, counters and last crash.
+//! - `GET|PUT|DELETE /routes/{name}`, `/upstreams/{name}`, `/plugins/{name}`
+//!   and `GET /routes`, ...: the configuration, changed like a reload (see
+//!   `config_api.rs`).
+//! - `POST /reload`: re-read the configuration file.
+//! - `POST /profile`: a CPU profile of live traffic (see `profile.rs`).
+//! - `GET /openapi.yaml`: the description of all of this.
+
+mod config_api;
+mod metrics;
+pub mod profile;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::body::{self, Body};
+use crate::config::ADMIN_TOKEN_ENV;
+use crate::listener::{Connection, Handler};
+use crate::reload::LiveGateway;
+
+pub struct Admin {
+    pub live: Arc<LiveGateway>,
+}
+
+/// The OpenAPI description, served at `/openapi.yaml` and kept in docs/.
+const OPENAPI: &str = include_str!("../../../../docs/admin-openapi.yaml");
+/// Largest request body the admin API reads (a route, upstream or plugin).
+const MAX_ADMIN_BODY: usize = 1 << 20;
+
+/// An admin answer: status, content type and body.
+pub(crate) struct Reply {
+    status: StatusCode,
+    content_type: &'static str,
+    body: Bytes,
+}
+
+impl Reply {
+    pub(crate) fn json(status: StatusCode, value: Value) -> Reply {
+        let mut text = serde_json::to_string_pretty(&value).expect("JSON values serialise");
+        text.push('\n');
+        Reply {
+            status,
+            content_type: "application/json",
+            body: text.into(),
+        }
+    }
+
+    fn text(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>) -> Reply {
+        Reply {
+            status,
+            content_type,
+            body: text.into(),
+        }
+    }
+
+    pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Reply {
+        Reply::json(status, json!({ "error": message.into() }))
+    }
+}
+
+impl Handler for Admin {
+    async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
+        let reply = self.route(request).await;
+        Response::builder()
+            .status(reply.status)
+            .header(hyper::header::CONTENT_TYPE, reply.content_type)
+            .body(body::full(reply.body))
+            .expect("static response parts are valid")
+    }
+}
+
+impl Admin {
+    async fn route(&self, request: Request<Incoming>) -> Reply {
+        let path = request.uri().path().to_string();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        // Probes must work for orchestrators that hold no token.
+        if let ["healthz" | "readyz"] = segments.as_slice() {
+            return Reply::text(StatusCode::OK, "text/plain", "ok\n");
+        }
+        if let Some(denied) = self.check_token(&request) {
+            return denied;
+        }
+        let method = request.method().clone();
+        let query = request.uri().query().unwrap_or("").to_string();
+        match (&method, segments.as_slice()) {
+            (&Method::GET, ["metrics"]) => Reply::text(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                metrics::render(&self.live),
+            ),
+            (&Method::GET, ["status"]) => Reply::json(StatusCode::OK, self.status()),
+            (&Method::GET, ["openapi.yaml"]) => {
+                Reply::text(StatusCode::OK, "application/yaml", OPENAPI)
+            }
+            (&Method::POST, ["reload"]) => match self.live.reload("admin API").await {
+                Ok(generation) => Reply::json(
+                    StatusCode::OK,
+                    json!({"reloaded": true, "generation": generation}),
+                ),
+                Err(reason) => Reply::json(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    json!({"reloaded": false, "error": reason}),
+                ),
+            },
+            (&Method::POST, ["profile"]) => profile::record(&self.live, &query).await,
+            (&Method::GET, ["plugins", name, "status"]) => self.plugin_status(name),
+            (
+                _,
+                ["config"]
+                | ["routes" | "upstreams" | "plugins"]
+                | ["routes" | "upstreams" | "plugins", _],
+            ) => {
+                let body = match read_body(request).await {
+                    Ok(body) => body,
+                    Err(reply) => return reply,
+                };
+                config_api::handle(&self.live, &method, &segments, &body).await
+            }
+            (_, ["reload" | "profile"]) => Reply::error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("use POST /{}", segments[0]),
+            ),
+            _ => Reply::error(
+                StatusCode::NOT_FOUND,
+                format!("no admin endpoint {method} {path} (see GET /openapi.yaml)"),
+            ),
+        }
+    }
+
+    /// None when the request may proceed; a 401 when a token is set and
+    /// the request does not carry it.
+    fn check_token(&self, request: &Request<Incoming>) -> Option<Reply> {
+        let expected = std::env::var(ADMIN_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty())
+            .or_else(|| self.live.current().config().admin_token.clone())?;
+        let given = request
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+            None
+        } else {
+            Some(Reply::error(
+                StatusCode::UNAUTHORIZED,
+                "the admin API needs `Authorization: Bearer <admin token>`",
+            ))
+        }
+    }
+
+    fn status(&self) -> Value {
+        let gateway = self.live.current();
+        let plugins: Vec<Value> = gateway
+            .plugin_kinds
+            .iter()
+            .map(|(name, kind)| json!({"name": name, "kind": kind, "sha256": gateway.plugin_hash(name)}))
+            .collect();
+        json!({
+            "reload": self.live.status(),
+            "routes": gateway.config().routes.len(),
+            "upstreams": gateway.config().upstreams.len(),
+            "plugins": plugins,
+        })
+    }
+
+    /// A plugin's instance sets (one per route for a filter), each with its
+    /// pool, counters and last crash report.
+    fn plugin_status(&self, name: &str) -> Reply {
+        let gateway = self.live.current();
+        let Some((_, kind)) = gateway.plugin_kinds.iter().find(|(n, _)| n == name) else {
+            return Reply::error(StatusCode::NOT_FOUND, format!("no plugin `{name}`"));
+        };
+        let sets: Vec<Value> = gateway
+            .plugin_sets()
+            .into_iter()
+            .filter(|set| set.name == name)
+            .map(|set| {
+                json!({
+                    "route": set.route,
+                    "pool": set.pool,
+                    "stats": set.stats.snapshot(),
+                    "last_crash": set.stats.last_crash(),
+                })
+            })
+            .collect();
+        Reply::json(
+            StatusCode::OK,
+            json!({
+                "name": name,
+                "kind": kind,
+                "sha256": gateway.plugin_hash(name),
+                "generation": self.live.status().generation,
+                "instance_sets": sets,
+            }),
+        )
+    }
+}
+
+async fn read_body(request: Request<Incoming>) -> Result<Bytes, Reply> {
+    let limited = http_body_util::Limited::new(request.into_body(), MAX_ADMIN_BODY);
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(Reply::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("reading the body: {e} (limit {MAX_ADMIN_BODY} bytes)"),
+        )),
+    }
+}
+
+/// Compares without an early exit, so response time does not reveal how
+/// much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,173 @@
+//! Per-plugin call statistics: what `/metrics` and the admin API report for
+//! one plugin. Recording a call is a few relaxed atomic adds, so it stays on
+//! even in benchmarks; the last crash report is kept whole (with its frames)
+//! for the plugin status page.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::crash::{CrashReport, FailureKind};
+
+/// Upper bounds (seconds) of the call-latency histogram's buckets: guest
+/// calls range from a few microseconds (a header filter) to seconds (a
+/// function route doing I/O).
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.025, 0.1, 0.5, 2.5,
+];
+
+/// A latency histogram over [`LATENCY_BUCKETS`], lock-free.
+#[derive(Debug, Default)]
+pub struct LatencyHistogram {
+    /// Observations per bucket (not cumulative; the exporter sums them).
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+/// A copy of a histogram, for one scrape.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HistogramSnapshot {
+    pub buckets: Vec<u64>,
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl LatencyHistogram {
+    pub fn record(&self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let buckets: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        HistogramSnapshot {
+            count: buckets.iter().sum(),
+            buckets,
+            sum_seconds: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    /// Latency of every guest call; its count is the number of calls and its
+    /// sum the time spent in guest code.
+    latency: LatencyHistogram,
+    failures: [AtomicU64; 4],
+    /// Bytes of linear memory held by this plugin's live instances.
+    memory_bytes: AtomicU64,
+    last_crash: Mutex<Option<LastCrash>>,
+}
+
+/// The most recent failed call, for the status page.
+#[derive(Clone, Debug, Serialize)]
+pub struct LastCrash {
+    /// When it happened, in ms since the Unix epoch.
+    pub at_ms: u64,
+    pub report: CrashReport,
+}
+
+/// A copy of the counters, for one scrape.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StatsSnapshot {
+    /// Guest calls and their latency; `sum_seconds` is the time spent
+    /// inside guest code (wall clock, so a call waiting on host I/O counts).
+    pub calls: HistogramSnapshot,
+    pub traps: u64,
+    pub timeouts: u64,
+    pub out_of_memory: u64,
+    pub host_errors: u64,
+    pub memory_bytes: u64,
+}
+
+impl PluginStats {
+    /// Records one finished guest call and how long it took.
+    pub fn record_call(&self, took: Duration) {
+        self.latency.record(took);
+    }
+
+    /// Records a failed call (after [`PluginStats::record_call`]).
+    pub fn record_crash(&self, report: &CrashReport) {
+        let index = match report.kind {
+            FailureKind::Trap => 0,
+            FailureKind::Timeout => 1,
+            FailureKind::OutOfMemory => 2,
+            FailureKind::HostError => 3,
+        };
+        self.failures[index].fetch_add(1, Ordering::Relaxed);
+        let at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64;
+        *self.last_crash.lock().unwrap() = Some(LastCrash {
+            at_ms,
+            report: report.clone(),
+        });
+    }
+
+    pub fn last_crash(&self) -> Option<LastCrash> {
+        self.last_crash.lock().unwrap().clone()
+    }
+
+    /// Linear memory of live instances: grown by the memory limiter, given
+    /// back when an instance's store is dropped.
+    pub(crate) fn memory_grew(&self, bytes: u64) {
+        self.memory_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn memory_released(&self, bytes: u64) {
+        self.memory_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatsSnapshot {
+            calls: self.latency.snapshot(),
+            traps: load(&self.failures[0]),
+            timeouts: load(&self.failures[1]),
+            out_of_memory: load(&self.failures[2]),
+            host_errors: load(&self.failures[3]),
+            memory_bytes: load(&self.memory_bytes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_land_in_their_latency_bucket_and_crashes_by_kind() {
+        let stats = PluginStats::default();
+        stats.record_call(Duration::from_micros(7));
+        stats.record_call(Duration::from_micros(30));
+        stats.record_call(Duration::from_secs(10));
+        stats.record_crash(&CrashReport {
+            plugin: "p".into(),
+            function: "f".into(),
+            kind: FailureKind::Timeout,
+            message: "late".into(),
+            frames: vec![],
+        });
+        let s = stats.snapshot();
+        assert_eq!(s.calls.count, 3);
+        assert_eq!(s.calls.buckets[0], 1, "7 us <= 10 us");
+        assert_eq!(s.calls.buckets[2], 1, "30 us <= 50 us");
+        assert_eq!(s.calls.buckets[LATENCY_BUCKETS.len()], 1, "10 s: +Inf");
+        assert!((s.calls.sum_seconds - 10.000037).abs() < 1e-9);
+        assert_eq!((s.timeouts, s.traps), (1, 0));
+        assert_eq!(stats.last_crash().unwrap().report.message, "late");
+    }
+}
