@@ -100,9 +100,21 @@ routes:
     assert_eq!(bad.status, 422, "{}", bad.text());
     assert!(bad.text().contains("nowhere"), "{}", bad.text());
     std::fs::write(gw.dir().join("junk.wasm"), b"not wasm").unwrap();
-    let bad = admin(&c, &gw, "PUT", "/plugins/junk", None, r#"{"wasm": "junk.wasm"}"#).await;
+    let bad = admin(
+        &c,
+        &gw,
+        "PUT",
+        "/plugins/junk",
+        None,
+        r#"{"wasm": "junk.wasm"}"#,
+    )
+    .await;
     assert_eq!(bad.status, 422, "{}", bad.text());
-    assert!(bad.text().contains("not a WebAssembly module"), "{}", bad.text());
+    assert!(
+        bad.text().contains("not a WebAssembly module"),
+        "{}",
+        bad.text()
+    );
     let bad = admin(&c, &gw, "DELETE", "/upstreams/backend", None, "").await;
     assert_eq!(bad.status, 422, "{}", bad.text());
     let r = get(&c, &gw.url("/api/x")).await;
@@ -123,13 +135,23 @@ routes:
     assert_eq!(routes.as_array().unwrap().len(), 2);
     let one = admin(&c, &gw, "GET", "/upstreams/backend", None, "").await;
     assert_eq!(one.json()["nodes"][0]["address"], backend.address());
-    assert_eq!(admin(&c, &gw, "GET", "/plugins/nope", None, "").await.status, 404);
+    assert_eq!(
+        admin(&c, &gw, "GET", "/plugins/nope", None, "")
+            .await
+            .status,
+        404
+    );
 
     // Deleting the route: its traffic finds no route.
     let del = admin(&c, &gw, "DELETE", "/routes/api", None, "").await;
     assert_eq!(del.status, 200, "{}", del.text());
     assert_eq!(get(&c, &gw.url("/api/x")).await.status, 404);
-    assert_eq!(admin(&c, &gw, "DELETE", "/routes/api", None, "").await.status, 404);
+    assert_eq!(
+        admin(&c, &gw, "DELETE", "/routes/api", None, "")
+            .await
+            .status,
+        404
+    );
     assert_eq!(get(&c, &gw.url("/home")).await.text(), "home");
 
     // The admin write did not trigger a second (file-watch) reload.
@@ -152,12 +174,30 @@ routes:
 "#,
     );
     let c = client();
-    assert_eq!(admin(&c, &gw, "GET", "/healthz", None, "").await.status, 200);
+    assert_eq!(
+        admin(&c, &gw, "GET", "/healthz", None, "").await.status,
+        200
+    );
     assert_eq!(admin(&c, &gw, "GET", "/readyz", None, "").await.status, 200);
     assert_eq!(admin(&c, &gw, "GET", "/status", None, "").await.status, 401);
-    assert_eq!(admin(&c, &gw, "GET", "/metrics", Some("wrong"), "").await.status, 401);
-    assert_eq!(admin(&c, &gw, "POST", "/reload", Some("s3cre"), "").await.status, 401);
-    assert_eq!(admin(&c, &gw, "GET", "/status", Some("s3cret"), "").await.status, 200);
+    assert_eq!(
+        admin(&c, &gw, "GET", "/metrics", Some("wrong"), "")
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        admin(&c, &gw, "POST", "/reload", Some("s3cre"), "")
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        admin(&c, &gw, "GET", "/status", Some("s3cret"), "")
+            .await
+            .status,
+        200
+    );
     let config = admin(&c, &gw, "GET", "/config", Some("s3cret"), "").await;
     assert!(!config.text().contains("s3cret"), "{}", config.text());
 
@@ -204,10 +244,17 @@ routes:
     let scrape = admin(&c, &gw, "GET", "/metrics", None, "").await.text();
     let tag = r#"plugin="tag",route="api""#;
     // Each request runs several callbacks (context create, headers both ways, log...).
-    let calls = metric(&scrape, &format!("wasmgate_plugin_call_seconds_count{{{tag}}}")).unwrap();
+    let calls = metric(
+        &scrape,
+        &format!("wasmgate_plugin_call_seconds_count{{{tag}}}"),
+    )
+    .unwrap();
     assert!(calls >= 15.0, "{calls} calls\n{scrape}");
     assert!(metric(&scrape, &format!("wasmgate_plugin_memory_bytes{{{tag}}}")).unwrap() > 0.0);
-    let idle = metric(&scrape, &format!("wasmgate_plugin_instances{{{tag},state=\"idle\"}}"));
+    let idle = metric(
+        &scrape,
+        &format!("wasmgate_plugin_instances{{{tag},state=\"idle\"}}"),
+    );
     assert!(idle.unwrap() >= 1.0, "{scrape}");
     let faults = r#"plugin="faults",route="""#;
     let traps = format!("wasmgate_plugin_failures_total{{{faults},kind=\"trap\"}}");
@@ -217,7 +264,10 @@ routes:
     let api_2xx = r#"wasmgate_route_requests_total{route="api",class="2xx"}"#;
     assert_eq!(metric(&scrape, api_2xx), Some(5.0));
     assert_eq!(
-        metric(&scrape, r#"wasmgate_route_response_seconds_count{route="api"}"#),
+        metric(
+            &scrape,
+            r#"wasmgate_route_response_seconds_count{route="api"}"#
+        ),
         Some(5.0)
     );
     let node = format!(
@@ -227,7 +277,9 @@ routes:
     assert_eq!(metric(&scrape, &node), Some(5.0), "{scrape}");
 
     // The plugin status page: hash, pools, counters, last crash with file:line.
-    let status = admin(&c, &gw, "GET", "/plugins/faults/status", None, "").await.json();
+    let status = admin(&c, &gw, "GET", "/plugins/faults/status", None, "")
+        .await
+        .json();
     assert_eq!(status["sha256"].as_str().unwrap().len(), 64);
     let set = &status["instance_sets"][0];
     assert_eq!(set["stats"]["traps"], 1);
@@ -235,12 +287,17 @@ routes:
     assert_eq!(crash["function"], "trap");
     let frames = crash["frames"].as_array().unwrap();
     assert!(
-        frames.iter().any(|f| f["function"].as_str().unwrap().contains("explode_on_purpose")
+        frames.iter().any(|f| f["function"]
+            .as_str()
+            .unwrap()
+            .contains("explode_on_purpose")
             && f["file"].as_str().is_some_and(|file| file.ends_with(".rs"))
             && f["line"].as_u64().is_some()),
         "{crash}"
     );
-    let tag_status = admin(&c, &gw, "GET", "/plugins/tag/status", None, "").await.json();
+    let tag_status = admin(&c, &gw, "GET", "/plugins/tag/status", None, "")
+        .await
+        .json();
     assert_eq!(tag_status["instance_sets"][0]["route"], "api");
     assert!(tag_status["instance_sets"][0]["last_crash"].is_null());
 }
@@ -270,9 +327,17 @@ routes:
     let first = busy.await.unwrap();
     assert_eq!((first.status, first.text()), (200, "slept".to_string()));
     // Free again once the first request is answered.
-    assert_eq!(send(&c, "POST", &gw.url("/fn/sleep_ms"), &[], "1").await.status, 200);
+    assert_eq!(
+        send(&c, "POST", &gw.url("/fn/sleep_ms"), &[], "1")
+            .await
+            .status,
+        200
+    );
     let scrape = admin(&c, &gw, "GET", "/metrics", None, "").await.text();
-    assert_eq!(metric(&scrape, r#"wasmgate_route_rejected_total{route="slow"}"#), Some(1.0));
+    assert_eq!(
+        metric(&scrape, r#"wasmgate_route_rejected_total{route="slow"}"#),
+        Some(1.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,7 +392,15 @@ routes:
             }
         })
     };
-    let folded = admin(&c, &gw, "POST", "/profile?seconds=1&plugin=faults&format=folded", None, "").await;
+    let folded = admin(
+        &c,
+        &gw,
+        "POST",
+        "/profile?seconds=1&plugin=faults&format=folded",
+        None,
+        "",
+    )
+    .await;
     load.await.unwrap();
     assert_eq!(folded.status, 200, "{}", folded.text());
     let text = folded.text();
@@ -335,21 +408,19 @@ routes:
         .lines()
         .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
         .sum();
-    // Up to ~1000 ticks of 1 ms while the plugin busy-waits most of the
-    // second; fewer when tests running beside it take the CPU.
-    assert!(samples > 100, "{samples} samples:\n{text}");
-    assert!(
-        text.lines().all(|l| l.starts_with("faults;")),
-        "{text}"
-    );
+    // faults.wasm carries full DWARF, so each sample (a symbolized stack)
+    // costs milliseconds and the profiler spaces them to stay under ~10 %
+    // of guest time: some tens per second of busy guest.
+    assert!(samples >= 10, "{samples} samples:\n{text}");
+    assert!(text.lines().all(|l| l.starts_with("faults;")), "{text}");
     assert!(text.contains("sleep_ms"), "{text}");
 
     // SVG, with the plugin filter refusing an unknown plugin.
     let svg_load = {
         let (c, url) = (c.clone(), gw.url("/fn/sleep_ms"));
-        tokio::spawn(async move { send(&c, "POST", &url, &[], "400").await })
+        tokio::spawn(async move { send(&c, "POST", &url, &[], "1500").await })
     };
-    let svg = admin(&c, &gw, "POST", "/profile?seconds=0.5", None, "").await;
+    let svg = admin(&c, &gw, "POST", "/profile?seconds=1", None, "").await;
     svg_load.await.unwrap();
     assert_eq!(svg.status, 200);
     assert_eq!(svg.headers["content-type"], "image/svg+xml");

@@ -72,6 +72,7 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Runtime> {
         let (engine, pooling) = build_engine(&config)?;
         start_epoch_ticker(&engine, config.epoch_tick);
+        crate::profiler::set_tick(config.epoch_tick);
         let cache = match &config.cache_dir {
             Some(dir) => Some(ModuleCache::open(dir.clone())?),
             None => None,

@@ -138,6 +138,10 @@ pub struct CallBudget {
     ticks_since_yield: u64,
     /// Ticks until the next epoch callback, as last set.
     step: u64,
+    /// While profiling: ticks to let pass before the next sample, so that
+    /// taking samples costs at most ~10 % of the guest's time (see
+    /// `after_sample`). Counted across calls: short calls see few ticks.
+    ticks_to_skip: u64,
 }
 
 /// Store data that carries a [`CallBudget`].
@@ -158,6 +162,7 @@ impl CallBudget {
             slice_ticks: Self::DEFAULT_SLICE_TICKS,
             ticks_since_yield: 0,
             step: Self::DEFAULT_SLICE_TICKS,
+            ticks_to_skip: 0,
         }
     }
 
@@ -171,14 +176,36 @@ impl CallBudget {
         self.step
     }
 
-    /// Every tick while a profile records (each tick is a sample), else
-    /// once per time slice.
+    /// Every tick while a profile records (each tick may be a sample),
+    /// else once per time slice.
     fn next_step(&self) -> u64 {
         if profiler::recording() {
             1
         } else {
             self.slice_ticks
         }
+    }
+
+    /// Whether this tick is a sample (false while skipping ticks after a
+    /// costly one).
+    fn sample_due(&mut self) -> bool {
+        match self.ticks_to_skip {
+            0 => true,
+            _ => {
+                self.ticks_to_skip -= 1;
+                false
+            }
+        }
+    }
+
+    /// A sample took `cost`: skip enough ticks that sampling stays under
+    /// ~10 % of guest time. Capturing a stack symbolizes it with the
+    /// module's DWARF, which takes milliseconds for modules that carry full
+    /// debug info and microseconds for stripped ones (then every tick is a
+    /// sample).
+    fn after_sample(&mut self, cost: Duration) {
+        let tick = profiler::tick().as_nanos().max(1);
+        self.ticks_to_skip = ((cost.as_nanos() * 9) / tick).min(1000) as u64;
     }
 
     /// Time left before the deadline (`None`: no deadline).
@@ -222,10 +249,16 @@ impl CallBudget {
 /// Installs the deadline/yield policy on a store; call once per store.
 pub fn install_epoch_policy<T: HasCallBudget + 'static>(store: &mut wasmtime::Store<T>) {
     store.epoch_deadline_callback(|mut ctx: StoreContextMut<'_, T>| {
-        if profiler::recording() {
+        let update = ctx.data_mut().call_budget().on_epoch();
+        if profiler::recording()
+            && !matches!(update, UpdateDeadline::Interrupt)
+            && ctx.data_mut().call_budget().sample_due()
+        {
+            let started = Instant::now();
             let backtrace = wasmtime::WasmBacktrace::capture(&ctx);
-            profiler::sample(ctx.data().plugin_name(), &backtrace);
+            profiler::sample(ctx.data().plugin_name(), &backtrace, started);
+            ctx.data_mut().call_budget().after_sample(started.elapsed());
         }
-        Ok(ctx.data_mut().call_budget().on_epoch())
+        Ok(update)
     });
 }

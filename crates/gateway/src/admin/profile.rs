@@ -65,6 +65,7 @@ pub(super) async fn record(live: &LiveGateway, query: &str) -> Reply {
     tracing::info!(
         plugin = plugin.as_deref().unwrap_or("*"),
         samples = profile.samples(),
+        sampling_ms = profile.sampling.as_millis() as u64,
         "CPU profile recorded"
     );
     if !svg {
