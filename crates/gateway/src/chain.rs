@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use wasmgate_proxy_wasm::pairs::Pairs;
 use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
 
-use crate::body::{Body, BoxError};
+use crate::body::{Body, BoxError, ClientBodyError};
 use crate::config::FailStrategy;
 
 /// A filter of a route: the plugin configured for that route, and its policy.
@@ -32,6 +32,11 @@ pub enum Stop {
     Failed { plugin: String, error: FilterError },
     /// A body the filters hold back (buffer) outgrew `limits.max_body_bytes`.
     TooLarge { limit: usize },
+    /// The client's body stalled or was malformed (408 / 400).
+    ClientBody {
+        status: hyper::StatusCode,
+        message: String,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -174,7 +179,7 @@ impl Chain {
     ) -> Result<(), Stop>
     where
         B: hyper::body::Body<Data = Bytes> + Unpin,
-        B::Error: std::fmt::Display,
+        B::Error: Into<BoxError>,
     {
         use http_body_util::BodyExt;
         // Bytes the filters hold back (fed in, nothing passed on yet): a
@@ -196,8 +201,15 @@ impl Chain {
                     return Ok(());
                 }
                 Some(Err(e)) => {
-                    let _ = sink.send(Err(format!("body: {e}").into())).await;
-                    return Ok(());
+                    let error: BoxError = e.into();
+                    let client = ClientBodyError::find(&*error).map(|e| Stop::ClientBody {
+                        status: e.status(),
+                        message: e.to_string(),
+                    });
+                    let _ = sink.send(Err(error)).await;
+                    // An upstream's broken body is passed on as broken; a
+                    // client's ends the request with its own status.
+                    return client.map_or(Ok(()), Err);
                 }
                 Some(Ok(frame)) => frame,
             };

@@ -347,9 +347,13 @@ pub struct Limits {
     /// Largest request body a filter may buffer or a function may receive (413 beyond).
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
-    /// Time a client has to send its request headers.
+    /// Time a client has to send its request headers (and, on a new
+    /// connection, its first byte); the connection is closed after it.
     #[serde(default = "default_header_timeout_ms")]
     pub header_read_timeout_ms: u64,
+    /// Longest pause in a request body before the request fails with 408.
+    #[serde(default = "default_body_timeout_ms")]
+    pub body_read_timeout_ms: u64,
     /// Worker threads (default: one per CPU).
     #[serde(default)]
     pub threads: Option<usize>,
@@ -360,6 +364,7 @@ impl Default for Limits {
         Limits {
             max_body_bytes: default_max_body(),
             header_read_timeout_ms: default_header_timeout_ms(),
+            body_read_timeout_ms: default_body_timeout_ms(),
             threads: None,
         }
     }
@@ -369,6 +374,9 @@ fn default_max_body() -> usize {
     16 * 1024 * 1024
 }
 fn default_header_timeout_ms() -> u64 {
+    30_000
+}
+fn default_body_timeout_ms() -> u64 {
     30_000
 }
 

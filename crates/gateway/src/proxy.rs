@@ -13,7 +13,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use wasmgate_proxy_wasm::pairs::Pairs;
 use wasmgate_proxy_wasm::{headers, HttpExchange, LocalResponse, RequestInfo};
 
-use crate::body::{self, Body};
+use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::chain::{channel_body, header_map, header_pairs, Chain, Direction, Stop};
 use crate::config::HashOn;
 use crate::error_response;
@@ -44,6 +44,10 @@ impl Handler for Gateway {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
         let peer = connection.peer;
         let (parts, body) = request.into_parts();
+        let body = ClientBody::new(
+            body,
+            Duration::from_millis(self.config.limits.body_read_timeout_ms),
+        );
         let host = crate::router::request_host(&parts.uri, &parts.headers).to_string();
         let route = self.routes.iter().find(|r| {
             r.matcher
@@ -100,7 +104,7 @@ impl Gateway {
         &self,
         route: &Route,
         mut parts: Parts,
-        body: Incoming,
+        body: ClientBody,
         peer: SocketAddr,
         host: &str,
     ) -> Response<Body> {
@@ -142,7 +146,7 @@ impl Gateway {
         &self,
         route: &Route,
         parts: Parts,
-        body: Incoming,
+        body: ClientBody,
         connection: Connection,
         host: String,
     ) -> Response<Body> {
@@ -211,7 +215,7 @@ impl Gateway {
         upstream: &Upstream,
         chain: &mut Chain,
         exchange: &mut HttpExchange,
-        body: Incoming,
+        body: ClientBody,
         peer: SocketAddr,
         request_ends: bool,
     ) -> Result<Response<Body>, Stop> {
@@ -344,7 +348,7 @@ impl Gateway {
 async fn filter_whole_body(
     chain: &mut Chain,
     exchange: &mut HttpExchange,
-    body: Incoming,
+    body: ClientBody,
     limit: usize,
 ) -> Result<Bytes, Stop> {
     let (tx, mut rx) = mpsc::channel::<Result<hyper::body::Frame<Bytes>, crate::body::BoxError>>(
@@ -605,6 +609,10 @@ fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange) -> Response<Bod
             json!({"kind": "stream_closed", "plugin": plugin, "route": route,
                    "message": "the filter closed the stream"}),
         )),
+        Stop::ClientBody { status, message } => {
+            tracing::info!(%route, %message, "request failed on the client's body");
+            body_response(error_response::simple(status, "client_body", message))
+        }
         Stop::TooLarge { limit } => body_response(error_response::simple(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
@@ -664,6 +672,7 @@ fn upstream_error_response(error: UpstreamError) -> Response<Body> {
     let (status, kind) = match &error {
         UpstreamError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
         UpstreamError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "upstream_unreachable"),
+        UpstreamError::ClientBody { status, .. } => (*status, "client_body"),
     };
     body_response(error_response::simple(status, kind, error.to_string()))
 }
@@ -677,7 +686,7 @@ fn body_response(response: Response<http_body_util::Full<Bytes>>) -> Response<Bo
     response.map(body::boxed)
 }
 
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Response<Body>> {
+async fn read_body(body: ClientBody, limit: usize) -> Result<Bytes, Response<Body>> {
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -687,10 +696,13 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Response<Body>
                 format!("request body exceeds the limit of {limit} bytes"),
             )))
         }
-        Err(e) => Err(body_response(error_response::simple(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("reading the request body failed: {e}"),
-        ))),
+        Err(e) => {
+            let status = ClientBodyError::find(&*e).map_or(StatusCode::BAD_REQUEST, |e| e.status());
+            Err(body_response(error_response::simple(
+                status,
+                "client_body",
+                format!("reading the request body failed: {e}"),
+            )))
+        }
     }
 }

@@ -16,7 +16,7 @@ use hyper_util::rt::TokioExecutor;
 
 use wasmgate_runtime::LatencyHistogram;
 
-use crate::body::{self, Body};
+use crate::body::{self, Body, ClientBodyError};
 use crate::config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
 
 /// Virtual points per unit of weight on the consistent-hash ring.
@@ -83,6 +83,13 @@ pub enum UpstreamError {
         upstream: String,
         node: String,
         timeout: Duration,
+    },
+    /// The request failed because of the client's body (stalled or
+    /// malformed), not the upstream's doing.
+    #[error("{message}")]
+    ClientBody {
+        status: hyper::StatusCode,
+        message: String,
     },
 }
 
@@ -217,6 +224,9 @@ impl Upstream {
     ) -> Result<Response<Incoming>, UpstreamError> {
         let mut tried = Vec::new();
         let mut body = Some(body);
+        // Whether a streamed request body has been sent whole (a replayable
+        // one is always sent with the request).
+        let mut body_sent = Arc::new(AtomicBool::new(true));
         let mut last = String::from("no nodes");
         while tried.len() <= self.retries as usize {
             let Some(i) = self.pick(key, &tried) else {
@@ -233,7 +243,11 @@ impl Upstream {
                     body::full(bytes.clone()),
                     Some(OutboundBody::Replayable(bytes)),
                 ),
-                Some(OutboundBody::Streaming(stream)) => (stream, None),
+                Some(OutboundBody::Streaming(stream)) => {
+                    let (tracked, done) = EndTracked::wrap(stream);
+                    body_sent = done;
+                    (body::boxed(tracked), None)
+                }
                 None => break,
             };
             let request = match build_request(head, &node.address, outbound) {
@@ -255,6 +269,13 @@ impl Upstream {
                     return Ok(response);
                 }
                 Ok(Err(e)) => {
+                    if let Some(client) = ClientBodyError::find(&e) {
+                        // Not the node's fault: no health penalty, no retry.
+                        return Err(UpstreamError::ClientBody {
+                            status: client.status(),
+                            message: client.to_string(),
+                        });
+                    }
                     self.report(i, false);
                     last = format!("{}: {}", node.address, error_chain(&e));
                     // A request whose streamed body was (partly) sent cannot
@@ -263,7 +284,11 @@ impl Upstream {
                     body = replay;
                 }
                 Err(_) => {
-                    self.report(i, false);
+                    // A node waiting for the rest of a body the client has
+                    // not sent yet is not a slow node.
+                    if body_sent.load(Ordering::Relaxed) {
+                        self.report(i, false);
+                    }
                     return Err(UpstreamError::Timeout {
                         upstream: self.name.to_string(),
                         node: node.address.clone(),
@@ -306,6 +331,47 @@ pub fn hash(value: &impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()
+}
+
+/// A streamed request body that records when it has been read to its end.
+struct EndTracked {
+    inner: Body,
+    done: Arc<AtomicBool>,
+}
+
+impl EndTracked {
+    fn wrap(inner: Body) -> (EndTracked, Arc<AtomicBool>) {
+        let done = Arc::new(AtomicBool::new(false));
+        let tracked = EndTracked {
+            inner,
+            done: done.clone(),
+        };
+        (tracked, done)
+    }
+}
+
+impl hyper::body::Body for EndTracked {
+    type Data = Bytes;
+    type Error = body::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, body::BoxError>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.done.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 fn build_request(head: &RequestHead, address: &str, body: Body) -> Result<Request<Body>, String> {

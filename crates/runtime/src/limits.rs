@@ -153,7 +153,7 @@ pub trait HasCallBudget {
 
 impl CallBudget {
     /// Time slice between yields, in epoch ticks.
-    pub const DEFAULT_SLICE_TICKS: u64 = 10;
+    pub const DEFAULT_SLICE_TICKS: u64 = 1;
 
     pub fn new() -> CallBudget {
         CallBudget {
