@@ -3,7 +3,7 @@ CARGO ?= cargo
 WASMGATE := target/release/wasmgate
 PORT ?= 8080
 
-.PHONY: demo test deps plugins build reference lint unit e2e bench clean
+.PHONY: demo test deps plugins build reference lint unit e2e bench reliability clean
 
 ## Serve the bundled hello plugin on :$(PORT).
 demo: deps plugins build
@@ -37,6 +37,10 @@ lint:
 bench: deps plugins build reference
 	scripts/install-deps.sh --bench
 	bench/run.sh
+
+## The reliability suite of issue 4 (R1-R7); figures in docs/reliability.md.
+reliability: deps plugins build
+	reliability/run.sh
 
 clean:
 	$(CARGO) clean
