@@ -123,6 +123,16 @@ pub enum FilterError {
         plugin: String,
         callback: &'static str,
     },
+    /// The filter kept the stream paused longer than it may (see
+    /// `stream.rs`), e.g. dispatching one http call after another.
+    #[error(
+        "filter `{plugin}` kept the stream paused in {callback} for {limit:?} without resuming it"
+    )]
+    PausedTooLong {
+        plugin: String,
+        callback: &'static str,
+        limit: Duration,
+    },
 }
 
 impl FilterPlugin {

@@ -36,6 +36,8 @@ pub struct FilterState {
     pub(crate) last_call_status: (u32, String),
     /// Queues this instance registered: its root context hears when they fill.
     pub(crate) registered_queues: Vec<u32>,
+    /// Calls into the guest's allocator in progress (see [`give`]).
+    pub(crate) allocating: u32,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) budget: CallBudget,
     pub(crate) wasi: Option<WasiP1Ctx>,
@@ -58,6 +60,7 @@ impl FilterState {
             call_response: None,
             last_call_status: (0, String::new()),
             registered_queues: Vec::new(),
+            allocating: 0,
             budget: CallBudget::new(),
             wasi,
         }
@@ -162,6 +165,15 @@ pub(crate) fn write_u32(
     write(c, function, ptr, &value.to_le_bytes())
 }
 
+/// Most calls into the guest's allocator in progress at once. An allocator
+/// that asks the host for bytes re-enters `give`, and each call into the
+/// guest from a host function takes a fiber stack of its own: unbounded, one
+/// guest held all of the engine's pooled stacks (failing every other
+/// plugin's calls meanwhile), or without the pool mapped stacks until the
+/// process ran out of memory mappings (found by tests/fuzz_host.rs). SDK
+/// allocators never call the host.
+const MAX_NESTED_ALLOCATIONS: u32 = 4;
+
 /// Hands `bytes` to the guest: allocates them with the guest's allocator
 /// (the SDKs free them with theirs), and stores the pointer and the length at
 /// `ptr_out` and `len_out`.
@@ -177,10 +189,18 @@ pub(crate) async fn give(
     } else {
         // Cloning a TypedFunc copies its reference-counted type: only pay
         // for it when there is something to allocate.
+        if c.data().allocating >= MAX_NESTED_ALLOCATIONS {
+            wasmtime::bail!(
+                "{function}: the guest's allocator re-entered the host {MAX_NESTED_ALLOCATIONS} calls deep"
+            );
+        }
         let allocate = guest(c).allocate.clone();
+        c.data_mut().allocating += 1;
         let ptr = allocate
             .call_async(c.as_context_mut(), bytes.len() as u32)
-            .await?;
+            .await;
+        c.data_mut().allocating -= 1;
+        let ptr = ptr?;
         if ptr == 0 {
             wasmtime::bail!(
                 "{function}: the guest could not allocate {} bytes",

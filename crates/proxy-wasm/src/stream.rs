@@ -7,7 +7,9 @@
 //! closes the stream.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::time::Instant;
 use wasmgate_runtime::Lease;
 use wasmtime::TypedFunc;
 
@@ -266,6 +268,11 @@ impl FilterStream {
         phase: Phase,
         exchange: &mut HttpExchange,
     ) -> Result<Flow, FilterError> {
+        // Without a bound, a filter that answers each call's response with
+        // another call (or ticks forever) held the request and its instance
+        // for good (found by tests/fuzz_host.rs).
+        let limit = max_pause(self.plugin.shared.config.timeout);
+        let deadline = Instant::now() + limit;
         loop {
             let tick = self.lease.instance().tick_period();
             if self.calls.is_empty() && tick.is_none() {
@@ -273,6 +280,14 @@ impl FilterStream {
                     plugin: self.plugin.name().to_string(),
                     callback: phase.name,
                 });
+            }
+            let paused_too_long = || FilterError::PausedTooLong {
+                plugin: self.plugin.name().to_string(),
+                callback: phase.name,
+                limit,
+            };
+            if Instant::now() >= deadline {
+                return Err(paused_too_long());
             }
             let instance = self.lease.instance();
             tokio::select! {
@@ -282,6 +297,7 @@ impl FilterStream {
                 _ = tokio::time::sleep(tick.unwrap_or_default()), if tick.is_some() => {
                     instance.tick(exchange).await?;
                 }
+                _ = tokio::time::sleep_until(deadline) => return Err(paused_too_long()),
             }
             instance.start_dispatched_calls(&mut self.calls);
             if let Some(flow) = self.settled(phase, exchange) {
@@ -289,6 +305,12 @@ impl FilterStream {
             }
         }
     }
+}
+
+/// How long one pause may last: 10 callback deadlines (10 s with the
+/// gateway's default 1 s), or 60 s for a plugin without a deadline.
+fn max_pause(callback_timeout: Option<Duration>) -> Duration {
+    callback_timeout.map_or(Duration::from_secs(60), |t| t.saturating_mul(10))
 }
 
 #[derive(Clone, Copy)]
