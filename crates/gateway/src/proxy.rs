@@ -628,6 +628,10 @@ fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange) -> Response<Bod
                 {
                     (StatusCode::GATEWAY_TIMEOUT, "filter_timeout")
                 }
+                // Paused (waiting on its http calls) past its limit: a timeout too.
+                wasmgate_proxy_wasm::FilterError::PausedTooLong { .. } => {
+                    (StatusCode::GATEWAY_TIMEOUT, "filter_timeout")
+                }
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "filter_failed"),
             };
             tracing::warn!(%route, %plugin, %error, "filter failed; failing the request closed");

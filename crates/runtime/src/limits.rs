@@ -1,5 +1,6 @@
 //! Per-store resource limits: a memory cap and a call deadline.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -129,9 +130,11 @@ impl ResourceLimiter for MemoryLimiter {
 /// [`CallBudget::on_epoch`]: past the call's deadline the call is interrupted,
 /// otherwise it yields to the async executor so one long call cannot starve
 /// the others sharing its thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CallBudget {
     deadline: Option<Instant>,
+    /// When the current call started.
+    started: Instant,
     timed_out: bool,
     slice_ticks: u64,
     /// Ticks the call has run since it last yielded.
@@ -144,6 +147,12 @@ pub struct CallBudget {
     ticks_to_skip: u64,
 }
 
+impl Default for CallBudget {
+    fn default() -> Self {
+        CallBudget::new()
+    }
+}
+
 /// Store data that carries a [`CallBudget`].
 pub trait HasCallBudget {
     fn call_budget(&mut self) -> &mut CallBudget;
@@ -152,12 +161,17 @@ pub trait HasCallBudget {
 }
 
 impl CallBudget {
+    /// A call yields (and makes the ticker speed up) only once it has run
+    /// this long.
+    const LONG_CALL: Duration = Duration::from_millis(1);
+
     /// Time slice between yields, in epoch ticks.
     pub const DEFAULT_SLICE_TICKS: u64 = 1;
 
     pub fn new() -> CallBudget {
         CallBudget {
             deadline: None,
+            started: Instant::now(),
             timed_out: false,
             slice_ticks: Self::DEFAULT_SLICE_TICKS,
             ticks_since_yield: 0,
@@ -169,7 +183,9 @@ impl CallBudget {
     /// Starts a call that may run for `timeout` (or forever with `None`).
     /// Returns the epoch deadline, in ticks from now, for `Store::set_epoch_deadline`.
     pub fn start(&mut self, timeout: Option<Duration>) -> u64 {
-        self.deadline = timeout.map(|t| Instant::now() + t);
+        let now = Instant::now();
+        self.started = now;
+        self.deadline = timeout.map(|t| now + t);
         self.timed_out = false;
         self.ticks_since_yield = 0;
         self.step = self.next_step();
@@ -233,10 +249,15 @@ impl CallBudget {
             _ => {
                 self.ticks_since_yield += self.step;
                 self.step = self.next_step();
-                if self.ticks_since_yield < self.slice_ticks {
+                // A call that merely straddles a tick is not a long call:
+                // yielding it would only add a trip through the scheduler.
+                if self.ticks_since_yield < self.slice_ticks
+                    || self.started.elapsed() < Self::LONG_CALL
+                {
                     return UpdateDeadline::Continue(self.step);
                 }
                 self.ticks_since_yield = 0;
+                YIELDED.store(true, Ordering::Relaxed);
                 // tokio's yield_now defers the wake-up until the scheduler has
                 // polled its timers and sockets, so a spinning plugin cannot keep
                 // them waiting (a plain re-wake would run again first).
@@ -244,6 +265,15 @@ impl CallBudget {
             }
         }
     }
+}
+
+/// Set when a call is made to yield (it outlived a time slice); the epoch
+/// ticker then ticks faster for a while so such calls yield more often.
+static YIELDED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a call yielded since the last look (and clears the notice).
+pub(crate) fn take_yield_notice() -> bool {
+    YIELDED.swap(false, Ordering::Relaxed)
 }
 
 /// Installs the deadline/yield policy on a store; call once per store.
