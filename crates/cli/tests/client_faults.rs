@@ -1,5 +1,5 @@
 //! Clients that misbehave at the HTTP level, over raw TCP: a silent
-//! connection, a body that stalls, broken chunked framing. Each gets its
+//! connection, a head or a body that stalls, broken chunked framing. Each gets its
 //! status (or a closed connection) in bounded time, and none of it counts
 //! against the upstream's health.
 
@@ -51,9 +51,13 @@ routes:
         backend.address()
     ));
     let port = gw.port;
-    let (silent, stalled, malformed) = tokio::task::spawn_blocking(move || {
+    let (silent, half_head, kept_alive, stalled, malformed) = tokio::task::spawn_blocking(move || {
         // Connects and says nothing: closed after the header read timeout.
         let silent = exchange(port, b"");
+        // Sends half a request head, then waits: 408 after the header read timeout.
+        let half_head = exchange(port, b"GET /up HTTP/1.1\r\nhost: x\r\n");
+        // A whole request, then silence: its answer, then closed, with no 408.
+        let kept_alive = exchange(port, b"GET /up HTTP/1.1\r\nhost: x\r\n\r\n");
         // Announces 100 bytes, sends 3, then waits.
         let stalled = exchange(
             port,
@@ -62,7 +66,7 @@ routes:
         // Chunk sizes must be hex; three times, past the passive threshold.
         let bad = b"POST /up HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n";
         let malformed: Vec<_> = (0..3).map(|_| exchange(port, bad)).collect();
-        (silent, stalled, malformed)
+        (silent, half_head, kept_alive, stalled, malformed)
     })
     .await
     .unwrap();
@@ -72,6 +76,19 @@ routes:
         silent.1 >= Duration::from_millis(900) && silent.1 < Duration::from_secs(5),
         "closed after {:?}",
         silent.1
+    );
+    assert!(half_head.0.starts_with("HTTP/1.1 408"), "{}", half_head.0);
+    assert!(
+        half_head.1 >= Duration::from_millis(900) && half_head.1 < Duration::from_secs(5),
+        "answered after {:?}",
+        half_head.1
+    );
+    assert!(kept_alive.0.starts_with("HTTP/1.1 200"), "{}", kept_alive.0);
+    assert!(!kept_alive.0.contains("408"), "{}", kept_alive.0);
+    assert!(
+        kept_alive.1 >= Duration::from_millis(900) && kept_alive.1 < Duration::from_secs(5),
+        "closed after {:?}",
+        kept_alive.1
     );
     assert!(stalled.0.starts_with("HTTP/1.1 408"), "{}", stalled.0);
     assert!(

@@ -10,10 +10,8 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -22,11 +20,11 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::body::Body;
+use crate::head_deadline::HeadDeadline;
 
 /// Answers requests. One handler serves every connection of a listener.
 pub trait Handler: Send + Sync + 'static {
@@ -77,6 +75,9 @@ pub async fn serve<H: Handler>(
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
     let mut http = auto::Builder::new(TokioExecutor::new());
+    // hyper's header timer covers keep-alive connections between requests;
+    // `HeadDeadline` a connection's first request (with a 408 for a half-sent
+    // head, and a close for a silent client that hyper's timer never sees).
     http.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
@@ -107,7 +108,7 @@ pub async fn serve<H: Handler>(
             let handler = handler.clone();
             async move { Ok::<_, Infallible>(handler.handle(request, connection).await) }
         });
-        let stream = FirstByteDeadline::new(stream, config.header_read_timeout);
+        let stream = HeadDeadline::new(stream, config.header_read_timeout);
         let connection = http
             .serve_connection(TokioIo::new(stream), service)
             .into_owned();
@@ -190,77 +191,4 @@ pub fn serve_workers<H: Handler>(
         done.push(finished);
     }
     Ok(Workers { done })
-}
-
-/// Closes a connection on which nothing arrives within the header read
-/// timeout. hyper's own header timeout starts only once HTTP/1 is chosen,
-/// and choosing between HTTP/1 and HTTP/2 waits for the first bytes, so a
-/// client that connects and stays silent would otherwise hold its
-/// connection (and a file descriptor) forever.
-struct FirstByteDeadline<S> {
-    inner: S,
-    /// None once the first byte arrived.
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<S> FirstByteDeadline<S> {
-    fn new(inner: S, timeout: Duration) -> Self {
-        FirstByteDeadline {
-            inner,
-            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for FirstByteDeadline<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(result) => {
-                this.deadline = None;
-                Poll::Ready(result)
-            }
-            Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
-                Some(Poll::Ready(())) => Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "no request within the header read timeout",
-                ))),
-                _ => Poll::Pending,
-            },
-        }
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for FirstByteDeadline<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }

@@ -18,6 +18,7 @@ use wasmgate_runtime::LatencyHistogram;
 
 use crate::body::{self, Body, ClientBodyError};
 use crate::config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
+use crate::counted_connector::CountedConnector;
 
 /// Virtual points per unit of weight on the consistent-hash ring.
 const RING_POINTS_PER_WEIGHT: u32 = 40;
@@ -33,7 +34,7 @@ pub struct Upstream {
     current_weights: Mutex<Vec<i64>>,
     /// (point, node index), sorted by point.
     ring: Vec<(u64, usize)>,
-    client: Client<HttpConnector, Body>,
+    client: Client<CountedConnector, Body>,
     read_timeout: Duration,
     retries: u32,
     passive: Option<PassiveCheck>,
@@ -52,6 +53,8 @@ pub struct Node {
     pub retries: AtomicU64,
     /// Requests sent to this node still waiting for its response headers.
     pub waiting: AtomicU64,
+    /// Connections open to this node (in use or idle in the pool).
+    pub connections: Arc<AtomicU64>,
     /// Time from sending a request to its response headers.
     pub latency: LatencyHistogram,
 }
@@ -98,10 +101,6 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(256)
-            .build(connector);
         let nodes: Vec<Node> = config
             .nodes
             .iter()
@@ -115,9 +114,18 @@ impl Upstream {
                 requests: AtomicU64::new(0),
                 retries: AtomicU64::new(0),
                 waiting: AtomicU64::new(0),
+                connections: Arc::default(),
                 latency: LatencyHistogram::default(),
             })
             .collect();
+        let gauges = nodes
+            .iter()
+            .map(|n| (n.address.clone(), n.connections.clone()))
+            .collect();
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(256)
+            .build(CountedConnector::new(connector, Arc::new(gauges)));
         let mut ring = Vec::new();
         for (i, node) in nodes.iter().enumerate() {
             for point in 0..node.weight * RING_POINTS_PER_WEIGHT {
