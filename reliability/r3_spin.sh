@@ -10,7 +10,12 @@
 # p99 under spin stay close to the baseline: at most RATIO_MAX (default 3)
 # times it, or at most ABS_MAX_MS (default 1 ms, one epoch tick) above it.
 # The baseline is measured before and after the spin runs; the lower counts.
-# Usage: [SECONDS=6] [SPINNERS="1 2"] [TIMEOUT_MS=1000] reliability/r3_spin.sh
+# Also checked: the spin calls moved to the slow lane (wasmgate_long_calls_moved_total).
+# For reference (no check), hello is also measured under K idle-class shell
+# loops (chrt -i 0), for each K in FLOOR_LOOPS (default "1 2"): the latency the
+# kernel gives when K cores run idle-priority work, whatever that work is.
+# LONG_CALL_THREADS sets limits.long_call_threads (default: unset, one per CPU but one).
+# Usage: [SECONDS=6] [SPINNERS="1 2"] [TIMEOUT_MS=1000] [LONG_CALL_THREADS=N] [FLOOR_LOOPS="1 2"] reliability/r3_spin.sh
 source "$(dirname "$0")/lib.sh"
 dur="$(tr '\0' '\n' </proc/$$/environ | sed -n 's/^SECONDS=//p')" # bash's own SECONDS is a clock
 dur="${dur:-6}"
@@ -19,6 +24,9 @@ deadline_ms="${TIMEOUT_MS:-1000}"
 slack_ms="${SLACK_MS:-250}"
 ratio_max="${RATIO_MAX:-3}"
 abs_max_ms="${ABS_MAX_MS:-1}"
+floor_loops="${FLOOR_LOOPS-1 2}"
+long_call_limit=""
+[ -n "${LONG_CALL_THREADS:-}" ] && long_call_limit="limits: {long_call_threads: $LONG_CALL_THREADS}"
 command -v wrk >/dev/null || { echo "wrk is missing: scripts/install-deps.sh --bench" >&2; exit 2; }
 
 gw="$(free_port)"
@@ -32,6 +40,7 @@ plugins:
 routes:
   - {name: spin, path: {exact: /spin}, function: {plugin: faults}}
   - {name: hello, path: {exact: /hello}, function: {plugin: hello}}
+$long_call_limit
 EOF
 start gateway "$WASMGATE" run -c "$TMP/gateway.yaml" --no-watch --log-level error
 gw_pid=$LAST_PID
@@ -80,8 +89,10 @@ ts = [threading.Thread(target=loop) for _ in range(n)]
 [t.start() for t in ts]; [t.join() for t in ts]
 json.dump(res, open(out, "w"))
 PY
+moved_calls() { curl -sf -m 5 "http://127.0.0.1:$admin/metrics" | awk '$1 == "wasmgate_long_calls_moved_total" {print $2}'; }
 summary=""
 for spinners in $spinner_counts; do
+  moved_before="$(moved_calls)"
   rm -f "$TMP/stop" "$TMP/spin.json"
   start "spinners-$spinners" timeout $((dur + 60)) python3 "$TMP/spin.py" "http://127.0.0.1:$gw/spin" "$spinners" "$TMP/stop" "$TMP/spin.json"
   spin_pid=$LAST_PID
@@ -112,6 +123,8 @@ PY
   check "$t: spin requests made" "$([ "$spins" -ge "$spinners" ]; echo $?)" "$spins"
   check "$t: every spin request answered 504 timeout" "$([ "$s504" = "$spins" ]; echo $?)" "$s504 of $spins"
   check "$t: every spin request ended at its deadline (${deadline_ms}..$((deadline_ms + slack_ms)) ms)" "$([ "$in_window" = "$spins" ]; echo $?)" "durations $min_ms..$max_ms ms"
+  moved=$(( $(moved_calls) - moved_before ))
+  check "$t: every spin call moved to the slow lane" "$([ "$moved" -ge "$spins" ]; echo $?)" "$moved moved, $spins spin requests"
   check "$t: hello without errors" "$([ "$((s_non2xx + s_sock + b_non2xx + b_sock))" = 0 ]; echo $?)" "baseline $((b_non2xx + b_sock)), under spin $((s_non2xx + s_sock))"
   eval "s_${spinners}=(\"\$s_rps\" \"\$s_p50\" \"\$s_p99\" \"\$s504\" \"\$spins\" \"\$min_ms\" \"\$max_ms\")"
 done
@@ -131,6 +144,17 @@ print("%.1f %.1f %.2f %d %d" % (s50 / b50, s99 / b99, srps / brps, close(b50, s5
   echo "    hello throughput: baseline $b_rps req/s, under spin $s_rps req/s (x$rrps)"
   summary+="${summary:+; }$spinners spinning: $s504/$spins spin 504 in ${min_ms}..${max_ms} ms, hello p50 $b_p50->$s_p50 ms (x$r50) p99 $b_p99->$s_p99 ms (x$r99) req/s x$rrps"
 done
+floor=""
+for loops in $floor_loops; do
+  hogs=()
+  for _ in $(seq "$loops"); do chrt -i 0 sh -c 'while :; do :; done' & hogs+=($!); done
+  echo "  for reference: $loops idle-class shell loop(s) (chrt -i 0), no spin requests: same wrk"
+  measure "floor$loops"
+  kill "${hogs[@]}" 2>/dev/null; wait "${hogs[@]}" 2>/dev/null || true
+  read -r f_rps f_p50 f_p99 _ < <(wrk_summary "$TMP/wrk-floor$loops.txt")
+  floor+="${floor:+, }$loops loop(s) p99 $f_p99 ms"
+done
+[ -n "$floor" ] && summary+="; kernel reference (idle-class shell loops, no spin): $floor"
 kill -0 "$gw_pid" 2>/dev/null
 check "gateway still running" $? ""
 

@@ -108,6 +108,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .limits
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if let Some(n) = config.limits.long_call_threads {
+        wasmgate_runtime::slow_lane::set_threads(n);
+    }
     // The control plane (signals, admin, health checks, root contexts) runs
     // on this thread; traffic is served by `threads` workers of their own.
     let tokio = tokio::runtime::Builder::new_current_thread()

@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// Worker threads (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
+    /// Threads for guest calls that run longer than 1 ms, at idle CPU
+    /// priority (default: one per CPU but one).
+    #[arg(long, value_name = "N")]
+    long_call_threads: Option<usize>,
     /// Most instances of the plugin alive at once = most concurrent calls.
     #[arg(long, default_value_t = 64)]
     pool_size: usize,
@@ -54,6 +58,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if let Some(n) = args.long_call_threads {
+        wasmgate_runtime::slow_lane::set_threads(n);
+    }
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

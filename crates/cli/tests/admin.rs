@@ -275,6 +275,25 @@ routes:
         backend.address()
     );
     assert_eq!(metric(&scrape, &node), Some(5.0), "{scrape}");
+    // The five sequential requests reused pooled connections, still open.
+    let open = format!(
+        r#"wasmgate_upstream_node_connections{{upstream="backend",node="{}"}}"#,
+        backend.address()
+    );
+    let open = metric(&scrape, &open).unwrap();
+    assert!((1.0..5.0).contains(&open), "{open} connections\n{scrape}");
+    // CPU time is counted, and within the calls' wall-clock time.
+    let cpu = metric(
+        &scrape,
+        &format!("wasmgate_plugin_cpu_seconds_total{{{tag}}}"),
+    )
+    .unwrap();
+    let wall = metric(
+        &scrape,
+        &format!("wasmgate_plugin_call_seconds_sum{{{tag}}}"),
+    )
+    .unwrap();
+    assert!(cpu > 0.0 && cpu <= wall, "cpu {cpu} s, wall {wall} s");
 
     // The plugin status page: hash, pools, counters, last crash with file:line.
     let status = admin(&c, &gw, "GET", "/plugins/faults/status", None, "")

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use rustc_hash::FxHashMap;
 use wasmgate_runtime::limits::install_epoch_policy;
+use wasmgate_runtime::slow_lane;
 use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolStats, Runtime};
 use wasmtime::{AsContextMut, ExternType, Instance, Linker, Module, Store, TypedFunc, ValType};
 use wasmtime_wasi::I32Exit;
@@ -249,12 +250,20 @@ impl Plugin {
         let ticks = store.data_mut().budget.start(self.shared.timeout);
         store.set_epoch_deadline(ticks);
 
-        let started = std::time::Instant::now();
-        let outcome = match &export {
-            Export::ReturnsCode(f) => f.call_async(&mut *store, ()).await,
-            Export::ReturnsNothing(f) => f.call_async(&mut *store, ()).await.map(|()| 0),
+        // The call owns the lease while it runs, so that it can move to the
+        // slow lane if it runs long.
+        let call = async move {
+            let store = &mut lease.instance().store;
+            let outcome = match export {
+                Export::ReturnsCode(f) => f.call_async(&mut *store, ()).await,
+                Export::ReturnsNothing(f) => f.call_async(&mut *store, ()).await.map(|()| 0),
+            };
+            (lease, outcome)
         };
-        self.shared.stats.record_call(started.elapsed());
+        let finished = slow_lane::run(call).await;
+        self.shared.stats.record_call(finished.wall, finished.cpu);
+        let (mut lease, outcome) = finished.output;
+        let store = &mut lease.instance().store;
         // Only an instance whose call returned normally goes back to the pool;
         // the lease drops any other, so it is never reused.
         let healthy = outcome.is_ok();
@@ -269,7 +278,9 @@ impl Plugin {
     }
 
     /// What a finished call amounts to, in the reference runtime's order: an
-    /// error the plugin set, a non-zero return, `proc_exit`, then a crash.
+    /// error the plugin set, a non-zero return, `proc_exit`, then a crash. A
+    /// crash after the plugin set an error is still reported and counted (the
+    /// caller sees the plugin's error, as with the reference runtime).
     fn conclude(
         &self,
         function: &str,
@@ -277,10 +288,14 @@ impl Plugin {
         state: &ExtismState,
         bytes: &[u8],
     ) -> Result<(), CallError> {
-        if let Some(message) = state.memory.error(bytes) {
-            return Err(CallError::Plugin(
-                String::from_utf8_lossy(message).into_owned(),
-            ));
+        let mut plugin_error = state
+            .memory
+            .error(bytes)
+            .map(|message| CallError::Plugin(String::from_utf8_lossy(message).into_owned()));
+        if !is_crash(&outcome) {
+            if let Some(error) = plugin_error.take() {
+                return Err(error);
+            }
         }
         let error = match outcome {
             Ok(0) => return Ok(()),
@@ -301,7 +316,7 @@ impl Plugin {
         );
         self.shared.stats.record_crash(&report);
         tracing::warn!(plugin = %self.shared.name, function, kind = report.kind.as_str(), "{report}");
-        Err(CallError::Crash(Box::new(report)))
+        Err(plugin_error.unwrap_or_else(|| CallError::Crash(Box::new(report))))
     }
 
     async fn instantiate(&self) -> Result<ExtismInstance> {
@@ -398,6 +413,14 @@ impl Plugin {
     fn describe_start_failure(&self, stage: &str, error: wasmtime::Error) -> anyhow::Error {
         CrashReport::start_failure(&self.shared.name, stage, error)
     }
+}
+
+/// Whether a call ended in a trap, timeout or host failure (not a return or
+/// a `proc_exit`).
+fn is_crash(outcome: &wasmtime::Result<i32>) -> bool {
+    outcome
+        .as_ref()
+        .is_err_and(|error| error.downcast_ref::<I32Exit>().is_none())
 }
 
 impl ExtismInstance {

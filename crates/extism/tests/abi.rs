@@ -110,6 +110,26 @@ async fn error_set_becomes_the_plugin_error() {
 }
 
 #[tokio::test]
+async fn a_crash_after_an_error_set_is_still_reported() {
+    let p = plugin(&module(
+        r#"(func (export "fail_then_trap") (result i32)
+            (call $error_set (call $copy_input))
+            unreachable)"#,
+    ));
+    // The caller sees the plugin's error, as with the reference runtime...
+    match p.call("fail_then_trap", b"it broke").await {
+        Err(CallError::Plugin(msg)) => assert_eq!(msg, "it broke"),
+        other => panic!("{other:?}"),
+    }
+    // ...and the trap is counted and reported, and the instance is not reused.
+    assert_eq!(p.stats().snapshot().traps, 1);
+    let crash = p.stats().last_crash().expect("a crash report");
+    assert_eq!(crash.report.function, "fail_then_trap");
+    assert_eq!(crash.report.kind.as_str(), "trap");
+    assert_eq!(p.status().pool.discarded, 1);
+}
+
+#[tokio::test]
 async fn missing_function_and_bad_signature() {
     let p = plugin(&module(
         r#"(func (export "takes_arg") (param i32) (result i32) (i32.const 0))"#,
@@ -492,4 +512,66 @@ async fn isolation_mode_gives_every_call_a_fresh_instance() {
     for _ in 0..3 {
         assert_eq!(p.call("count", b"").await.unwrap(), b"1");
     }
+}
+
+#[tokio::test]
+async fn a_long_call_finishes_on_the_slow_lane_and_its_instance_is_reused() {
+    use wasmgate_extism::HostFunction;
+    use wasmtime::{Val, ValType};
+    // `where` outputs the name of the thread the call runs on; `count_then_where`
+    // first counts to 3e8, well past the 1 ms after which a call moves.
+    let wat = module_with_imports(
+        r#"(import "extism:host/user" "thread" (func $thread (result i64)))"#,
+        r#"(func $where (export "where") (result i32) (local $h i64)
+          (local.set $h (call $thread))
+          (call $output_set (local.get $h) (call $length (local.get $h)))
+          (i32.const 0))
+        (func (export "count_then_where") (result i32) (local $i i64)
+          (block $done (loop $next
+            (br_if $done (i64.ge_u (local.get $i) (i64.const 300000000)))
+            (local.set $i (i64.add (local.get $i) (i64.const 1)))
+            (br $next)))
+          (call $where))"#,
+    );
+    let thread = HostFunction::new("thread", [], [ValType::I64], |plugin, _, results| {
+        let name = std::thread::current().name().unwrap_or("").to_owned();
+        results[0] = Val::I64(plugin.new_block(name.as_bytes())? as i64);
+        Ok(())
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("where.wat");
+    std::fs::write(&path, wat).unwrap();
+    let p = Plugin::new(
+        &runtime(),
+        &Manifest::from_wasm_file(&path),
+        PluginOptions {
+            host_functions: vec![thread],
+            pool: PoolConfig {
+                max_instances: 1,
+                ..PoolConfig::default()
+            },
+            ..PluginOptions::default()
+        },
+    )
+    .unwrap();
+    let here = String::from_utf8(p.call("where", b"").await.unwrap()).unwrap();
+    assert!(
+        !here.starts_with("wasmgate-slow-"),
+        "a short call moved: {here}"
+    );
+    let there = String::from_utf8(p.call("count_then_where", b"").await.unwrap()).unwrap();
+    assert!(
+        there.starts_with("wasmgate-slow-"),
+        "the long call ran on {there}"
+    );
+    // The next call starts where its caller is, on the same instance.
+    assert_eq!(
+        String::from_utf8(p.call("where", b"").await.unwrap()).unwrap(),
+        here
+    );
+    assert_eq!(p.status().pool.created, 1);
+    // CPU time is counted wherever the call ran, and never exceeds wall time.
+    let stats = p.stats().snapshot();
+    assert!(stats.cpu_seconds > 0.01, "{stats:?}");
+    assert!(stats.cpu_seconds <= stats.calls.sum_seconds, "{stats:?}");
 }

@@ -357,6 +357,11 @@ pub struct Limits {
     /// Worker threads (default: one per CPU).
     #[serde(default)]
     pub threads: Option<usize>,
+    /// Threads for guest calls that run longer than 1 ms, at idle CPU
+    /// priority (default: one per CPU but one, so a core stays free for
+    /// request handling).
+    #[serde(default)]
+    pub long_call_threads: Option<usize>,
 }
 
 impl Default for Limits {
@@ -366,6 +371,7 @@ impl Default for Limits {
             header_read_timeout_ms: default_header_timeout_ms(),
             body_read_timeout_ms: default_body_timeout_ms(),
             threads: None,
+            long_call_threads: None,
         }
     }
 }
@@ -479,6 +485,12 @@ impl GatewayConfig {
                     );
                 }
             }
+        }
+        if self.limits.long_call_threads == Some(0) {
+            problem(
+                "limits.long_call_threads".into(),
+                "must be at least 1 (long guest calls need a thread to run on)".into(),
+            );
         }
         if let Some(Ok(address)) = self
             .admin

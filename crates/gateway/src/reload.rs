@@ -185,16 +185,17 @@ impl LiveGateway {
         reason
     }
 
-    /// The listener, admin address and thread count are fixed at start-up.
+    /// The listener, admin address and thread counts are fixed at start-up.
     fn warn_about_restart_only_changes(&self, new: &GatewayConfig) {
         let current = self.current();
         let old = current.config();
         if old.listen != new.listen
             || old.admin != new.admin
             || old.limits.threads != new.limits.threads
+            || old.limits.long_call_threads != new.limits.long_call_threads
         {
             tracing::warn!(
-                "`listen`, `admin` and `limits.threads` changes take effect at the next restart"
+                "`listen`, `admin`, `limits.threads` and `limits.long_call_threads` changes take effect at the next restart"
             );
         }
     }

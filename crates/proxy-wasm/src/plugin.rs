@@ -5,6 +5,7 @@
 //! instance for one HTTP stream (see `stream.rs`); a plugin that asks for
 //! ticks or registers queues also gets a root instance of its own (`root.rs`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +14,9 @@ use tokio::sync::Notify;
 use anyhow::{Context, Result};
 use wasmgate_runtime::guest_log::LogStream;
 use wasmgate_runtime::limits::install_epoch_policy;
+use wasmgate_runtime::slow_lane;
 use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolStats, Runtime};
-use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc};
+use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc, WasmParams, WasmResults};
 
 use crate::abi::AbiVersion;
 use crate::exchange::HttpExchange;
@@ -77,7 +79,10 @@ impl Drop for FilterPlugin {
 }
 
 pub(crate) struct FilterInstance {
-    pub store: Store<FilterState>,
+    /// Out (None) only while a callback runs, which takes it along so that it
+    /// can move threads (see [`FilterInstance::run`]); a callback whose
+    /// request went away takes it down with it, and the lease drops the rest.
+    store: Option<Store<FilterState>>,
     /// Shared so a callback can borrow its function while the store is in use.
     pub exports: Arc<Exports>,
     pub next_context_id: u32,
@@ -86,6 +91,63 @@ pub(crate) struct FilterInstance {
 /// gRPC status codes `proxy_get_status` reports for a callout.
 const GRPC_OK: u32 = 0;
 const GRPC_UNAVAILABLE: u32 = 14;
+
+/// A guest call to make on an instance's store, owning what it needs so
+/// that [`FilterInstance::run`] can take it to another thread.
+pub(crate) trait Callback: Send + 'static {
+    type Output: Send + 'static;
+    fn call(
+        self,
+        store: &mut Store<FilterState>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + '_;
+}
+
+/// An export of the instance picked from its shared table at call time, with
+/// its arguments: the callbacks every request makes. (Taking a `TypedFunc`
+/// along instead would clone it, several atomic reference counts each time.)
+pub(crate) struct ExportCall<P: 'static, R: 'static> {
+    pub exports: Arc<Exports>,
+    pub pick: PickExport<P, R>,
+    pub params: P,
+}
+
+/// Which export an [`ExportCall`] calls.
+pub(crate) type PickExport<P, R> = fn(&Exports) -> Option<&TypedFunc<P, R>>;
+
+impl<P, R> Callback for ExportCall<P, R>
+where
+    P: WasmParams + Send + Sync + 'static,
+    R: WasmResults + Send + Sync + 'static,
+{
+    type Output = R;
+    async fn call(self, store: &mut Store<FilterState>) -> wasmtime::Result<R> {
+        match (self.pick)(&self.exports) {
+            Some(f) => f.call_async(store, self.params).await,
+            None => Err(wasmtime::format_err!("the plugin has no such callback")),
+        }
+    }
+}
+
+/// An export (already cloned) called with its arguments: the callbacks that
+/// come rarely (ticks, queues, http call responses).
+impl<P, R> Callback for (TypedFunc<P, R>, P)
+where
+    P: WasmParams + Send + Sync + 'static,
+    R: WasmResults + Send + Sync + 'static,
+{
+    type Output = R;
+    fn call(
+        self,
+        store: &mut Store<FilterState>,
+    ) -> impl Future<Output = wasmtime::Result<R>> + Send + '_ {
+        let (f, params) = self;
+        async move { f.call_async(store, params).await }
+    }
+}
+
+/// A `FilterInstance` whose store is out means its last callback was dropped
+/// mid-call, and the instance is in no state to be used again.
+const STORE_OUT: &str = "a filter instance was used after a callback on it was cancelled";
 
 type StreamCallback = Option<TypedFunc<(u32, u32, u32), i32>>;
 /// (context, token, header count, body size, trailer count)
@@ -184,7 +246,7 @@ impl FilterPlugin {
             .acquire(|| plugin.instantiate())
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let state = first.instance().store.data();
+        let state = first.instance().store().data();
         let needs_root = state.tick_period_ms > 0 || !state.registered_queues.is_empty();
         first.release();
         let plugin = Arc::new(plugin);
@@ -266,7 +328,7 @@ impl FilterPlugin {
             .map_err(|e| self.start_failure("start-up", e))?;
         let exports = Arc::new(Exports::find(&mut store, &instance)?);
         Ok(FilterInstance {
-            store,
+            store: Some(store),
             exports,
             next_context_id: ROOT_CONTEXT_ID,
         })
@@ -395,20 +457,27 @@ impl Exports {
 impl FilterInstance {
     /// Runs one guest call under the plugin's deadline; a failure becomes a
     /// crash report (the caller must then drop the instance).
-    pub async fn run<R>(
+    pub async fn run<C: Callback>(
         &mut self,
         name: &'static str,
-        body: impl AsyncFnOnce(&mut Store<FilterState>) -> wasmtime::Result<R>,
-    ) -> Result<R, FilterError> {
-        let plugin = self.store.data().plugin.clone();
-        let store = &mut self.store;
+        callback: C,
+    ) -> Result<C::Output, FilterError> {
+        let mut store = self.store.take().expect(STORE_OUT);
+        let plugin = store.data().plugin.clone();
         let ticks = store.data_mut().budget.start(plugin.config.timeout);
         store.set_epoch_deadline(ticks);
-        let started = std::time::Instant::now();
-        let outcome = body(store).await;
-        plugin.stats.record_call(started.elapsed());
+        // The callback owns the store while it runs, so that it can move to
+        // the slow lane if it runs long.
+        let call = async move {
+            let outcome = callback.call(&mut store).await;
+            (store, outcome)
+        };
+        let finished = slow_lane::run(call).await;
+        plugin.stats.record_call(finished.wall, finished.cpu);
+        let (store, outcome) = finished.output;
+        let store = self.store.insert(store);
         outcome.map_err(|error| {
-            let timed_out = self.store.data().budget.timed_out();
+            let timed_out = store.data().budget.timed_out();
             let report = CrashReport::from_error(&plugin.config.name, name, &error, timed_out);
             plugin.stats.record_crash(&report);
             tracing::warn!(plugin = %plugin.config.name, route = %plugin.config.route, callback = name, kind = report.kind.as_str(), "{report}");
@@ -417,22 +486,30 @@ impl FilterInstance {
     }
 
     /// Lends `exchange` to the instance for one callback.
-    pub async fn run_with<R>(
+    pub async fn run_with<C: Callback>(
         &mut self,
         exchange: &mut HttpExchange,
         name: &'static str,
-        body: impl AsyncFnOnce(&mut Store<FilterState>) -> wasmtime::Result<R>,
-    ) -> Result<R, FilterError> {
-        self.store.data_mut().exchange = std::mem::take(exchange);
-        let result = self.run(name, body).await;
-        *exchange = std::mem::take(&mut self.store.data_mut().exchange);
+        callback: C,
+    ) -> Result<C::Output, FilterError> {
+        self.store_mut().data_mut().exchange = std::mem::take(exchange);
+        let result = self.run(name, callback).await;
+        *exchange = std::mem::take(&mut self.store_mut().data_mut().exchange);
         result
+    }
+
+    pub fn store(&self) -> &Store<FilterState> {
+        self.store.as_ref().expect(STORE_OUT)
+    }
+
+    pub fn store_mut(&mut self) -> &mut Store<FilterState> {
+        self.store.as_mut().expect(STORE_OUT)
     }
 
     /// Sends the calls the last callback dispatched.
     pub fn start_dispatched_calls(&mut self, calls: &mut CallsInFlight) {
-        let dispatched = std::mem::take(&mut self.store.data_mut().dispatched_calls);
-        let caller = self.store.data().plugin.config.http_caller.clone();
+        let dispatched = std::mem::take(&mut self.store_mut().data_mut().dispatched_calls);
+        let caller = self.store().data().plugin.config.http_caller.clone();
         for (token, request) in dispatched {
             // `proxy_http_call` refuses calls when there is no caller.
             if let Some(caller) = &caller {
@@ -454,13 +531,13 @@ impl FilterInstance {
         };
         let response = match result {
             Ok(response) => {
-                self.store.data_mut().last_call_status = (GRPC_OK, String::new());
+                self.store_mut().data_mut().last_call_status = (GRPC_OK, String::new());
                 response
             }
             Err(reason) => {
-                let plugin = &self.store.data().plugin.config;
+                let plugin = &self.store().data().plugin.config;
                 tracing::info!(plugin = %plugin.name, route = %plugin.route, token, %reason, "http call failed");
-                self.store.data_mut().last_call_status = (GRPC_UNAVAILABLE, reason);
+                self.store_mut().data_mut().last_call_status = (GRPC_UNAVAILABLE, reason);
                 HttpCallResponse::default()
             }
         };
@@ -469,14 +546,15 @@ impl FilterInstance {
             response.body.len() as u32,
             response.trailers.len() as u32,
         );
-        self.store.data_mut().call_response = Some(response);
+        self.store_mut().data_mut().call_response = Some(response);
         let result = self
-            .run_with(exchange, "proxy_on_http_call_response", async |store| {
-                f.call_async(store, (ROOT_CONTEXT_ID, token, sizes.0, sizes.1, sizes.2))
-                    .await
-            })
+            .run_with(
+                exchange,
+                "proxy_on_http_call_response",
+                (f, (ROOT_CONTEXT_ID, token, sizes.0, sizes.1, sizes.2)),
+            )
             .await;
-        self.store.data_mut().call_response = None;
+        self.store_mut().data_mut().call_response = None;
         result
     }
 
@@ -485,14 +563,12 @@ impl FilterInstance {
         let Some(f) = self.exports.tick.clone() else {
             return Ok(());
         };
-        self.run_with(exchange, "proxy_on_tick", async |store| {
-            f.call_async(store, ROOT_CONTEXT_ID).await
-        })
-        .await
+        self.run_with(exchange, "proxy_on_tick", (f, ROOT_CONTEXT_ID))
+            .await
     }
 
     pub fn tick_period(&self) -> Option<Duration> {
-        match self.store.data().tick_period_ms {
+        match self.store().data().tick_period_ms {
             0 => None,
             ms => Some(Duration::from_millis(ms as u64)),
         }

@@ -64,7 +64,7 @@ async fn drive(mut root: FilterInstance, stop: &Notify) -> Result<(), FilterErro
     let mut exchange = HttpExchange::default();
     loop {
         let tick = root.tick_period();
-        let watches_queues = !root.store.data().registered_queues.is_empty();
+        let watches_queues = !root.store().data().registered_queues.is_empty();
         tokio::select! {
             _ = stop.notified() => return Ok(()),
             _ = tokio::time::sleep(tick.unwrap_or_default()), if tick.is_some() => {
@@ -91,14 +91,16 @@ async fn notify_ready_queues(
     let Some(f) = root.exports.queue_ready.clone() else {
         return Ok(());
     };
-    let queues = root.store.data().registered_queues.clone();
+    let queues = root.store().data().registered_queues.clone();
     for queue in queues {
         if shared().queue_len(queue) == 0 {
             continue;
         }
-        root.run_with(exchange, "proxy_on_queue_ready", async |store| {
-            f.call_async(store, (ROOT_CONTEXT_ID, queue)).await
-        })
+        root.run_with(
+            exchange,
+            "proxy_on_queue_ready",
+            (f.clone(), (ROOT_CONTEXT_ID, queue)),
+        )
         .await?;
     }
     Ok(())

@@ -11,12 +11,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use wasmgate_runtime::Lease;
-use wasmtime::TypedFunc;
+use wasmtime::Store;
 
 use crate::abi::{Action, StreamType};
 use crate::exchange::HttpExchange;
 use crate::http_call::CallsInFlight;
-use crate::plugin::{FilterError, FilterInstance, FilterPlugin, ROOT_CONTEXT_ID};
+use crate::plugin::{
+    Callback, ExportCall, Exports, FilterError, FilterInstance, FilterPlugin, PickExport,
+    ROOT_CONTEXT_ID,
+};
+use crate::state::FilterState;
 
 /// What the host does after a stream callback (and any pause) is over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,15 +52,13 @@ impl FilterStream {
         let instance = lease.instance();
         instance.next_context_id = instance.next_context_id.wrapping_add(1).max(2);
         let context_id = instance.next_context_id;
-        instance.store.data_mut().stream_context = Some(context_id);
-        let create = instance.exports.context_create.clone();
-        instance
-            .run("proxy_on_context_create", async |store| {
-                create
-                    .call_async(store, (context_id, ROOT_CONTEXT_ID))
-                    .await
-            })
-            .await?;
+        instance.store_mut().data_mut().stream_context = Some(context_id);
+        let create = ExportCall {
+            exports: instance.exports.clone(),
+            pick: |e| Some(&e.context_create),
+            params: (context_id, ROOT_CONTEXT_ID),
+        };
+        instance.run("proxy_on_context_create", create).await?;
         Ok(FilterStream {
             plugin,
             lease,
@@ -75,11 +77,15 @@ impl FilterStream {
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let count = exchange.request_headers.len() as u32;
-        let exports = self.lease.instance().exports.clone();
-        let f = exports.request_headers.as_ref();
         let phase = Phase::headers("proxy_on_request_headers", StreamType::Request);
-        self.stream_callback(phase, f, exchange, count, end_of_stream)
-            .await
+        self.stream_callback(
+            phase,
+            |e| e.request_headers.as_ref(),
+            exchange,
+            count,
+            end_of_stream,
+        )
+        .await
     }
 
     /// `exchange.request_body` holds the bytes the filter sees: the new
@@ -90,11 +96,15 @@ impl FilterStream {
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let size = exchange.request_body.len() as u32;
-        let exports = self.lease.instance().exports.clone();
-        let f = exports.request_body.as_ref();
         let phase = Phase::body("proxy_on_request_body", StreamType::Request);
-        self.stream_callback(phase, f, exchange, size, end_of_stream)
-            .await
+        self.stream_callback(
+            phase,
+            |e| e.request_body.as_ref(),
+            exchange,
+            size,
+            end_of_stream,
+        )
+        .await
     }
 
     pub async fn on_request_trailers(
@@ -102,10 +112,9 @@ impl FilterStream {
         exchange: &mut HttpExchange,
     ) -> Result<Flow, FilterError> {
         let count = exchange.request_trailers.len() as u32;
-        let exports = self.lease.instance().exports.clone();
-        let f = exports.request_trailers.as_ref();
         let phase = Phase::headers("proxy_on_request_trailers", StreamType::Request);
-        self.trailers_callback(phase, f, exchange, count).await
+        self.trailers_callback(phase, |e| e.request_trailers.as_ref(), exchange, count)
+            .await
     }
 
     pub async fn on_response_headers(
@@ -114,11 +123,15 @@ impl FilterStream {
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let count = exchange.response_headers.len() as u32;
-        let exports = self.lease.instance().exports.clone();
-        let f = exports.response_headers.as_ref();
         let phase = Phase::headers("proxy_on_response_headers", StreamType::Response);
-        self.stream_callback(phase, f, exchange, count, end_of_stream)
-            .await
+        self.stream_callback(
+            phase,
+            |e| e.response_headers.as_ref(),
+            exchange,
+            count,
+            end_of_stream,
+        )
+        .await
     }
 
     pub async fn on_response_body(
@@ -127,11 +140,15 @@ impl FilterStream {
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let size = exchange.response_body.len() as u32;
-        let exports = self.lease.instance().exports.clone();
-        let f = exports.response_body.as_ref();
         let phase = Phase::body("proxy_on_response_body", StreamType::Response);
-        self.stream_callback(phase, f, exchange, size, end_of_stream)
-            .await
+        self.stream_callback(
+            phase,
+            |e| e.response_body.as_ref(),
+            exchange,
+            size,
+            end_of_stream,
+        )
+        .await
     }
 
     pub async fn on_response_trailers(
@@ -139,10 +156,9 @@ impl FilterStream {
         exchange: &mut HttpExchange,
     ) -> Result<Flow, FilterError> {
         let count = exchange.response_trailers.len() as u32;
-        let exports = self.lease.instance().exports.clone();
-        let f = exports.response_trailers.as_ref();
         let phase = Phase::headers("proxy_on_response_trailers", StreamType::Response);
-        self.trailers_callback(phase, f, exchange, count).await
+        self.trailers_callback(phase, |e| e.response_trailers.as_ref(), exchange, count)
+            .await
     }
 
     /// Ends the stream: `proxy_on_log`, `proxy_on_done`, `proxy_on_delete`;
@@ -150,23 +166,12 @@ impl FilterStream {
     pub async fn finish(mut self, exchange: &mut HttpExchange) -> Result<(), FilterError> {
         let id = self.context_id;
         let instance = self.lease.instance();
-        let exports = instance.exports.clone();
-        let (log, done, delete) = (&exports.log, &exports.done, &exports.delete);
-        instance
-            .run_with(exchange, "proxy_on_log", async |store| {
-                if let Some(f) = log {
-                    f.call_async(&mut *store, id).await?;
-                }
-                if let Some(f) = done {
-                    f.call_async(&mut *store, id).await?;
-                }
-                if let Some(f) = delete {
-                    f.call_async(&mut *store, id).await?;
-                }
-                Ok(())
-            })
-            .await?;
-        let state = instance.store.data_mut();
+        let end = EndOfStream {
+            exports: instance.exports.clone(),
+            context_id: id,
+        };
+        instance.run_with(exchange, "proxy_on_log", end).await?;
+        let state = instance.store_mut().data_mut();
         state.stream_context = None;
         state.dispatched_calls.clear();
         self.lease.release();
@@ -176,22 +181,25 @@ impl FilterStream {
     async fn stream_callback(
         &mut self,
         phase: Phase,
-        f: Option<&TypedFunc<(u32, u32, u32), i32>>,
+        pick: PickExport<(u32, u32, u32), i32>,
         exchange: &mut HttpExchange,
         size: u32,
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
-        let Some(f) = f else {
+        let instance = self.lease.instance();
+        if pick(&instance.exports).is_none() {
             return Ok(Flow::Continue);
+        }
+        let call = ExportCall {
+            exports: instance.exports.clone(),
+            pick,
+            params: (self.context_id, size, end_of_stream as u32),
         };
-        let id = self.context_id;
         self.reset_signals();
         let code = self
             .lease
             .instance()
-            .run_with(exchange, phase.name, async |store| {
-                f.call_async(store, (id, size, end_of_stream as u32)).await
-            })
+            .run_with(exchange, phase.name, call)
             .await?;
         self.after_callback(phase, Action::from_code(code), exchange, end_of_stream)
             .await
@@ -200,28 +208,31 @@ impl FilterStream {
     async fn trailers_callback(
         &mut self,
         phase: Phase,
-        f: Option<&TypedFunc<(u32, u32), i32>>,
+        pick: PickExport<(u32, u32), i32>,
         exchange: &mut HttpExchange,
         count: u32,
     ) -> Result<Flow, FilterError> {
-        let Some(f) = f else {
+        let instance = self.lease.instance();
+        if pick(&instance.exports).is_none() {
             return Ok(Flow::Continue);
+        }
+        let call = ExportCall {
+            exports: instance.exports.clone(),
+            pick,
+            params: (self.context_id, count),
         };
-        let id = self.context_id;
         self.reset_signals();
         let code = self
             .lease
             .instance()
-            .run_with(exchange, phase.name, async |store| {
-                f.call_async(store, (id, count)).await
-            })
+            .run_with(exchange, phase.name, call)
             .await?;
         self.after_callback(phase, Action::from_code(code), exchange, true)
             .await
     }
 
     fn reset_signals(&mut self) {
-        let state = self.lease.instance().store.data_mut();
+        let state = self.lease.instance().store_mut().data_mut();
         state.resumed.clear();
         state.closed.clear();
     }
@@ -250,7 +261,7 @@ impl FilterStream {
 
     /// A local response, a close or a resume of this direction ends the pause.
     fn settled(&mut self, phase: Phase, exchange: &HttpExchange) -> Option<Flow> {
-        let state = self.lease.instance().store.data_mut();
+        let state = self.lease.instance().store_mut().data_mut();
         if exchange.local_response.is_some() {
             Some(Flow::Respond)
         } else if !state.closed.is_empty() {
@@ -304,6 +315,29 @@ impl FilterStream {
                 return Ok(flow);
             }
         }
+    }
+}
+
+/// `proxy_on_log`, `proxy_on_done` and `proxy_on_delete`, in one guest call.
+struct EndOfStream {
+    exports: Arc<Exports>,
+    context_id: u32,
+}
+
+impl Callback for EndOfStream {
+    type Output = ();
+    async fn call(self, store: &mut Store<FilterState>) -> wasmtime::Result<()> {
+        let id = self.context_id;
+        if let Some(f) = &self.exports.log {
+            f.call_async(&mut *store, id).await?;
+        }
+        if let Some(f) = &self.exports.done {
+            f.call_async(&mut *store, id).await?;
+        }
+        if let Some(f) = &self.exports.delete {
+            f.call_async(&mut *store, id).await?;
+        }
+        Ok(())
     }
 }
 

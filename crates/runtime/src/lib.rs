@@ -15,6 +15,8 @@
 //! - [`crash`]: turning a failed call into a [`CrashReport`] with the trap kind
 //!   and the wasm backtrace (function names, file:line from DWARF).
 //! - [`profiler`]: sampling CPU profiles of guest code on the epoch ticker.
+//! - [`slow_lane`]: calls that run long move off their worker thread to
+//!   low-priority threads, so they do not delay other requests.
 //! - [`stats`]: per-plugin call counts, latency, failures and memory.
 //!
 //! The ABI crates build their own `Linker`s and store data on top of this.
@@ -27,6 +29,7 @@ pub mod limits;
 pub mod log_level;
 pub mod pool;
 pub mod profiler;
+pub mod slow_lane;
 pub mod stats;
 
 pub use crash::{CrashReport, FailureKind, Frame};

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::profiler;
 use crate::stats::PluginStats;
+use crate::{profiler, slow_lane};
 use wasmtime::{ResourceLimiter, StoreContextMut, UpdateDeadline};
 
 /// Caps the total linear memory (all memories of one store together) and the
@@ -125,22 +125,17 @@ impl ResourceLimiter for MemoryLimiter {
 
 /// A call's time budget, kept in the store data of every ABI.
 ///
-/// The engine's ticker advances the epoch every tick; a store's deadline is a
-/// time slice of a few ticks. When a slice runs out wasmtime calls
-/// [`CallBudget::on_epoch`]: past the call's deadline the call is interrupted,
-/// otherwise it yields to the async executor so one long call cannot starve
-/// the others sharing its thread.
+/// The engine's ticker advances the epoch every tick, and every tick wasmtime
+/// calls [`CallBudget::on_epoch`]: past the call's deadline the call is
+/// interrupted; once it has run [`CallBudget::LONG_CALL`] it yields at every
+/// tick, which moves it to the slow lane (see [`crate::slow_lane`]) and, where
+/// it cannot move, lets the other tasks on its thread run.
 #[derive(Debug)]
 pub struct CallBudget {
     deadline: Option<Instant>,
     /// When the current call started.
     started: Instant,
     timed_out: bool,
-    slice_ticks: u64,
-    /// Ticks the call has run since it last yielded.
-    ticks_since_yield: u64,
-    /// Ticks until the next epoch callback, as last set.
-    step: u64,
     /// While profiling: ticks to let pass before the next sample, so that
     /// taking samples costs at most ~10 % of the guest's time (see
     /// `after_sample`). Counted across calls: short calls see few ticks.
@@ -161,21 +156,16 @@ pub trait HasCallBudget {
 }
 
 impl CallBudget {
-    /// A call yields (and makes the ticker speed up) only once it has run
-    /// this long.
-    const LONG_CALL: Duration = Duration::from_millis(1);
-
-    /// Time slice between yields, in epoch ticks.
-    pub const DEFAULT_SLICE_TICKS: u64 = 1;
+    /// A call that has run this long is a long call. A call that merely
+    /// straddles a tick is not: moving or yielding it would cost more than it
+    /// saves.
+    pub const LONG_CALL: Duration = Duration::from_millis(1);
 
     pub fn new() -> CallBudget {
         CallBudget {
             deadline: None,
             started: Instant::now(),
             timed_out: false,
-            slice_ticks: Self::DEFAULT_SLICE_TICKS,
-            ticks_since_yield: 0,
-            step: Self::DEFAULT_SLICE_TICKS,
             ticks_to_skip: 0,
         }
     }
@@ -187,19 +177,7 @@ impl CallBudget {
         self.started = now;
         self.deadline = timeout.map(|t| now + t);
         self.timed_out = false;
-        self.ticks_since_yield = 0;
-        self.step = self.next_step();
-        self.step
-    }
-
-    /// Every tick while a profile records (each tick may be a sample),
-    /// else once per time slice.
-    fn next_step(&self) -> u64 {
-        if profiler::recording() {
-            1
-        } else {
-            self.slice_ticks
-        }
+        1
     }
 
     /// Whether this tick is a sample (false while skipping ticks after a
@@ -241,37 +219,30 @@ impl CallBudget {
     }
 
     fn on_epoch(&mut self) -> UpdateDeadline {
-        match self.deadline {
-            Some(deadline) if Instant::now() >= deadline => {
-                self.timed_out = true;
-                UpdateDeadline::Interrupt
-            }
-            _ => {
-                self.ticks_since_yield += self.step;
-                self.step = self.next_step();
-                // A call that merely straddles a tick is not a long call:
-                // yielding it would only add a trip through the scheduler.
-                if self.ticks_since_yield < self.slice_ticks
-                    || self.started.elapsed() < Self::LONG_CALL
-                {
-                    return UpdateDeadline::Continue(self.step);
-                }
-                self.ticks_since_yield = 0;
-                YIELDED.store(true, Ordering::Relaxed);
-                // tokio's yield_now defers the wake-up until the scheduler has
-                // polled its timers and sockets, so a spinning plugin cannot keep
-                // them waiting (a plain re-wake would run again first).
-                UpdateDeadline::YieldCustom(self.step, Box::pin(tokio::task::yield_now()))
-            }
+        let now = Instant::now();
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
+            self.timed_out = true;
+            return UpdateDeadline::Interrupt;
         }
+        if now - self.started < Self::LONG_CALL {
+            return UpdateDeadline::Continue(1);
+        }
+        YIELDED.store(true, Ordering::Relaxed);
+        // Under `slow_lane::run` on a worker, this yield moves the call to
+        // the slow lane.
+        slow_lane::request_move();
+        // tokio's yield_now defers the wake-up until the scheduler has polled
+        // its timers and sockets, so a spinning plugin cannot keep them
+        // waiting (a plain re-wake would run again first).
+        UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
     }
 }
 
-/// Set when a call is made to yield (it outlived a time slice); the epoch
-/// ticker then ticks faster for a while so such calls yield more often.
+/// Set when a long call yields; the epoch ticker then ticks faster for a
+/// while (see `start_epoch_ticker`).
 static YIELDED: AtomicBool = AtomicBool::new(false);
 
-/// Whether a call yielded since the last look (and clears the notice).
+/// Whether a long call yielded since the last look (and clears the notice).
 pub(crate) fn take_yield_notice() -> bool {
     YIELDED.swap(false, Ordering::Relaxed)
 }

@@ -63,8 +63,10 @@ impl LatencyHistogram {
 #[derive(Debug, Default)]
 pub struct PluginStats {
     /// Latency of every guest call; its count is the number of calls and its
-    /// sum the time spent in guest code.
+    /// sum their wall-clock time.
     latency: LatencyHistogram,
+    /// CPU time of every guest call, in nanoseconds.
+    cpu_nanos: AtomicU64,
     failures: [AtomicU64; 4],
     /// Bytes of linear memory held by this plugin's live instances.
     memory_bytes: AtomicU64,
@@ -82,9 +84,12 @@ pub struct LastCrash {
 /// A copy of the counters, for one scrape.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StatsSnapshot {
-    /// Guest calls and their latency; `sum_seconds` is the time spent
-    /// inside guest code (wall clock, so a call waiting on host I/O counts).
+    /// Guest calls and their latency (wall clock: a call waiting on host
+    /// I/O or for a CPU counts).
     pub calls: HistogramSnapshot,
+    /// CPU time the calls used (guest code and the host functions it called;
+    /// see `slow_lane::run`).
+    pub cpu_seconds: f64,
     pub traps: u64,
     pub timeouts: u64,
     pub out_of_memory: u64,
@@ -93,9 +98,12 @@ pub struct StatsSnapshot {
 }
 
 impl PluginStats {
-    /// Records one finished guest call and how long it took.
-    pub fn record_call(&self, took: Duration) {
+    /// Records one finished guest call: how long it took and the CPU time
+    /// it used.
+    pub fn record_call(&self, took: Duration, cpu: Duration) {
         self.latency.record(took);
+        self.cpu_nanos
+            .fetch_add(cpu.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Records a failed call (after [`PluginStats::record_call`]).
@@ -135,6 +143,7 @@ impl PluginStats {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         StatsSnapshot {
             calls: self.latency.snapshot(),
+            cpu_seconds: load(&self.cpu_nanos) as f64 / 1e9,
             traps: load(&self.failures[0]),
             timeouts: load(&self.failures[1]),
             out_of_memory: load(&self.failures[2]),
@@ -151,9 +160,9 @@ mod tests {
     #[test]
     fn calls_land_in_their_latency_bucket_and_crashes_by_kind() {
         let stats = PluginStats::default();
-        stats.record_call(Duration::from_micros(7));
-        stats.record_call(Duration::from_micros(30));
-        stats.record_call(Duration::from_secs(10));
+        stats.record_call(Duration::from_micros(7), Duration::from_micros(7));
+        stats.record_call(Duration::from_micros(30), Duration::from_micros(3));
+        stats.record_call(Duration::from_secs(10), Duration::from_secs(1));
         stats.record_crash(&CrashReport {
             plugin: "p".into(),
             function: "f".into(),
@@ -167,6 +176,7 @@ mod tests {
         assert_eq!(s.calls.buckets[2], 1, "30 us <= 50 us");
         assert_eq!(s.calls.buckets[LATENCY_BUCKETS.len()], 1, "10 s: +Inf");
         assert!((s.calls.sum_seconds - 10.000037).abs() < 1e-9);
+        assert!((s.cpu_seconds - 1.00001).abs() < 1e-9);
         assert_eq!((s.timeouts, s.traps), (1, 0));
         assert_eq!(stats.last_crash().unwrap().report.message, "late");
     }

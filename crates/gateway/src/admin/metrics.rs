@@ -17,6 +17,7 @@ pub fn render(live: &LiveGateway) -> String {
     let mut out = String::new();
     reload_metrics(live, &mut out);
     instance_pool_metrics(live, &mut out);
+    long_call_metrics(&mut out);
     route_metrics(&gateway, &mut out);
     upstream_metrics(&gateway, &mut out);
     plugin_metrics(&gateway, &mut out);
@@ -50,6 +51,20 @@ fn reload_metrics(live: &LiveGateway, out: &mut String) {
         out,
         "wasmgate_config_reload_failures_total {}",
         reload.failed_reloads
+    );
+}
+
+fn long_call_metrics(out: &mut String) {
+    family(
+        out,
+        "wasmgate_long_calls_moved_total",
+        "counter",
+        "Guest calls that ran past 1 ms and moved off their worker thread to the slow lane.",
+    );
+    let _ = writeln!(
+        out,
+        "wasmgate_long_calls_moved_total {}",
+        wasmgate_runtime::slow_lane::moved_calls()
     );
 }
 
@@ -173,13 +188,23 @@ fn upstream_metrics(gateway: &Gateway, out: &mut String) {
             "gauge",
             "Requests sent to the node and waiting for its response headers.",
         ),
+        (
+            "wasmgate_upstream_node_connections",
+            "gauge",
+            "Connections open to the node, in use or idle in the pool.",
+        ),
     ];
     for (i, (name, kind, help)) in counters.into_iter().enumerate() {
         family(out, name, kind, help);
         for upstream in &upstreams {
             for node in upstream.nodes() {
-                let value =
-                    [&node.requests, &node.retries, &node.waiting][i].load(Ordering::Relaxed);
+                let value = [
+                    &node.requests,
+                    &node.retries,
+                    &node.waiting,
+                    &*node.connections,
+                ][i]
+                    .load(Ordering::Relaxed);
                 let labels = node_labels(&upstream.name, &node.address);
                 let _ = writeln!(out, "{name}{{{labels}}} {value}");
             }
@@ -220,10 +245,20 @@ fn plugin_metrics(gateway: &Gateway, out: &mut String) {
         out,
         name,
         "histogram",
-        "Guest calls and their duration; _sum is the time spent in wasm (wall clock).",
+        "Guest calls and their duration (wall clock, waits included).",
     );
     for (l, s) in labels.iter().zip(&snapshots) {
         histogram(out, name, l, &s.calls);
+    }
+    let name = "wasmgate_plugin_cpu_seconds_total";
+    family(
+        out,
+        name,
+        "counter",
+        "CPU time of guest calls (wasm and the host functions it called).",
+    );
+    for (l, s) in labels.iter().zip(&snapshots) {
+        let _ = writeln!(out, "{name}{{{l}}} {}", s.cpu_seconds);
     }
     let name = "wasmgate_plugin_failures_total";
     family(

@@ -1,0 +1,347 @@
+//! Long guest calls move to threads of their own, at low CPU priority.
+//!
+//! A worker thread serves many connections. A guest call that runs long (a
+//! plugin stuck in a loop, or one that is merely heavy) yields every tick, but
+//! it still shares its worker with every other request there, and with one
+//! such call per core each of those requests waits behind guest time slices.
+//!
+//! So a call starts on its worker (almost every call ends within
+//! microseconds; a hand-off to another thread would cost more than the call),
+//! and the first time it yields for having run `CallBudget::LONG_CALL`, it
+//! moves to the slow lane: by default one thread per core but one (see
+//! [`default_threads`]), each with a single-threaded
+//! async runtime, in the kernel's lowest scheduling class (SCHED_IDLE). The
+//! kernel then runs a worker as soon as it has work, and long calls get the
+//! CPU that is left. A moved
+//! call keeps its deadline; the request that made it awaits its result.
+//!
+//! Only calls that own everything they touch can move ([`GuestCall`] is
+//! `'static`): the ABI crates hand over the instance's store for the call and
+//! take it back afterwards.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+/// A guest call, with what it needs, ready to run on any thread.
+pub type GuestCall<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+thread_local! {
+    /// Set by the epoch callback when the call it interrupts has run long
+    /// and should leave this thread; read by [`run`] around each poll.
+    static MOVE_REQUESTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Calls moved to the slow lane since the process started.
+static MOVED: AtomicU64 = AtomicU64::new(0);
+
+/// Asks the [`run`] polling the current call to move it off this thread.
+/// Harmless where nothing reads it (a call that is not run through [`run`],
+/// or one already on the slow lane): [`run`] clears it before each poll.
+pub(crate) fn request_move() {
+    MOVE_REQUESTED.set(true);
+}
+
+/// How many calls have moved to the slow lane so far.
+pub fn moved_calls() -> u64 {
+    MOVED.load(Ordering::Relaxed)
+}
+
+/// A finished call's output, with how long it took and the CPU time it used.
+#[derive(Debug)]
+pub struct Timed<T> {
+    pub output: T,
+    /// From the first poll to the end, waits included.
+    pub wall: Duration,
+    pub cpu: Duration,
+}
+
+/// Runs `call` here until it yields for having run long, then on the slow
+/// lane. Dropping the returned future cancels the call wherever it runs (on
+/// the slow lane: at its next yield, at most one epoch tick later).
+///
+/// CPU time: on the caller's thread, the time spent polling the call (a
+/// worker is not preempted by long calls, which run at idle priority, so
+/// this is close to CPU time; a call that ends in one poll, as most do, costs
+/// the same two clock reads as timing it at all); on the slow lane, where the
+/// kernel preempts the thread whenever a worker has work, the thread's CPU
+/// clock around each poll.
+pub async fn run<F>(call: F) -> Timed<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    // Boxed so that it can still move after it has been polled here.
+    let mut call: GuestCall<F::Output> = Box::pin(call);
+    let mut cpu = Duration::ZERO;
+    let mut first_poll = None;
+    let mut last_clock = None;
+    let finished_here = std::future::poll_fn(|cx| {
+        MOVE_REQUESTED.set(false);
+        let started = Instant::now();
+        first_poll.get_or_insert(started);
+        let poll = call.as_mut().poll(cx);
+        let now = Instant::now();
+        cpu += now - started;
+        last_clock = Some(now);
+        match poll {
+            Poll::Ready(output) => Poll::Ready(Some(output)),
+            Poll::Pending if MOVE_REQUESTED.take() => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await;
+    let first_poll = first_poll.expect("polled at least once");
+    if let Some(output) = finished_here {
+        let wall = last_clock.map_or(Duration::ZERO, |end| end - first_poll);
+        return Timed { output, wall, cpu };
+    }
+    MOVED.fetch_add(1, Ordering::Relaxed);
+    let mut task = AbortOnDrop(lane().spawn(Box::pin(on_thread_cpu_clock(call))));
+    match (&mut task.0).await {
+        Ok((output, lane_cpu)) => Timed {
+            output,
+            wall: first_poll.elapsed(),
+            cpu: cpu + lane_cpu,
+        },
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Only `AbortOnDrop` aborts, and then nobody awaits the task.
+        Err(error) => unreachable!("slow-lane task ended without a result: {error}"),
+    }
+}
+
+/// `call`, measuring the CPU time of the thread that polls it.
+async fn on_thread_cpu_clock<T>(mut call: GuestCall<T>) -> (T, Duration) {
+    let mut cpu = Duration::ZERO;
+    let output = std::future::poll_fn(|cx| {
+        let started = thread_cpu_time();
+        let poll = call.as_mut().poll(cx);
+        cpu += thread_cpu_time().saturating_sub(started);
+        poll
+    })
+    .await;
+    (output, cpu)
+}
+
+/// The calling thread's CPU time so far.
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the calling thread's CPU clock into `now`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// Cancels the slow-lane task when the call's caller goes away.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Slow-lane threads to start; 0 means [`default_threads`].
+static THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets how many slow-lane threads to start (at first use; later calls have
+/// no effect once the lane runs). Returns false if it already runs.
+pub fn set_threads(threads: usize) -> bool {
+    THREADS.store(threads.max(1), Ordering::Relaxed);
+    LANE.get().is_none()
+}
+
+/// One per CPU but one: long calls can use all the machine but one core,
+/// which stays free for request handling. Measured on 2 cores with a stuck
+/// call per core (docs/reliability.md, R3): with both cores taken by
+/// slow-lane threads, other requests' p99 went from 0.1 to 1-3 ms, the
+/// same as with two idle-priority shell loops, so the cause is the kernel's
+/// wake-up placement, not wasmgate; with one core free it stayed under 0.6 ms.
+pub fn default_threads() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cpus.saturating_sub(1).max(1)
+}
+
+static LANE: OnceLock<SlowLane> = OnceLock::new();
+
+/// The slow-lane threads, started on first use.
+struct SlowLane {
+    threads: Vec<Handle>,
+    next: AtomicUsize,
+}
+
+fn lane() -> &'static SlowLane {
+    LANE.get_or_init(SlowLane::start)
+}
+
+impl SlowLane {
+    fn start() -> SlowLane {
+        let count = match THREADS.load(Ordering::Relaxed) {
+            0 => default_threads(),
+            n => n,
+        };
+        let threads = (0..count).map(start_thread).collect();
+        SlowLane {
+            threads,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Round robin: long calls are rare, and a thread's calls share it fairly
+    /// by yielding every tick.
+    fn spawn<T: Send + 'static>(&self, call: GuestCall<T>) -> JoinHandle<T> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len();
+        self.threads[index].spawn(call)
+    }
+}
+
+fn start_thread(index: usize) -> Handle {
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("wasmgate-slow-{index}"))
+        .spawn(move || {
+            lower_priority();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("building a slow-lane runtime");
+            let _ = handle_tx.send(runtime.handle().clone());
+            runtime.block_on(std::future::pending::<()>());
+        })
+        .expect("starting a slow-lane thread");
+    handle_rx
+        .recv()
+        .expect("the slow-lane thread reports its runtime")
+}
+
+/// Puts the calling thread in the SCHED_IDLE class (on Linux, a per-thread
+/// setting). Nice 19 was not enough: the kernel lets a niced thread finish its
+/// slice before a woken worker runs, which kept the p99 of other requests at
+/// ~3 ms with a long call per core, while a SCHED_IDLE thread gives way at
+/// once. It is not starved: it still gets a small share of a busy CPU.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: a plain syscall on the calling thread's scheduling policy.
+        let result = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        if result != 0 {
+            tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                "could not lower the slow lane's CPU priority; long guest calls will compete with request handling"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for a guest call: pending `yields` times, asking to move
+    /// each time, and reports the thread it ended on.
+    fn call_that_yields(yields: usize, ask_to_move: bool) -> GuestCall<String> {
+        let mut left = yields;
+        Box::pin(std::future::poll_fn(move |cx| {
+            if left == 0 {
+                let name = std::thread::current().name().unwrap_or("").to_owned();
+                return Poll::Ready(name);
+            }
+            left -= 1;
+            if ask_to_move {
+                request_move();
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }))
+    }
+
+    fn block_on<F: Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn a_call_that_does_not_ask_stays_on_its_thread() {
+        let here = std::thread::current().name().unwrap_or("").to_owned();
+        assert_eq!(block_on(run(call_that_yields(3, false))).output, here);
+    }
+
+    #[test]
+    fn a_call_that_asks_to_move_finishes_on_the_slow_lane() {
+        let before = moved_calls();
+        let thread = block_on(run(call_that_yields(3, true))).output;
+        assert!(thread.starts_with("wasmgate-slow-"), "ran on {thread}");
+        assert!(moved_calls() > before);
+    }
+
+    #[test]
+    fn cpu_time_counts_on_both_threads() {
+        // Spins 20 ms of CPU on this thread, asks to move, spins 20 ms
+        // there (by the thread's CPU clock: the slow lane may be preempted).
+        let mut polls = 0;
+        let call: GuestCall<()> = Box::pin(std::future::poll_fn(move |cx| {
+            let started = thread_cpu_time();
+            while thread_cpu_time() - started < Duration::from_millis(20) {
+                std::hint::spin_loop();
+            }
+            polls += 1;
+            if polls == 2 {
+                return Poll::Ready(());
+            }
+            request_move();
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }));
+        let timed = block_on(run(call));
+        assert!(timed.cpu >= Duration::from_millis(40), "{timed:?}");
+        assert!(timed.wall >= timed.cpu, "{timed:?}");
+    }
+
+    #[test]
+    fn dropping_a_moved_call_cancels_it() {
+        struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Flag(dropped.clone());
+        // Pending forever once moved, holding `flag`.
+        let mut first = true;
+        let call: GuestCall<()> = Box::pin(std::future::poll_fn(move |cx| {
+            let _hold = &flag;
+            if std::mem::take(&mut first) {
+                request_move();
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        }));
+        block_on(async {
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(20), run(call)).await;
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !dropped.load(Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the slow lane kept the call"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
