@@ -252,13 +252,14 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool)> {
 ///
 /// The tick is `tick` while guest calls are short (they end before any
 /// tick-driven callback) and a quarter of it for 10 ms after a long call
-/// yielded. A long call leaves its worker at its first yield (see
-/// `slow_lane`), but measured with a long call on every core, the faster
-/// tick still took the p99 of other requests from ~1-3 ms to ~0.7-1 ms: the
-/// extra scheduling events let a worker that the kernel queued behind a
-/// slow-lane thread run sooner. Ticking faster all the time cost ~5 % of
-/// throughput (a wake-up every 250 µs on a serving core); only while long
-/// calls run, it costs nothing otherwise.
+/// yielded. Most long calls leave their worker at their first yield (see
+/// `slow_lane`); the faster tick is for those that cannot move (instance
+/// start-up: `_start`, `proxy_on_vm_start`, `proxy_on_configure`), which
+/// yield in place and so hold their thread for a quarter tick per turn. With
+/// the slow lane, R3's figures (docs/reliability.md) did not tell the two
+/// tick rates apart. Ticking faster all the time cost ~5 % of throughput (a
+/// wake-up every 250 µs on a serving core); only while long calls run, it
+/// costs nothing otherwise.
 fn start_epoch_ticker(engine: &Engine, tick: Duration) {
     let weak = engine.weak();
     let busy_tick = tick / 4;
