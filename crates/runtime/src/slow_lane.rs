@@ -165,9 +165,10 @@ pub fn set_threads(threads: usize) -> bool {
 /// One per CPU but one: long calls can use all the machine but one core,
 /// which stays free for request handling. Measured on 2 cores with a stuck
 /// call per core (docs/reliability.md, R3): with both cores taken by
-/// slow-lane threads, other requests' p99 went from 0.1 to 1-3 ms, the
-/// same as with two idle-priority shell loops, so the cause is the kernel's
-/// wake-up placement, not wasmgate; with one core free it stayed under 0.6 ms.
+/// slow-lane threads, other requests' p99 went from 0.1 to mostly 1-4 ms,
+/// about the same as with two idle-priority shell loops, so the cause is the
+/// kernel's wake-up placement, not wasmgate; with one core free it stayed
+/// under 0.75 ms.
 pub fn default_threads() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     cpus.saturating_sub(1).max(1)
