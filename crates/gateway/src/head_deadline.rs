@@ -13,7 +13,8 @@
 //!   connections).
 //!
 //! A head ends at its first empty line; after it (the body has a timeout of
-//! its own, in `body.rs`), for HTTP/2, and once a response has been written,
+//! its own, in `body.rs`; an HTTP/2 connection's preface ends with an empty
+//! line too), and once a response has been written,
 //! there is no deadline here. Between keep-alive requests hyper's timer
 //! (the same duration) closes an idle connection, silently, also when a later
 //! head comes too slowly: telling when a response has ended, which a 408
@@ -33,16 +34,14 @@ use tokio::time::Sleep;
 const REQUEST_TIMEOUT: &[u8] =
     b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
 
-/// How an HTTP/2 connection (h2c with prior knowledge) begins.
-const HTTP2_PREFACE_START: &[u8; 4] = b"PRI ";
-
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Waiting {
     /// For a request to begin.
     Request,
     /// For the rest of a request head.
     RestOfHead,
-    /// For nothing: the head is in, or the connection is HTTP/2.
+    /// For nothing: the head is in (an HTTP/2 preface ends like a head), or
+    /// a response went out.
     Nothing,
 }
 
@@ -52,8 +51,6 @@ pub(crate) struct HeadDeadline<S> {
     waiting: Waiting,
     /// The last bytes of the head so far, to find its end across reads.
     window: u32,
-    /// The connection's first bytes (up to 4), to recognise HTTP/2.
-    start: Vec<u8>,
 }
 
 impl<S> HeadDeadline<S> {
@@ -63,19 +60,11 @@ impl<S> HeadDeadline<S> {
             deadline: Box::pin(tokio::time::sleep(timeout)),
             waiting: Waiting::Request,
             window: 0,
-            start: Vec::with_capacity(HTTP2_PREFACE_START.len()),
         }
     }
 
     /// Follows the request head through bytes just read.
     fn saw_request_bytes(&mut self, bytes: &[u8]) {
-        if self.start.len() < HTTP2_PREFACE_START.len() {
-            let take = (HTTP2_PREFACE_START.len() - self.start.len()).min(bytes.len());
-            self.start.extend_from_slice(&bytes[..take]);
-            if self.start == HTTP2_PREFACE_START {
-                self.waiting = Waiting::Nothing;
-            }
-        }
         if self.waiting == Waiting::Request {
             self.waiting = Waiting::RestOfHead;
             self.window = 0;
@@ -190,7 +179,6 @@ mod tests {
             deadline: Box::pin(tokio::time::sleep(Duration::ZERO)),
             waiting: Waiting::Request,
             window: 0,
-            start: Vec::new(),
         }
     }
 
