@@ -78,6 +78,10 @@ upstream() {
 
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 hwm_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
+# Proportional set size: RSS with each shared page counted once. A plugin's
+# data image is one memfd mapped into every slot that ran the plugin; RSS
+# counts its pages once per slot, PSS (like a cgroup's memory) once.
+pss_kib() { awk '/^Pss:/ {print $2}' "/proc/$1/smaps_rollup"; }
 
 # metric ADMIN_PORT NAME: one sample of an unlabelled metric (empty if absent).
 metric() { curl -sf -m 5 "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }

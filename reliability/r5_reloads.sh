@@ -12,7 +12,8 @@
 # served right after; every broken one answers 422 with its reason, /status
 # shows it as last_error, and wasmgate_config_reload_failures_total counts it;
 # no response ever carries a broken conf; RSS after all reloads is back to its
-# level: at most RSS_MAX_GROWTH (default 1.25) x the RSS before.
+# level: at most RSS_MAX_GROWTH (default 1.25) x the RSS before. PSS (shared
+# pages counted once, see lib.sh) is reported beside it.
 # Usage: [RELOADS=100] reliability/r5_reloads.sh
 source "$(dirname "$0")/lib.sh"
 reloads="${RELOADS:-100}"
@@ -53,6 +54,7 @@ load go 2 "http://127.0.0.1:$gw/go"
 load_go=$LAST_PID
 sleep 3
 rss_before="$(rss_kib "$pid")"
+pss_before="$(pss_kib "$pid")"
 inst_before="$(metric "$admin" wasmgate_pool_instances)"
 warm_before="$(metric "$admin" wasmgate_pool_unused_warm_memories)"
 warm_bytes_before="$(metric "$admin" wasmgate_pool_unused_memory_bytes_resident)"
@@ -106,6 +108,7 @@ for p in "$load_rust" "$load_go"; do
 done
 sleep 1
 rss_after="$(rss_kib "$pid")"
+pss_after="$(pss_kib "$pid")"
 inst_after="$(metric "$admin" wasmgate_pool_instances)"
 warm_after="$(metric "$admin" wasmgate_pool_unused_warm_memories)"
 warm_bytes_after="$(metric "$admin" wasmgate_pool_unused_memory_bytes_resident)"
@@ -127,6 +130,8 @@ print(r["requests"] + g["requests"], r["failed"] + g["failed"], len(vals), sum(b
 PY
 )
 echo "  $requests requests during $reloads reloads (+3 s after), RSS MiB by reloads done: 0: $((rss_before / 1024)), $samples, end: $((rss_after / 1024))"
+pss_ratio="$(python3 -c 'import sys; print("%.2f" % (int(sys.argv[2]) / int(sys.argv[1])))' "$pss_before" "$pss_after")"
+echo "  PSS (shared pages once): before $((pss_before / 1024)) MiB, after $((pss_after / 1024)) MiB (x$pss_ratio)"
 check "0 failed requests" "$([ "$failed" = 0 ] && [ "$requests" -gt 0 ]; echo $?)" "$failed of $requests"
 check "every good reload: 200 and its conf served next" "$([ "$good_ok" = "$good" ]; echo $?)" "$good_ok of $good"
 check "every broken reload: 422 with its reason, /status last_error shows it" "$([ "$broken_ok" = "$broken" ]; echo $?)" "$broken_ok of $broken"
@@ -139,4 +144,4 @@ ratio="$(python3 -c 'import sys; print("%.2f" % (int(sys.argv[2]) / int(sys.argv
 ok="$(python3 -c 'import sys; print(int(int(sys.argv[2]) <= int(sys.argv[1]) * float(sys.argv[3])))' "$rss_before" "$rss_after" "$growth_max")"
 check "RSS back to its level (after <= ${growth_max} x before)" "$([ "$ok" = 1 ]; echo $?)" "before $((rss_before / 1024)) MiB, after $((rss_after / 1024)) MiB (x$ratio, $(((rss_after - rss_before) / good)) KiB per good reload); pool instances ${inst_before:-?} -> ${inst_after:-?}, warm memory slots ${warm_before:-?} -> ${warm_after:-?} holding $(( ${warm_bytes_before:-0} / 1048576 )) -> $(( ${warm_bytes_after:-0} / 1048576 )) MiB"
 
-finish R5 "$reloads reloads ($good good, $broken broken) under load: $failed failed of $requests requests; $broken_ok/$broken rejected with reason, failures_total ${failures:-?}; RSS $((rss_before / 1024)) -> $((rss_after / 1024)) MiB (x$ratio)"
+finish R5 "$reloads reloads ($good good, $broken broken) under load: $failed failed of $requests requests; $broken_ok/$broken rejected with reason, failures_total ${failures:-?}; RSS $((rss_before / 1024)) -> $((rss_after / 1024)) MiB (x$ratio), PSS x$pss_ratio"

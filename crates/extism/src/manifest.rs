@@ -10,6 +10,8 @@ use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use wasmgate_runtime::wasmtime::Module;
+use wasmgate_runtime::Runtime;
 
 /// A manifest as written in JSON.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -80,7 +82,7 @@ pub enum WasmData {
 #[derive(Clone, Debug)]
 pub struct LoadedModule {
     pub name: String,
-    pub bytes: Vec<u8>,
+    pub module: Module,
     /// Where it came from, for messages.
     pub origin: String,
 }
@@ -125,16 +127,20 @@ impl Manifest {
         Ok(manifest)
     }
 
-    /// Reads every module, checks hashes, and names them; exactly one is `main`.
-    pub fn load_modules(&self) -> Result<Vec<LoadedModule>> {
+    /// Loads every module with `runtime`, checks hashes, and names them;
+    /// exactly one is `main`.
+    pub fn load_modules(&self, runtime: &Runtime) -> Result<Vec<LoadedModule>> {
         if self.wasm.is_empty() {
             bail!("the manifest lists no wasm modules");
         }
         let mut modules: Vec<LoadedModule> = Vec::with_capacity(self.wasm.len());
         for (i, source) in self.wasm.iter().enumerate() {
-            let (bytes, origin) = source.read().with_context(|| format!("wasm[{i}]"))?;
+            let origin = source.origin();
+            let (module, hash) = source
+                .load(runtime)
+                .with_context(|| format!("wasm[{i}] ({origin})"))?;
             if let Some(expected) = &source.hash {
-                let actual = hex::encode(Sha256::digest(&bytes));
+                let actual = hex::encode(hash);
                 if !actual.eq_ignore_ascii_case(expected) {
                     bail!("wasm[{i}] ({origin}): hash mismatch: the manifest expects {expected}, the module's SHA-256 is {actual}");
                 }
@@ -148,7 +154,7 @@ impl Manifest {
             }
             modules.push(LoadedModule {
                 name,
-                bytes,
+                module,
                 origin,
             });
         }
@@ -165,26 +171,29 @@ impl Manifest {
 }
 
 impl WasmSource {
-    fn read(&self) -> Result<(Vec<u8>, String)> {
-        match (&self.path, &self.data, &self.url) {
-            (Some(path), None, None) => {
-                let bytes = std::fs::read(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                Ok((bytes, path.display().to_string()))
-            }
-            (None, Some(data), None) => {
-                let bytes = match data {
-                    WasmData::Bytes(b) => b.clone(),
-                    WasmData::Base64(s) => base64::engine::general_purpose::STANDARD
-                        .decode(s.trim())
-                        .context("`data` is not valid base64")?,
-                };
-                Ok((bytes, "inline data".to_string()))
-            }
+    /// The compiled module and the SHA-256 of its bytes.
+    fn load(&self, runtime: &Runtime) -> Result<(Module, [u8; 32])> {
+        let bytes = match (&self.path, &self.data, &self.url) {
+            (Some(path), None, None) => return runtime.load_module_file(path),
+            (None, Some(WasmData::Bytes(b)), None) => b.clone(),
+            (None, Some(WasmData::Base64(s)), None) => base64::engine::general_purpose::STANDARD
+                .decode(s.trim())
+                .context("`data` is not valid base64")?,
             (None, None, Some(url)) => bail!(
                 "`url` modules are not fetched by wasmgate ({url}); download the module and use `path`"
             ),
             _ => bail!("each wasm entry needs exactly one of `path`, `data` or `url`"),
+        };
+        let hash = Sha256::digest(&bytes).into();
+        Ok((runtime.load_module(&bytes)?, hash))
+    }
+
+    /// Where the module comes from, for messages.
+    fn origin(&self) -> String {
+        match (&self.path, &self.url) {
+            (Some(path), _) => path.display().to_string(),
+            (None, Some(url)) => url.clone(),
+            (None, None) => "inline data".to_string(),
         }
     }
 }
@@ -192,6 +201,15 @@ impl WasmSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wasmgate_runtime::RuntimeConfig;
+
+    fn runtime() -> Runtime {
+        Runtime::new(RuntimeConfig {
+            pooling: false,
+            ..RuntimeConfig::default()
+        })
+        .unwrap()
+    }
 
     #[test]
     fn parses_the_official_shape() {
@@ -228,28 +246,67 @@ mod tests {
             r#"{{"wasm":[{{"data":"{b64}","hash":"{hash}"}}]}}"#
         ))
         .unwrap();
-        let modules = m.load_modules().unwrap();
-        assert_eq!(modules[0].bytes, wasm);
+        let runtime = runtime();
+        let modules = m.load_modules(&runtime).unwrap();
         assert_eq!(modules[0].name, "main");
+        assert_eq!(modules[0].origin, "inline data");
 
         let bad = Manifest::from_json(&format!(
             r#"{{"wasm":[{{"data":"{b64}","hash":"{}"}}]}}"#,
             "ab".repeat(32)
         ))
         .unwrap();
-        let err = format!("{:#}", bad.load_modules().unwrap_err());
+        let err = format!("{:#}", bad.load_modules(&runtime).unwrap_err());
         assert!(err.contains("hash mismatch"), "{err}");
     }
 
     #[test]
+    fn a_file_module_is_checked_against_its_hash() {
+        let runtime = runtime();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.wasm");
+        let wasm = b"\0asm\x01\0\0\0";
+        std::fs::write(&path, wasm).unwrap();
+        let hash = hex::encode(Sha256::digest(wasm));
+        let manifest = |hash: &str| {
+            Manifest::from_json(&format!(
+                r#"{{"wasm":[{{"path":"{}","hash":"{hash}"}}]}}"#,
+                path.display()
+            ))
+            .unwrap()
+        };
+        let modules = manifest(&hash).load_modules(&runtime).unwrap();
+        assert_eq!(modules[0].origin, path.display().to_string());
+        let err = format!(
+            "{:#}",
+            manifest(&"cd".repeat(32))
+                .load_modules(&runtime)
+                .unwrap_err()
+        );
+        assert!(
+            err.contains("hash mismatch") && err.contains(&hash),
+            "{err}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        let err = format!("{:#}", manifest(&hash).load_modules(&runtime).unwrap_err());
+        assert!(
+            err.contains("wasm[0]") && err.contains("cannot read"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn module_naming_rules() {
+        let runtime = runtime();
         let no_main =
             Manifest::from_json(r#"{"wasm":[{"data":[0,97,115,109,1,0,0,0],"name":"lib"}]}"#)
                 .unwrap();
-        assert!(format!("{:#}", no_main.load_modules().unwrap_err()).contains("no main module"));
+        assert!(
+            format!("{:#}", no_main.load_modules(&runtime).unwrap_err()).contains("no main module")
+        );
         let url = Manifest::from_json(r#"{"wasm":[{"url":"https://x/y.wasm"}]}"#).unwrap();
-        assert!(format!("{:#}", url.load_modules().unwrap_err()).contains("not fetched"));
+        assert!(format!("{:#}", url.load_modules(&runtime).unwrap_err()).contains("not fetched"));
         let empty = Manifest::from_json(r#"{"wasm":[]}"#).unwrap();
-        assert!(empty.load_modules().is_err());
+        assert!(empty.load_modules(&runtime).is_err());
     }
 }

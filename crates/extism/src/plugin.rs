@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use rustc_hash::FxHashMap;
 use wasmgate_runtime::limits::install_epoch_policy;
 use wasmgate_runtime::slow_lane;
@@ -110,14 +110,11 @@ impl Plugin {
     /// Compiles the manifest's modules and links them; fails with a message
     /// naming the module and import when something is missing.
     pub fn new(runtime: &Runtime, manifest: &Manifest, options: PluginOptions) -> Result<Plugin> {
-        let loaded = manifest.load_modules()?;
-        let mut modules = Vec::with_capacity(loaded.len());
-        for m in &loaded {
-            let module = runtime
-                .load_module(&m.bytes)
-                .with_context(|| format!("module `{}` ({})", m.name, m.origin))?;
-            modules.push((m.name.clone(), module));
-        }
+        let loaded = manifest.load_modules(runtime)?;
+        let mut modules: Vec<_> = loaded
+            .iter()
+            .map(|m| (m.name.clone(), m.module.clone()))
+            .collect();
         let main_index = modules
             .iter()
             .position(|(n, _)| n == MAIN_MODULE)

@@ -17,6 +17,7 @@ use wasmgate_proxy_wasm::{
     HttpCaller, PoolConfig, Runtime,
 };
 
+use wasmgate_runtime::wasmtime::Module;
 use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats};
 
 use crate::chain::{header_map, header_pairs, RouteFilter};
@@ -70,15 +71,10 @@ pub(crate) enum Endpoint {
 }
 
 /// A loaded plugin: Proxy-Wasm ones are instantiated per route (each route
-/// has its own `conf`), so what is kept is the module bytes and settings.
+/// has its own `conf`), so what is kept is the compiled module.
 enum LoadedPlugin {
-    ProxyWasm { wasm: Arc<Vec<u8>>, abi: AbiVersion },
+    ProxyWasm { module: Module, abi: AbiVersion },
     Extism(Arc<Plugin>),
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(bytes))
 }
 
 impl Gateway {
@@ -167,7 +163,7 @@ impl Gateway {
                 ) else {
                     continue; // already reported
                 };
-                let LoadedPlugin::ProxyWasm { wasm, .. } = plugin else {
+                let LoadedPlugin::ProxyWasm { module, .. } = plugin else {
                     error(
                         format!("{field}.plugin"),
                         format!("`{}` is an Extism plugin: filters must be Proxy-Wasm plugins (use it as a route's `function`)", filter.plugin),
@@ -175,7 +171,7 @@ impl Gateway {
                     continue;
                 };
                 let filter_config = filter_config(settings, filter, &r.name, caller.clone());
-                match FilterPlugin::new(runtime, wasm, filter_config).await {
+                match FilterPlugin::from_module(runtime, module, filter_config).await {
                     Ok(plugin) => filters.push((
                         settings.priority,
                         RouteFilter {
@@ -320,19 +316,16 @@ fn load_plugin(
     runtime: &Runtime,
 ) -> anyhow::Result<(LoadedPlugin, String)> {
     let path = plugin_path(base, p);
-    let wasm =
-        std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-    let hash = sha256_hex(&wasm);
-    load_module_as(p, &path, wasm, runtime).map(|plugin| (plugin, hash))
+    let (module, hash) = runtime.load_module_file(&path)?;
+    load_module_as(p, &path, module, runtime).map(|plugin| (plugin, hex::encode(hash)))
 }
 
 fn load_module_as(
     p: &PluginConfig,
     path: &Path,
-    wasm: Vec<u8>,
+    module: Module,
     runtime: &Runtime,
 ) -> anyhow::Result<LoadedPlugin> {
-    let module = runtime.load_module(&wasm)?;
     let abi = AbiVersion::detect(module.exports().map(|e| e.name()));
     let kind = match (p.kind, &abi) {
         (PluginKind::Auto, Ok(_)) | (PluginKind::ProxyWasm, _) => PluginKind::ProxyWasm,
@@ -340,10 +333,7 @@ fn load_module_as(
     };
     if kind == PluginKind::ProxyWasm {
         let abi = abi.map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?;
-        return Ok(LoadedPlugin::ProxyWasm {
-            wasm: Arc::new(wasm),
-            abi,
-        });
+        return Ok(LoadedPlugin::ProxyWasm { module, abi });
     }
     let mut manifest = Manifest::from_wasm_file(path.to_path_buf());
     manifest.config = p.config.clone();

@@ -16,7 +16,7 @@ use wasmgate_runtime::guest_log::LogStream;
 use wasmgate_runtime::limits::install_epoch_policy;
 use wasmgate_runtime::slow_lane;
 use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolStats, Runtime};
-use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc, WasmParams, WasmResults};
+use wasmtime::{Instance, InstancePre, Linker, Module, Store, TypedFunc, WasmParams, WasmResults};
 
 use crate::abi::AbiVersion;
 use crate::exchange::HttpExchange;
@@ -208,6 +208,16 @@ impl FilterPlugin {
         config: FilterConfig,
     ) -> Result<Arc<FilterPlugin>> {
         let module = runtime.load_module(wasm)?;
+        FilterPlugin::from_module(runtime, &module, config).await
+    }
+
+    /// [`FilterPlugin::new`] for a module already loaded by `runtime`
+    /// (a gateway loads each plugin file once and builds a filter per route).
+    pub async fn from_module(
+        runtime: &Runtime,
+        module: &Module,
+        config: FilterConfig,
+    ) -> Result<Arc<FilterPlugin>> {
         let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
             .map_err(|reason| anyhow::anyhow!("filter `{}`: {reason}", config.name))?;
         let needs_wasi = module.imports().any(|i| i.module() == WASI_MODULE);
@@ -217,7 +227,7 @@ impl FilterPlugin {
             wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut FilterState| s.wasi())
                 .map_err(anyhow::Error::from)?;
         }
-        let stubbed = host_env::stub_unknown_imports(&mut linker, &module);
+        let stubbed = host_env::stub_unknown_imports(&mut linker, module);
         if !stubbed.is_empty() {
             tracing::info!(
                 plugin = %config.name,
@@ -226,7 +236,7 @@ impl FilterPlugin {
             );
         }
         let pre = linker
-            .instantiate_pre(&module)
+            .instantiate_pre(module)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("linking filter `{}`", config.name))?;
         let plugin = FilterPlugin {
