@@ -155,11 +155,10 @@ impl<T> Drop for AbortOnDrop<T> {
 /// Slow-lane threads to start; 0 means [`default_threads`].
 static THREADS: AtomicUsize = AtomicUsize::new(0);
 
-/// Sets how many slow-lane threads to start (at first use; later calls have
-/// no effect once the lane runs). Returns false if it already runs.
-pub fn set_threads(threads: usize) -> bool {
+/// Sets how many slow-lane threads to start. The lane starts at its first
+/// use and keeps its threads, so call this before any plugin runs.
+pub fn set_threads(threads: usize) {
     THREADS.store(threads.max(1), Ordering::Relaxed);
-    LANE.get().is_none()
 }
 
 /// One per CPU but one: long calls can use all the machine but one core,
