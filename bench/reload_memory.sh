@@ -46,7 +46,7 @@ traffic() { # seconds
 traffic 3
 samples=("$(sample 0)")
 for i in $(seq "$reloads"); do
-  curl -sf -X POST "http://127.0.0.1:$ADMIN/reload" >/dev/null || { echo "reload $i failed" >&2; exit 1; }
+  curl -sf -X POST -H "X-Wasmgate-Admin: 1" "http://127.0.0.1:$ADMIN/reload" >/dev/null || { echo "reload $i failed" >&2; exit 1; }
   if (( i % 10 == 0 )); then
     traffic 1
     samples+=("$(sample "$i")")

@@ -73,7 +73,7 @@ for i in $(seq "$reloads"); do
          config "" | write_config ;;
     esac
     broken=$((broken + 1))
-    code="$(curl -s -m 30 -o "$TMP/reload.json" -w '%{http_code}' -X POST "http://127.0.0.1:$admin/reload")"
+    code="$(curl -s -m 30 -o "$TMP/reload.json" -w '%{http_code}' -X POST -H "X-Wasmgate-Admin: 1" "http://127.0.0.1:$admin/reload")"
     status="$(curl -s -m 5 "http://127.0.0.1:$admin/status")"
     if [ "$code" = 422 ] && grep -qF "$reason" "$TMP/reload.json" && echo "$status" | grep -qF "$reason"; then
       broken_ok=$((broken_ok + 1))
@@ -85,7 +85,7 @@ for i in $(seq "$reloads"); do
   else
     good=$((good + 1))
     config "v$i" | write_config
-    code="$(curl -s -m 30 -o "$TMP/reload.json" -w '%{http_code}' -X POST "http://127.0.0.1:$admin/reload")"
+    code="$(curl -s -m 30 -o "$TMP/reload.json" -w '%{http_code}' -X POST -H "X-Wasmgate-Admin: 1" "http://127.0.0.1:$admin/reload")"
     served="$(curl -s -m 5 -D - -o /dev/null "http://127.0.0.1:$gw/rust" | tr -d '\r' | awk -F': ' 'tolower($1) == "custom-header" {print $2}')"
     if [ "$code" = 200 ] && [ "$served" = "v$i" ]; then
       good_ok=$((good_ok + 1))
@@ -100,7 +100,7 @@ for i in $(seq "$reloads"); do
 done
 # The last good configuration back in place, then steady traffic for a while.
 config "v$reloads-final" | write_config
-curl -s -m 30 -o /dev/null -X POST "http://127.0.0.1:$admin/reload" || true
+curl -s -m 30 -o /dev/null -X POST -H "X-Wasmgate-Admin: 1" "http://127.0.0.1:$admin/reload" || true
 sleep 3
 touch "$TMP/stop"
 for p in "$load_rust" "$load_go"; do

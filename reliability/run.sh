@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reliability suite (issue 4, item 6): runs R1-R7 (R6 when
+# The reliability suite (issue 4, item 6, and R8 of issue 20): runs R1-R8 (R6 when
 # reliability/r6_fuzz.sh exists) one after the other against the release
 # binary, each bounded by a timeout, and writes each one's raw output to
 # reliability/results/<name>.txt and the one-line summaries to
@@ -29,7 +29,7 @@ items=(
   "r5_reloads 240"
 )
 [ -f "$rel/r6_fuzz.sh" ] && items+=("r6_fuzz ${R6_TIMEOUT:-600}")
-items+=("r7_bad_input 120")
+items+=("r7_bad_input 120" "r8_admin 60")
 
 {
   echo "wasmgate reliability suite, $(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -1,5 +1,5 @@
 //! The admin API of `wasmgate run` over real HTTP: configuration writes
-//! (applied whole or refused whole, written back to the file), the token,
+//! (applied whole or refused whole, kept in the admin file), the token,
 //! per-plugin metrics and status with crash reports, route concurrency
 //! limits, buffering limits and CPU profiles.
 
@@ -11,7 +11,8 @@ use common::gateway::{get, send, GatewayProc};
 use common::upstream::Upstream;
 use common::{client, HttpClient, Reply};
 
-/// Sends an admin request with an optional bearer token.
+/// Sends an admin request with an optional bearer token, marked as
+/// deliberate (`X-Wasmgate-Admin`) as a script would.
 async fn admin(
     c: &HttpClient,
     gw: &GatewayProc,
@@ -21,10 +22,8 @@ async fn admin(
     body: &str,
 ) -> Reply {
     let auth = token.map(|t| format!("Bearer {t}"));
-    let headers: Vec<(&str, &str)> = auth
-        .as_deref()
-        .map(|a| vec![("authorization", a)])
-        .unwrap_or_default();
+    let mut headers: Vec<(&str, &str)> = vec![("x-wasmgate-admin", "1")];
+    headers.extend(auth.as_deref().map(|a| ("authorization", a)));
     send(c, method, &gw.admin_url(path), &headers, body.to_string()).await
 }
 
@@ -42,6 +41,7 @@ async fn routes_upstreams_and_plugins_are_changed_whole_or_not_at_all() {
         r#"
 listen: "{{listen}}"
 admin: "{{admin}}"
+admin_writes: true
 plugins:
   - {{name: tag, wasm: "{{wasm:add_header}}"}}
 upstreams:
@@ -52,6 +52,7 @@ routes:
         backend.address()
     ));
     let c = client();
+    let operators_file = std::fs::read_to_string(&gw.config).unwrap();
 
     // A new route using the plugin and the upstream: created, then serving.
     let put = admin(
@@ -68,9 +69,11 @@ routes:
     let r = get(&c, &gw.url("/api/x")).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["headers"]["x-wasmgate-filter"], "via-admin");
-    // Written back to the file: a restart (or a reload) keeps it.
-    let file = std::fs::read_to_string(&gw.config).unwrap();
-    assert!(file.contains("via-admin"), "{file}");
+    // Kept in the admin file beside the configuration, which stays as the
+    // operator wrote it: a restart (or a reload) keeps the change.
+    let kept = std::fs::read_to_string(gw.dir().join("wasmgate.admin.yaml")).unwrap();
+    assert!(kept.contains("via-admin"), "{kept}");
+    assert_eq!(std::fs::read_to_string(&gw.config).unwrap(), operators_file);
 
     // Replacing it in place, as YAML.
     let put = admin(
@@ -154,10 +157,14 @@ routes:
     );
     assert_eq!(get(&c, &gw.url("/home")).await.text(), "home");
 
-    // The admin write did not trigger a second (file-watch) reload.
+    // The admin write did not trigger a second (file-watch) reload; with the
+    // route deleted nothing differs from the operator's file, which was
+    // never written.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let status = admin(&c, &gw, "GET", "/status", None, "").await.json();
     assert_eq!(status["reload"]["generation"], 4, "{status}");
+    assert!(!gw.dir().join("wasmgate.admin.yaml").exists());
+    assert_eq!(std::fs::read_to_string(&gw.config).unwrap(), operators_file);
     let openapi = admin(&c, &gw, "GET", "/openapi.yaml", None, "").await;
     assert!(openapi.text().contains("/routes/{name}"));
 }

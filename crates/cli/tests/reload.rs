@@ -145,7 +145,14 @@ async fn config_and_plugin_changes_reload_without_failing_a_request() {
     gw.rewrite(&config("v4", filter.to_str().unwrap()));
 
     // POST /reload answers with the outcome.
-    let r = send(&c, "POST", &gw.admin_url("/reload"), &[], "").await;
+    let r = send(
+        &c,
+        "POST",
+        &gw.admin_url("/reload"),
+        &[("content-type", "application/json")],
+        "",
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["reloaded"], true);
 

@@ -8,10 +8,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
+
+use crate::admin_file::{admin_file_path, AdminChanges};
 use serde::{Deserialize, Serialize};
 
 /// A whole gateway: where it listens, its plugins, upstreams and routes.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
     /// Address of the traffic listener (HTTP/1.1 and cleartext HTTP/2).
@@ -26,6 +28,20 @@ pub struct GatewayConfig {
     /// variable `WASMGATE_ADMIN_TOKEN` overrides it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<String>,
+    /// Further names the admin listener answers to in the `Host` header
+    /// (`*.` wildcards allowed). Its own IP, and loopback names when it is
+    /// reached over loopback, are always accepted (docs/admin.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_hosts: Vec<String>,
+    /// Web origins (`https://ops.example`) allowed to call the admin API
+    /// cross-origin; only these get CORS headers. None by default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_origins: Vec<String>,
+    /// Whether the admin API may change the configuration. Its changes are
+    /// kept in `<file>.admin.yaml` beside this file, which is never
+    /// rewritten (docs/admin.md). Off by default: this file is the truth.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_writes: bool,
     /// Every plugin the routes use, declared once.
     #[serde(default)]
     pub plugins: Vec<PluginConfig>,
@@ -49,7 +65,7 @@ fn default_listen() -> String {
 }
 
 /// A Wasm module and how to run it.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     pub name: String,
@@ -124,7 +140,7 @@ pub enum FailStrategy {
 }
 
 /// A filter in a chain: a declared plugin and its configuration for this route.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilterRef {
     pub plugin: String,
@@ -142,7 +158,52 @@ pub fn conf_bytes(value: &Option<serde_json::Value>) -> Vec<u8> {
     }
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+/// An entry of one of the configuration's named lists (plugins, upstreams,
+/// routes), as the admin API and the admin file handle them.
+pub trait NamedEntry: Serialize + serde::de::DeserializeOwned + Clone {
+    /// `route`, `upstream` or `plugin`, for messages.
+    const KIND: &'static str;
+    fn name(&self) -> &str;
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self>;
+    /// A short hash of the entry's content, for change logs and comparisons.
+    fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let json = serde_json::to_vec(self).expect("configuration entries serialise");
+        hex::encode(&sha2::Sha256::digest(&json)[..8])
+    }
+}
+
+impl NamedEntry for RouteConfig {
+    const KIND: &'static str = "route";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.routes
+    }
+}
+
+impl NamedEntry for UpstreamConfig {
+    const KIND: &'static str = "upstream";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.upstreams
+    }
+}
+
+impl NamedEntry for PluginConfig {
+    const KIND: &'static str = "plugin";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.plugins
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     pub name: String,
@@ -178,7 +239,7 @@ fn default_retries() -> u32 {
     1
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     /// `host:port`.
@@ -210,7 +271,7 @@ pub enum HashOn {
     Header,
 }
 
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckConfig {
     /// Probes sent to every node on a timer.
@@ -221,7 +282,7 @@ pub struct HealthCheckConfig {
     pub passive: Option<PassiveCheck>,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActiveCheck {
     #[serde(default = "default_check_path")]
@@ -254,7 +315,7 @@ fn default_unhealthy() -> u32 {
     3
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PassiveCheck {
     /// Consecutive failed requests (connect errors, timeouts, 502-504) that eject a node.
@@ -269,7 +330,7 @@ fn default_ejection_ms() -> u64 {
     10_000
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     pub name: String,
@@ -304,7 +365,7 @@ pub struct RouteConfig {
 }
 
 /// At most one of `exact`, `prefix`, `regex`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PathMatch {
     #[serde(default)]
@@ -316,7 +377,7 @@ pub struct PathMatch {
     pub regex: Option<String>,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FunctionEndpoint {
     /// An Extism plugin declared in `plugins`.
@@ -326,7 +387,7 @@ pub struct FunctionEndpoint {
     pub function: Option<String>,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FixedResponse {
     #[serde(default = "default_status")]
@@ -341,7 +402,7 @@ fn default_status() -> u16 {
     200
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Largest request body a filter may buffer or a function may receive (413 beyond).
@@ -422,19 +483,50 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
-impl GatewayConfig {
-    /// Reads and checks `path`.
-    pub fn load(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
-        let error = |field: String, message: String| {
-            ConfigErrors(vec![ConfigError {
-                file: path.to_path_buf(),
-                field,
-                message,
-            }])
+impl ConfigErrors {
+    fn one(file: &Path, field: String, message: String) -> ConfigErrors {
+        ConfigErrors(vec![ConfigError {
+            file: file.to_path_buf(),
+            field,
+            message,
+        }])
+    }
+}
+
+/// Parses YAML into `T`; an error is (field path, message).
+pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+) -> Result<T, (String, String)> {
+    let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." { String::new() } else { field };
+        let message = e.into_inner().to_string();
+        // The YAML error repeats the (shorter) path: keep the message only.
+        let message = match message.split_once(": ") {
+            Some((path, rest)) if !path.contains(' ') => rest.to_string(),
+            _ => message,
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| error(String::new(), format!("cannot read: {e}")))?;
-        let config = Self::parse(&text).map_err(|(field, message)| error(field, message))?;
+        (field, message)
+    })
+}
+
+impl GatewayConfig {
+    /// Reads and checks `path`, with the admin API's changes applied when
+    /// `admin_writes` is on (see `admin_file.rs`).
+    pub fn load(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
+        let mut config = Self::read_file(path)?;
+        let admin_file = admin_file_path(path);
+        if config.admin_writes {
+            let changes = AdminChanges::read(&admin_file)
+                .map_err(|(field, message)| ConfigErrors::one(&admin_file, field, message))?;
+            changes.apply_to(&mut config);
+        } else if admin_file.exists() {
+            tracing::warn!(
+                file = %admin_file.display(),
+                "this admin file is ignored: `admin_writes` is off in the configuration"
+            );
+        }
         let problems = config.check();
         if problems.is_empty() {
             Ok(config)
@@ -452,20 +544,16 @@ impl GatewayConfig {
         }
     }
 
+    /// Reads `path` as it is written: no admin changes, no checks.
+    pub fn read_file(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors::one(path, String::new(), format!("cannot read: {e}")))?;
+        Self::parse(&text).map_err(|(field, message)| ConfigErrors::one(path, field, message))
+    }
+
     /// Parses YAML (JSON is YAML too); an error is (field path, message).
     pub fn parse(text: &str) -> Result<GatewayConfig, (String, String)> {
-        let deserializer = serde_yaml_ng::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let field = e.path().to_string();
-            let field = if field == "." { String::new() } else { field };
-            let message = e.into_inner().to_string();
-            // The YAML error repeats the (shorter) path: keep the message only.
-            let message = match message.split_once(": ") {
-                Some((path, rest)) if !path.contains(' ') => rest.to_string(),
-                _ => message,
-            };
-            (field, message)
-        })
+        parse_yaml(text)
     }
 
     /// The checks serde cannot do: references between sections, unique
@@ -484,6 +572,18 @@ impl GatewayConfig {
                         format!("`{address}` is not an IP:port address"),
                     );
                 }
+            }
+        }
+        for (i, origin) in self.admin_origins.iter().enumerate() {
+            let authority = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"));
+            let authority = authority.map(|a| a.trim_end_matches('/'));
+            if authority.is_none_or(|a| a.is_empty() || a.contains('/')) {
+                problem(
+                    format!("admin_origins[{i}]"),
+                    format!("`{origin}` is not an origin: write scheme://host[:port], as `https://ops.example`"),
+                );
             }
         }
         if self.limits.long_call_threads == Some(0) {

@@ -8,6 +8,7 @@
 //! [`config::GatewayConfig`]). The gateway's request path is in `proxy.rs`.
 
 pub mod admin;
+pub mod admin_file;
 pub mod body;
 mod chain;
 pub mod config;

@@ -20,6 +20,7 @@ use hyper::{Request, Response};
 use serde::Serialize;
 use wasmgate_runtime::Runtime;
 
+use crate::admin_file::{admin_file_path, AdminChanges};
 use crate::body::Body;
 use crate::config::GatewayConfig;
 use crate::gateway::{plugin_path, Gateway};
@@ -38,6 +39,9 @@ pub struct LiveGateway {
     /// reloads when they differ (so the admin API's own writes do not
     /// trigger a second reload).
     seen: Mutex<Fingerprint>,
+    /// Where admin changes are kept (file mode with `admin_writes`).
+    admin_file: PathBuf,
+    last_change: Mutex<Option<AdminChange>>,
 }
 
 /// Why an admin API change was not applied.
@@ -45,8 +49,43 @@ pub struct LiveGateway {
 pub enum EditError {
     /// The named route, upstream or plugin does not exist.
     NotFound(String),
+    /// The configuration's source does not take admin writes (file mode
+    /// without `admin_writes`).
+    WritesOff(String),
     /// The change was checked or built and refused, for these reasons.
     Invalid(String),
+}
+
+/// One admin write, for the audit log and `/status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct AdminChange {
+    /// When (ms since the epoch).
+    pub at_ms: u64,
+    /// `PUT route api`, `DELETE plugin auth`, `POST /reload`.
+    pub action: String,
+    /// Content hashes of the entry before and after (none: absent).
+    pub before: Option<String>,
+    pub after: Option<String>,
+    /// The client's address.
+    pub peer: String,
+    /// Whether the request carried the admin token.
+    pub token: bool,
+    /// `applied` (with the generation), or why not.
+    pub outcome: String,
+}
+
+impl AdminChange {
+    pub fn new(action: String, peer: std::net::SocketAddr, token: bool) -> AdminChange {
+        AdminChange {
+            at_ms: now_ms(),
+            action,
+            before: None,
+            after: None,
+            peer: peer.to_string(),
+            token,
+            outcome: String::new(),
+        }
+    }
 }
 
 /// What the admin API reports about reloads.
@@ -77,6 +116,8 @@ impl LiveGateway {
             }),
             reloading: tokio::sync::Mutex::new(()),
             seen: Mutex::new(Vec::new()),
+            admin_file: admin_file_path(file),
+            last_change: Mutex::new(None),
         };
         *live.seen.lock().expect("seen lock") = fingerprint(&live.watched_files());
         live
@@ -85,6 +126,16 @@ impl LiveGateway {
     /// The gateway new requests go to.
     pub fn current(&self) -> Arc<Gateway> {
         self.current.load_full()
+    }
+
+    /// The configuration file.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Where admin changes are kept when `admin_writes` is on.
+    pub fn admin_file(&self) -> &Path {
+        &self.admin_file
     }
 
     pub fn runtime(&self) -> &Runtime {
@@ -120,10 +171,11 @@ impl LiveGateway {
     }
 
     /// Changes the running configuration with `edit` (the admin API's
-    /// writes): the result is checked and built like a reload, swapped in,
-    /// and written to the configuration file (comments are not kept), so a
-    /// restart or a later reload starts from it. A rejected change touches
-    /// nothing.
+    /// writes): the operator's file as it is now, with the admin file's
+    /// changes applied, is edited, checked and built like a reload, swapped
+    /// in, and what now differs from the operator's file is written to the
+    /// admin file (see `admin_file.rs`). The operator's file is not written.
+    /// A rejected change touches nothing.
     pub async fn update(
         &self,
         trigger: &str,
@@ -132,7 +184,22 @@ impl LiveGateway {
         let _one_at_a_time = self.reloading.lock().await;
         let started = std::time::Instant::now();
         let stamp = self.runtime.module_load_stamp();
-        let mut config = self.current().config().clone();
+        let base = GatewayConfig::read_file(&self.file)
+            .map_err(|e| EditError::Invalid(self.reject(trigger, e.to_string())))?;
+        if !base.admin_writes {
+            return Err(EditError::WritesOff(format!(
+                "the admin API does not change this gateway's configuration: {} is the source of truth (edit it, then POST /reload); set `admin_writes: true` in it to keep admin changes in {} beside it",
+                self.file.display(),
+                self.admin_file.display()
+            )));
+        }
+        let mut config = base.clone();
+        AdminChanges::read(&self.admin_file)
+            .map_err(|(field, message)| {
+                let reason = format!("{}: {field}: {message}", self.admin_file.display());
+                EditError::Invalid(self.reject(trigger, reason))
+            })?
+            .apply_to(&mut config);
         edit(&mut config)?;
         let problems = config.check();
         if !problems.is_empty() {
@@ -143,16 +210,35 @@ impl LiveGateway {
                 .join("\n");
             return Err(EditError::Invalid(self.reject(trigger, reason)));
         }
-        let text = serde_yaml_ng::to_string(&config)
-            .map_err(|e| EditError::Invalid(format!("serialising the configuration: {e}")))?;
+        let changes = AdminChanges::between(&base, &config);
         let gateway = Gateway::build(config, &self.file, &self.runtime)
             .await
             .map_err(|e| EditError::Invalid(self.reject(trigger, e.to_string())))?;
-        write_atomically(&self.file, text.as_bytes())
-            .map_err(|e| EditError::Invalid(format!("writing {}: {e}", self.file.display())))?;
+        changes.write(&self.admin_file).map_err(|e| {
+            EditError::Invalid(format!("writing {}: {e}", self.admin_file.display()))
+        })?;
         let generation = self.swap(gateway, trigger, started, stamp);
         *self.seen.lock().expect("seen lock") = fingerprint(&self.watched_files());
         Ok(generation)
+    }
+
+    /// Records an admin change (or an attempt) for `/status`, and logs it.
+    pub fn record_change(&self, change: AdminChange) {
+        tracing::info!(
+            action = %change.action,
+            before = change.before.as_deref().unwrap_or("-"),
+            after = change.after.as_deref().unwrap_or("-"),
+            peer = %change.peer,
+            token = change.token,
+            outcome = %change.outcome,
+            "admin change"
+        );
+        *self.last_change.lock().expect("last change lock") = Some(change);
+    }
+
+    /// The last admin change or attempt.
+    pub fn last_change(&self) -> Option<AdminChange> {
+        self.last_change.lock().expect("last change lock").clone()
     }
 
     fn swap(&self, gateway: Gateway, trigger: &str, started: Instant, stamp: u64) -> u64 {
@@ -200,11 +286,12 @@ impl LiveGateway {
         }
     }
 
-    /// The files a reload reads: the configuration and every plugin's module.
+    /// The files a reload reads: the configuration, its admin file and every
+    /// plugin's module.
     pub fn watched_files(&self) -> Vec<PathBuf> {
         let current = self.current();
         let base = self.file.parent().unwrap_or(Path::new("."));
-        let mut files = vec![self.file.clone()];
+        let mut files = vec![self.file.clone(), self.admin_file.clone()];
         files.extend(
             current
                 .config()
@@ -261,7 +348,7 @@ fn fingerprint(files: &[PathBuf]) -> Fingerprint {
 
 /// Written beside the file and renamed over it: a reader (or the watcher)
 /// never sees half of it.
-fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
     let mut staged = tempfile::NamedTempFile::new_in(dir)?;
     std::io::Write::write_all(&mut staged, bytes)?;

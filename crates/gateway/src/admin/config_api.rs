@@ -1,58 +1,21 @@
 //! The configuration over HTTP: routes, upstreams and plugins, each listed,
 //! read, put (create or replace) and deleted by name. A write is checked and
 //! built exactly like a reload of the file (`LiveGateway::update`): it either
-//! serves in full or is refused with every reason, and the file is rewritten
-//! so the change survives a restart.
+//! serves in full or is refused with every reason. In file mode writes need
+//! `admin_writes: true` and are kept in the admin file beside the operator's
+//! (`admin_file.rs`), so they survive a restart. Every write is recorded
+//! (`LiveGateway::record_change`): what, before and after, from where.
 
 use hyper::{Method, StatusCode};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::Reply;
-use crate::config::{GatewayConfig, PluginConfig, RouteConfig, UpstreamConfig};
-use crate::reload::{EditError, LiveGateway};
-
-/// A named entry of one of the configuration's lists.
-trait Named: Serialize + DeserializeOwned + Clone {
-    /// `route`, `upstream` or `plugin`, for messages.
-    const KIND: &'static str;
-    fn name(&self) -> &str;
-    fn list(config: &mut GatewayConfig) -> &mut Vec<Self>;
-}
-
-impl Named for RouteConfig {
-    const KIND: &'static str = "route";
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
-        &mut config.routes
-    }
-}
-
-impl Named for UpstreamConfig {
-    const KIND: &'static str = "upstream";
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
-        &mut config.upstreams
-    }
-}
-
-impl Named for PluginConfig {
-    const KIND: &'static str = "plugin";
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
-        &mut config.plugins
-    }
-}
+use super::{Caller, Reply};
+use crate::config::{NamedEntry, PluginConfig, RouteConfig, UpstreamConfig};
+use crate::reload::{AdminChange, EditError, LiveGateway};
 
 pub(super) async fn handle(
     live: &LiveGateway,
+    caller: &Caller,
     method: &Method,
     segments: &[&str],
     body: &[u8],
@@ -65,15 +28,22 @@ pub(super) async fn handle(
             }
             Reply::json(StatusCode::OK, json!(config))
         }
-        ["routes", rest @ ..] => entry::<RouteConfig>(live, method, rest.first(), body).await,
-        ["upstreams", rest @ ..] => entry::<UpstreamConfig>(live, method, rest.first(), body).await,
-        ["plugins", rest @ ..] => entry::<PluginConfig>(live, method, rest.first(), body).await,
+        ["routes", rest @ ..] => {
+            entry::<RouteConfig>(live, caller, method, rest.first(), body).await
+        }
+        ["upstreams", rest @ ..] => {
+            entry::<UpstreamConfig>(live, caller, method, rest.first(), body).await
+        }
+        ["plugins", rest @ ..] => {
+            entry::<PluginConfig>(live, caller, method, rest.first(), body).await
+        }
         _ => Reply::error(StatusCode::METHOD_NOT_ALLOWED, "GET /config"),
     }
 }
 
-async fn entry<T: Named>(
+async fn entry<T: NamedEntry>(
     live: &LiveGateway,
+    caller: &Caller,
     method: &Method,
     name: Option<&&str>,
     body: &[u8],
@@ -86,9 +56,11 @@ async fn entry<T: Named>(
             Some(found) => Reply::json(StatusCode::OK, json!(found)),
             None => Reply::error(StatusCode::NOT_FOUND, format!("no {} `{name}`", T::KIND)),
         },
-        (&Method::PUT, Some(name)) => put::<T>(live, name, body).await,
+        (&Method::PUT, Some(name)) => put::<T>(live, caller, name, body).await,
         (&Method::DELETE, Some(name)) => {
             let name = name.to_string();
+            let mut change = caller.change(format!("DELETE {} {name}", T::KIND));
+            change.before = find::<T>(live, &name).map(|e| e.fingerprint());
             let result = live
                 .update(&format!("admin API: DELETE {} {name}", T::KIND), |config| {
                     let list = T::list(config);
@@ -100,7 +72,13 @@ async fn entry<T: Named>(
                     Ok(())
                 })
                 .await;
-            applied(result, StatusCode::OK, json!({ "deleted": name }))
+            applied(
+                live,
+                change,
+                result,
+                StatusCode::OK,
+                json!({ "deleted": name }),
+            )
         }
         _ => Reply::error(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -112,12 +90,24 @@ async fn entry<T: Named>(
     }
 }
 
+/// The running configuration's entry named `name`.
+fn find<T: NamedEntry>(live: &LiveGateway, name: &str) -> Option<T> {
+    let mut config = live.current().config().clone();
+    T::list(&mut config)
+        .iter()
+        .find(|e| e.name() == name)
+        .cloned()
+}
+
 /// Creates (appended last: routes match in order) or replaces in place.
-async fn put<T: Named>(live: &LiveGateway, name: &str, body: &[u8]) -> Reply {
+async fn put<T: NamedEntry>(live: &LiveGateway, caller: &Caller, name: &str, body: &[u8]) -> Reply {
     let entry: T = match parse(name, body) {
         Ok(entry) => entry,
         Err(message) => return Reply::error(StatusCode::BAD_REQUEST, message),
     };
+    let mut change = caller.change(format!("PUT {} {name}", T::KIND));
+    change.before = find::<T>(live, name).map(|e| e.fingerprint());
+    change.after = Some(entry.fingerprint());
     let mut created = false;
     let result = live
         .update(&format!("admin API: PUT {} {name}", T::KIND), |config| {
@@ -137,11 +127,11 @@ async fn put<T: Named>(live: &LiveGateway, name: &str, body: &[u8]) -> Reply {
     } else {
         StatusCode::OK
     };
-    applied(result, status, json!({ T::KIND: entry }))
+    applied(live, change, result, status, json!({ T::KIND: entry }))
 }
 
 /// The body as an entry named `name` (JSON or YAML; `name` may be left out).
-fn parse<T: Named>(name: &str, body: &[u8]) -> Result<T, String> {
+fn parse<T: NamedEntry>(name: &str, body: &[u8]) -> Result<T, String> {
     let mut value: Value = serde_yaml_ng::from_slice(body)
         .map_err(|e| format!("the body is not JSON or YAML: {e}"))?;
     let Some(object) = value.as_object_mut() else {
@@ -163,13 +153,34 @@ fn parse<T: Named>(name: &str, body: &[u8]) -> Result<T, String> {
     })
 }
 
-fn applied(result: Result<u64, EditError>, status: StatusCode, mut body: Value) -> Reply {
+/// Answers a write's outcome, and records it.
+fn applied(
+    live: &LiveGateway,
+    mut change: AdminChange,
+    result: Result<u64, EditError>,
+    status: StatusCode,
+    mut body: Value,
+) -> Reply {
+    change.outcome = match &result {
+        Ok(generation) => format!("applied as generation {generation}"),
+        Err(EditError::NotFound(_)) => "not found".into(),
+        Err(EditError::WritesOff(_)) => "refused: admin writes are off".into(),
+        Err(EditError::Invalid(_)) => "rejected".into(),
+    };
+    if result.is_err() {
+        change.after = change.before.clone();
+    }
+    live.record_change(change);
     match result {
         Ok(generation) => {
             body["generation"] = json!(generation);
             Reply::json(status, body)
         }
         Err(EditError::NotFound(message)) => Reply::error(StatusCode::NOT_FOUND, message),
+        Err(EditError::WritesOff(message)) => Reply::json(
+            StatusCode::FORBIDDEN,
+            json!({ "error": message, "check": "admin_writes" }),
+        ),
         Err(EditError::Invalid(reason)) => Reply::json(
             StatusCode::UNPROCESSABLE_ENTITY,
             json!({ "error": "the change was rejected; the running configuration is unchanged", "reasons": reason.lines().collect::<Vec<_>>() }),

@@ -11,8 +11,13 @@
 //! - `POST /reload`: re-read the configuration file.
 //! - `POST /profile`: a CPU profile of live traffic (see `profile.rs`).
 //! - `GET /openapi.yaml`: the description of all of this.
+//!
+//! Every request but the probes passes `guard.rs` first (Host, Origin,
+//! intent: the defences against DNS rebinding and cross-origin writes),
+//! then the token check.
 
 mod config_api;
+mod guard;
 mod metrics;
 pub mod profile;
 
@@ -27,7 +32,7 @@ use serde_json::{json, Value};
 use crate::body::{self, Body};
 use crate::config::ADMIN_TOKEN_ENV;
 use crate::listener::{Connection, Handler};
-use crate::reload::LiveGateway;
+use crate::reload::{AdminChange, LiveGateway};
 
 pub struct Admin {
     pub live: Arc<LiveGateway>,
@@ -43,6 +48,10 @@ pub(crate) struct Reply {
     status: StatusCode,
     content_type: &'static str,
     body: Bytes,
+    /// A foreign origin allowed by `admin_origins`, echoed in CORS headers.
+    cors: Option<hyper::header::HeaderValue>,
+    /// Whether this answers a CORS preflight.
+    preflight: bool,
 }
 
 impl Reply {
@@ -53,6 +62,8 @@ impl Reply {
             status,
             content_type: "application/json",
             body: text.into(),
+            cors: None,
+            preflight: false,
         }
     }
 
@@ -61,6 +72,8 @@ impl Reply {
             status,
             content_type,
             body: text.into(),
+            cors: None,
+            preflight: false,
         }
     }
 
@@ -69,28 +82,102 @@ impl Reply {
     }
 }
 
+/// Who sent an admin request, for the audit log.
+pub(crate) struct Caller {
+    peer: std::net::SocketAddr,
+    /// Whether the request carried the (configured and correct) token.
+    token: bool,
+}
+
+impl Caller {
+    fn change(&self, action: String) -> AdminChange {
+        AdminChange::new(action, self.peer, self.token)
+    }
+}
+
 impl Handler for Admin {
-    async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
-        let reply = self.route(request).await;
-        Response::builder()
+    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+        let reply = self.route(request, connection).await;
+        let mut response = Response::builder()
             .status(reply.status)
-            .header(hyper::header::CONTENT_TYPE, reply.content_type)
+            .header(hyper::header::CONTENT_TYPE, reply.content_type);
+        if let Some(origin) = reply.cors {
+            response = response
+                .header("access-control-allow-origin", origin)
+                .header(hyper::header::VARY, "Origin");
+            if reply.preflight {
+                response = response
+                    .header("access-control-allow-methods", "GET, PUT, DELETE, POST")
+                    .header(
+                        "access-control-allow-headers",
+                        "authorization, content-type, x-wasmgate-admin",
+                    )
+                    .header("access-control-max-age", "600");
+            }
+        }
+        response
             .body(body::full(reply.body))
             .expect("static response parts are valid")
     }
 }
 
 impl Admin {
-    async fn route(&self, request: Request<Incoming>) -> Reply {
+    async fn route(&self, request: Request<Incoming>, connection: Connection) -> Reply {
         let path = request.uri().path().to_string();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        // Probes must work for orchestrators that hold no token.
+        // Probes must work for orchestrators that hold no token, whatever
+        // name they use; they reveal nothing.
         if let ["healthz" | "readyz"] = segments.as_slice() {
             return Reply::text(StatusCode::OK, "text/plain", "ok\n");
         }
-        if let Some(denied) = self.check_token(&request) {
-            return denied;
+        let gateway = self.live.current();
+        let expected_token = expected_token(gateway.config());
+        let policy = guard::Policy {
+            hosts: &gateway.config().admin_hosts,
+            origins: &gateway.config().admin_origins,
+            token_configured: expected_token.is_some(),
+        };
+        let cors_origin = match guard::check_caller(
+            &policy,
+            request.method(),
+            request.headers(),
+            connection.local,
+        ) {
+            guard::Verdict::Proceed { cors_origin } => cors_origin,
+            guard::Verdict::Answer(reply) => return reply,
+        };
+        let mut reply = self
+            .authorised(request, connection, &policy, expected_token)
+            .await;
+        reply.cors = cors_origin;
+        reply
+    }
+
+    /// Past the Host and Origin checks: the token, intent, then the endpoint.
+    async fn authorised(
+        &self,
+        request: Request<Incoming>,
+        connection: Connection,
+        policy: &guard::Policy<'_>,
+        expected_token: Option<String>,
+    ) -> Reply {
+        if let Some(expected) = &expected_token {
+            if !token_matches(&request, expected) {
+                return Reply::error(
+                    StatusCode::UNAUTHORIZED,
+                    "the admin API needs `Authorization: Bearer <admin token>`",
+                );
+            }
         }
+        if let Some(refused) = guard::check_intent(policy, request.method(), request.headers()) {
+            return refused;
+        }
+        let caller = Caller {
+            peer: connection.peer,
+            token: expected_token.is_some(),
+        };
+        let path = request.uri().path().to_string();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let method = request.method().clone();
         let query = request.uri().query().unwrap_or("").to_string();
         match (&method, segments.as_slice()) {
@@ -103,16 +190,25 @@ impl Admin {
             (&Method::GET, ["openapi.yaml"]) => {
                 Reply::text(StatusCode::OK, "application/yaml", OPENAPI)
             }
-            (&Method::POST, ["reload"]) => match self.live.reload("admin API").await {
-                Ok(generation) => Reply::json(
-                    StatusCode::OK,
-                    json!({"reloaded": true, "generation": generation}),
-                ),
-                Err(reason) => Reply::json(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    json!({"reloaded": false, "error": reason}),
-                ),
-            },
+            (&Method::POST, ["reload"]) => {
+                let mut change = caller.change("POST /reload".into());
+                let result = self.live.reload("admin API").await;
+                change.outcome = match &result {
+                    Ok(generation) => format!("applied as generation {generation}"),
+                    Err(_) => "rejected".into(),
+                };
+                self.live.record_change(change);
+                match result {
+                    Ok(generation) => Reply::json(
+                        StatusCode::OK,
+                        json!({"reloaded": true, "generation": generation}),
+                    ),
+                    Err(reason) => Reply::json(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        json!({"reloaded": false, "error": reason}),
+                    ),
+                }
+            }
             (&Method::POST, ["profile"]) => profile::record(&self.live, &query).await,
             (&Method::GET, ["plugins", name, "status"]) => self.plugin_status(name),
             (
@@ -125,7 +221,7 @@ impl Admin {
                     Ok(body) => body,
                     Err(reply) => return reply,
                 };
-                config_api::handle(&self.live, &method, &segments, &body).await
+                config_api::handle(&self.live, &caller, &method, &segments, &body).await
             }
             (_, ["reload" | "profile"]) => Reply::error(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -138,29 +234,6 @@ impl Admin {
         }
     }
 
-    /// None when the request may proceed; a 401 when a token is set and
-    /// the request does not carry it.
-    fn check_token(&self, request: &Request<Incoming>) -> Option<Reply> {
-        let expected = std::env::var(ADMIN_TOKEN_ENV)
-            .ok()
-            .filter(|t| !t.is_empty())
-            .or_else(|| self.live.current().config().admin_token.clone())?;
-        let given = request
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
-            None
-        } else {
-            Some(Reply::error(
-                StatusCode::UNAUTHORIZED,
-                "the admin API needs `Authorization: Bearer <admin token>`",
-            ))
-        }
-    }
-
     fn status(&self) -> Value {
         let gateway = self.live.current();
         let plugins: Vec<Value> = gateway
@@ -170,6 +243,12 @@ impl Admin {
             .collect();
         json!({
             "reload": self.live.status(),
+            "config": {
+                "file": self.live.file().display().to_string(),
+                "admin_writes": gateway.config().admin_writes,
+                "admin_file": gateway.config().admin_writes.then(|| self.live.admin_file().display().to_string()),
+            },
+            "last_change": self.live.last_change(),
             "routes": gateway.config().routes.len(),
             "upstreams": gateway.config().upstreams.len(),
             "plugins": plugins,
@@ -218,6 +297,24 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Reply> {
             format!("reading the body: {e} (limit {MAX_ADMIN_BODY} bytes)"),
         )),
     }
+}
+
+/// The token the admin API requires, if any: the environment's, else the file's.
+fn expected_token(config: &crate::config::GatewayConfig) -> Option<String> {
+    std::env::var(ADMIN_TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .or_else(|| config.admin_token.clone())
+}
+
+fn token_matches(request: &Request<Incoming>, expected: &str) -> bool {
+    let given = request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    constant_time_eq(given.as_bytes(), expected.as_bytes())
 }
 
 /// Compares without an early exit, so response time does not reveal how
