@@ -14,8 +14,9 @@
 # For reference (no check), hello is also measured under K idle-class shell
 # loops (chrt -i 0), for each K in FLOOR_LOOPS (default "1 2"): the latency the
 # kernel gives when K cores run idle-priority work, whatever that work is.
-# LONG_CALL_THREADS sets limits.long_call_threads (default: unset, one per CPU but one).
-# Usage: [SECONDS=6] [SPINNERS="1 2"] [TIMEOUT_MS=1000] [LONG_CALL_THREADS=N] [FLOOR_LOOPS="1 2"] reliability/r3_spin.sh
+# LONG_CALL_THREADS sets limits.long_call_threads (default: unset, one per CPU but one),
+# LONG_CALL_NICE limits.long_call_nice (default: unset, 3).
+# Usage: [SECONDS=6] [SPINNERS="1 2"] [TIMEOUT_MS=1000] [LONG_CALL_THREADS=N] [LONG_CALL_NICE=N] [FLOOR_LOOPS="1 2"] reliability/r3_spin.sh
 source "$(dirname "$0")/lib.sh"
 dur="$(tr '\0' '\n' </proc/$$/environ | sed -n 's/^SECONDS=//p')" # bash's own SECONDS is a clock
 dur="${dur:-6}"
@@ -25,8 +26,11 @@ slack_ms="${SLACK_MS:-250}"
 ratio_max="${RATIO_MAX:-3}"
 abs_max_ms="${ABS_MAX_MS:-1}"
 floor_loops="${FLOOR_LOOPS-1 2}"
+long_call_limits=()
+[ -n "${LONG_CALL_THREADS:-}" ] && long_call_limits+=("long_call_threads: $LONG_CALL_THREADS")
+[ -n "${LONG_CALL_NICE:-}" ] && long_call_limits+=("long_call_nice: $LONG_CALL_NICE")
 long_call_limit=""
-[ -n "${LONG_CALL_THREADS:-}" ] && long_call_limit="limits: {long_call_threads: $LONG_CALL_THREADS}"
+[ ${#long_call_limits[@]} -gt 0 ] && long_call_limit="limits: {$(IFS=,; echo "${long_call_limits[*]}")}"
 command -v wrk >/dev/null || { echo "wrk is missing: scripts/install-deps.sh --bench" >&2; exit 2; }
 
 gw="$(free_port)"

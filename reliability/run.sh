@@ -25,6 +25,7 @@ items=(
   "r1_connections $(( ${DURATION:-30} * 2 + 90 ))"
   "r2_traps 180"
   "r3_spin 180"
+  "r3b_long_calls 180"
   "r4_memory 180"
   "r5_reloads 240"
 )

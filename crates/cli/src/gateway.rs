@@ -111,6 +111,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     if let Some(n) = config.limits.long_call_threads {
         wasmgate_runtime::slow_lane::set_threads(n);
     }
+    if let Some(nice) = config.limits.long_call_nice {
+        wasmgate_runtime::slow_lane::set_nice(nice);
+    }
     // The control plane (signals, admin, health checks, root contexts) runs
     // on this thread; traffic is served by `threads` workers of their own.
     let tokio = tokio::runtime::Builder::new_current_thread()

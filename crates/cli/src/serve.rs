@@ -30,10 +30,15 @@ pub struct ServeArgs {
     /// Worker threads (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
-    /// Threads for guest calls that run longer than 1 ms, at idle CPU
+    /// Threads for guest calls that run longer than 1 ms, at a lower CPU
     /// priority (default: one per CPU but one).
     #[arg(long, value_name = "N")]
     long_call_threads: Option<usize>,
+    /// Nice value (0-19) of those threads: higher leaves more of a busy CPU
+    /// to request handling and less to long calls.
+    #[arg(long, value_name = "NICE", default_value_t = wasmgate_runtime::slow_lane::DEFAULT_NICE,
+          value_parser = clap::value_parser!(i32).range(0..=19))]
+    long_call_nice: i32,
     /// Most instances of the plugin alive at once = most concurrent calls.
     #[arg(long, default_value_t = 64)]
     pool_size: usize,
@@ -61,6 +66,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     if let Some(n) = args.long_call_threads {
         wasmgate_runtime::slow_lane::set_threads(n);
     }
+    wasmgate_runtime::slow_lane::set_nice(args.long_call_nice);
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

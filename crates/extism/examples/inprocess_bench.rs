@@ -48,17 +48,26 @@ fn load(
     .expect("loading the bench plugin")
 }
 
-/// Drives a call to completion by polling with a no-op waker: what an embedder
-/// without an async runtime does, and what the call costs without a
-/// scheduler around it (the SDK's calls are synchronous). A call that yields
-/// (a time slice ended) is simply polled again.
+/// Drives a call to completion on this thread, parking it while the call
+/// waits: what an embedder without an async runtime does (the SDK's calls
+/// are synchronous). A call that moved to the slow lane wakes this thread
+/// when it ends. (Polling in a loop instead would keep this thread busy at
+/// normal priority, on a pinned run the very CPU the slow lane needs.)
 fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     loop {
         if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut cx) {
             return value;
         }
+        std::thread::park();
     }
 }
 

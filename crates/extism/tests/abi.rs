@@ -520,7 +520,7 @@ async fn a_long_call_finishes_on_the_slow_lane_and_its_instance_is_reused() {
     use wasmtime::{Val, ValType};
     // `where` outputs the name of the thread the call runs on; `count_then_where`
     // first counts to 5e7 (tens of ms), well past the 1 ms after which a call
-    // moves, and short enough not to wait long for an idle-priority CPU.
+    // moves, and short enough not to wait long for a lower-priority CPU share.
     let wat = module_with_imports(
         r#"(import "extism:host/user" "thread" (func $thread (result i64)))"#,
         r#"(func $where (export "where") (result i32) (local $h i64)

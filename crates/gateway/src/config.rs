@@ -418,11 +418,16 @@ pub struct Limits {
     /// Worker threads (default: one per CPU).
     #[serde(default)]
     pub threads: Option<usize>,
-    /// Threads for guest calls that run longer than 1 ms, at idle CPU
+    /// Threads for guest calls that run longer than 1 ms, at a lower CPU
     /// priority (default: one per CPU but one, so a core stays free for
     /// request handling).
     #[serde(default)]
     pub long_call_threads: Option<usize>,
+    /// Nice value (0-19) of those threads: how much of a busy CPU long calls
+    /// get against request handling (default 2: about two fifths against one
+    /// busy worker; docs/architecture.md, "The slow lane").
+    #[serde(default)]
+    pub long_call_nice: Option<i32>,
 }
 
 impl Default for Limits {
@@ -433,6 +438,7 @@ impl Default for Limits {
             body_read_timeout_ms: default_body_timeout_ms(),
             threads: None,
             long_call_threads: None,
+            long_call_nice: None,
         }
     }
 }
@@ -585,6 +591,17 @@ impl GatewayConfig {
                     format!("`{origin}` is not an origin: write scheme://host[:port], as `https://ops.example`"),
                 );
             }
+        }
+        if self
+            .limits
+            .long_call_nice
+            .is_some_and(|n| !(0..=19).contains(&n))
+        {
+            problem(
+                "limits.long_call_nice".into(),
+                "must be 0-19 (a nice value; higher leaves more of a busy CPU to request handling)"
+                    .into(),
+            );
         }
         if self.limits.long_call_threads == Some(0) {
             problem(

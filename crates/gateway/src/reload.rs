@@ -279,9 +279,10 @@ impl LiveGateway {
             || old.admin != new.admin
             || old.limits.threads != new.limits.threads
             || old.limits.long_call_threads != new.limits.long_call_threads
+            || old.limits.long_call_nice != new.limits.long_call_nice
         {
             tracing::warn!(
-                "`listen`, `admin`, `limits.threads` and `limits.long_call_threads` changes take effect at the next restart"
+                "`listen`, `admin`, `limits.threads`, `limits.long_call_threads` and `limits.long_call_nice` changes take effect at the next restart"
             );
         }
     }

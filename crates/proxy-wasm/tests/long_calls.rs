@@ -81,7 +81,7 @@ async fn long_callbacks_move_to_the_slow_lane_and_come_back() {
     assert_eq!(slow_lane::moved_calls(), before);
 
     // 5e7 iterations (tens of ms): well past the 1 ms after which a call
-    // moves, and short enough not to wait long for an idle-priority CPU.
+    // moves, and short enough not to wait long for a lower-priority CPU share.
     let long = counting_filter(&rt, 50_000_000, Duration::from_secs(30)).await;
     for round in 1..=2 {
         let exchange = request_headers(&long).await.unwrap();

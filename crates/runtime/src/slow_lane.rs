@@ -1,4 +1,5 @@
-//! Long guest calls move to threads of their own, at low CPU priority.
+//! Long guest calls move to threads of their own, at a lower CPU priority
+//! that still guarantees them progress.
 //!
 //! A worker thread serves many connections. A guest call that runs long (a
 //! plugin stuck in a loop, or one that is merely heavy) yields every tick, but
@@ -9,11 +10,23 @@
 //! microseconds; a hand-off to another thread would cost more than the call),
 //! and the first time it yields for having run `CallBudget::LONG_CALL`, it
 //! moves to the slow lane: by default one thread per core but one (see
-//! [`default_threads`]), each with a single-threaded
-//! async runtime, in the kernel's lowest scheduling class (SCHED_IDLE). The
-//! kernel then runs a worker as soon as it has work, and long calls get the
-//! CPU that is left. A moved
+//! [`default_threads`]), each with a single-threaded async runtime. A moved
 //! call keeps its deadline; the request that made it awaits its result.
+//!
+//! **How the lane shares a CPU** (docs/architecture.md, "The slow lane"):
+//! its threads run in the normal scheduling class at a raised nice value
+//! ([`DEFAULT_NICE`], `limits.long_call_nice`), and give up the CPU at every
+//! tick the guest yields at. Two properties follow, on any number of CPUs:
+//!
+//! - a worker that wakes while a lane thread runs on its CPU waits at most
+//!   one tick (the lane thread yields it the CPU at the next tick), and when
+//!   both stay busy the kernel gives the lane thread its weight's share:
+//!   about two fifths of the CPU against one busy worker at nice 2. So a
+//!   stuck call takes a bounded share of a worker's core;
+//! - a legitimate long call keeps that share under any load, and all of a
+//!   CPU nobody else wants. The idle scheduling class that came before this
+//!   (SCHED_IDLE) gave it a few thousandths of a busy CPU: on a one-CPU host
+//!   a 35 ms call under load took seconds and ran into its deadline.
 //!
 //! Only calls that own everything they touch can move ([`GuestCall`] is
 //! `'static`): the ABI crates hand over the instance's store for the call and
@@ -22,7 +35,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -34,17 +47,18 @@ use tokio::task::JoinHandle;
 pub type GuestCall<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 thread_local! {
-    /// Set by the epoch callback when the call it interrupts has run long
-    /// and should leave this thread; read by [`run`] around each poll.
+    /// Set by the epoch callback when the call it interrupts has run long:
+    /// on a worker, read by [`run`] (the call should leave this thread); on
+    /// the slow lane, by [`on_lane`] (the thread should yield its CPU).
     static MOVE_REQUESTED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Calls moved to the slow lane since the process started.
 static MOVED: AtomicU64 = AtomicU64::new(0);
 
-/// Asks the [`run`] polling the current call to move it off this thread.
-/// Harmless where nothing reads it (a call that is not run through [`run`],
-/// or one already on the slow lane): [`run`] clears it before each poll.
+/// Tells whoever polls the current call that it yielded for having run
+/// long: [`run`] moves it off a worker, [`on_lane`] yields the lane thread's
+/// CPU. Harmless where nothing reads it: both clear it before each poll.
 pub(crate) fn request_move() {
     MOVE_REQUESTED.set(true);
 }
@@ -68,11 +82,11 @@ pub struct Timed<T> {
 /// the slow lane: at its next yield, at most one epoch tick later).
 ///
 /// CPU time: on the caller's thread, the time spent polling the call (a
-/// worker is not preempted by long calls, which run at idle priority, so
-/// this is close to CPU time; a call that ends in one poll, as most do, costs
-/// the same two clock reads as timing it at all); on the slow lane, where the
-/// kernel preempts the thread whenever a worker has work, the thread's CPU
-/// clock around each poll.
+/// worker is rarely preempted by long calls, which run at a lower priority
+/// and yield every tick, so this is close to CPU time; a call that ends in
+/// one poll, as most do, costs the same two clock reads as timing it at
+/// all); on the slow lane, whose threads share CPUs with workers, the
+/// thread's CPU clock around each poll.
 pub async fn run<F>(call: F) -> Timed<F::Output>
 where
     F: Future + Send + 'static,
@@ -104,7 +118,7 @@ where
         return Timed { output, wall, cpu };
     }
     MOVED.fetch_add(1, Ordering::Relaxed);
-    let mut task = AbortOnDrop(lane().spawn(Box::pin(on_thread_cpu_clock(call))));
+    let mut task = AbortOnDrop(lane().spawn(Box::pin(on_lane(call))));
     match (&mut task.0).await {
         Ok((output, lane_cpu)) => Timed {
             output,
@@ -117,13 +131,20 @@ where
     }
 }
 
-/// `call`, measuring the CPU time of the thread that polls it.
-async fn on_thread_cpu_clock<T>(mut call: GuestCall<T>) -> (T, Duration) {
+/// `call` on a slow-lane thread: measures the CPU time of the thread that
+/// polls it, and yields the CPU at every tick the call yields at, so that a
+/// worker waiting for this CPU runs now instead of after the kernel's slice.
+async fn on_lane<T>(mut call: GuestCall<T>) -> (T, Duration) {
     let mut cpu = Duration::ZERO;
     let output = std::future::poll_fn(|cx| {
+        MOVE_REQUESTED.set(false);
         let started = thread_cpu_time();
         let poll = call.as_mut().poll(cx);
         cpu += thread_cpu_time().saturating_sub(started);
+        if poll.is_pending() && MOVE_REQUESTED.take() {
+            // SAFETY: a plain syscall without arguments.
+            unsafe { libc::sched_yield() };
+        }
         poll
     })
     .await;
@@ -161,13 +182,29 @@ pub fn set_threads(threads: usize) {
     THREADS.store(threads.max(1), Ordering::Relaxed);
 }
 
-/// One per CPU but one: long calls can use all the machine but one core,
-/// which stays free for request handling. Measured on 2 cores with a stuck
-/// call per core (docs/reliability.md, R3): with both cores taken by
-/// slow-lane threads, other requests' p99 went from 0.1 to mostly 1-4 ms,
-/// about the same as with two idle-priority shell loops, so the cause is the
-/// kernel's wake-up placement, not wasmgate; with one core free it stayed
-/// under 0.75 ms.
+/// The nice value of slow-lane threads unless [`set_nice`] says otherwise.
+/// Against one busy worker (nice 0, weight 1024) a lane thread at nice 2
+/// (weight 655) gets about two fifths of a shared CPU. Measured on one CPU
+/// under saturating load (docs/reliability.md, R3b), a 6.25 MiB echo took
+/// about 3x its time alone at nice 2, up to 4.6x at nice 3 and 6x at nice 5;
+/// a spinning call cost other requests a third of their throughput at most
+/// and no more than a tick of latency (R3).
+pub const DEFAULT_NICE: i32 = 2;
+
+static NICE: AtomicI32 = AtomicI32::new(DEFAULT_NICE);
+
+/// Sets the nice value (0-19) of slow-lane threads: higher leaves more of a
+/// busy CPU to request handling and less to long calls. Call before any
+/// plugin runs.
+pub fn set_nice(nice: i32) {
+    NICE.store(nice.clamp(0, 19), Ordering::Relaxed);
+}
+
+/// One per CPU but one (at least one): long calls can use all the machine
+/// but one core, which stays free for request handling. Measured on 2 cores
+/// with a stuck call per core (docs/reliability.md, R3): with both cores
+/// taken by slow-lane threads, other requests' p99 went from 0.1 to mostly
+/// 1-4 ms; with one core free it stayed under 0.75 ms.
 pub fn default_threads() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     cpus.saturating_sub(1).max(1)
@@ -225,20 +262,24 @@ fn start_thread(index: usize) -> Handle {
         .expect("the slow-lane thread reports its runtime")
 }
 
-/// Puts the calling thread in the SCHED_IDLE class (on Linux, a per-thread
-/// setting). Nice 19 was not enough: the kernel lets a niced thread finish its
-/// slice before a woken worker runs, which kept the p99 of other requests at
-/// ~3 ms with a long call per core, while a SCHED_IDLE thread gives way at
-/// once. It is not starved: it still gets a small share of a busy CPU.
+/// Raises the calling thread's nice value (on Linux a per-thread setting;
+/// raising it needs no privilege). Why a nice value and not the idle class:
+/// see the module docs. Why not a lower nice with a host-enforced budget:
+/// an unprivileged thread may raise its nice value or enter SCHED_IDLE but
+/// never come back, so only a fixed setting is possible.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: a plain syscall on the calling thread's scheduling policy.
-        let result = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        let nice = NICE.load(Ordering::Relaxed);
+        // SAFETY: plain syscalls on the calling thread.
+        let result = unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
+        };
         if result != 0 {
             tracing::warn!(
                 error = %std::io::Error::last_os_error(),
+                nice,
                 "could not lower the slow lane's CPU priority; long guest calls will compete with request handling"
             );
         }

@@ -69,8 +69,26 @@ pub struct Server {
 impl Server {
     /// Starts `wasmgate serve <args> --port P` and waits until it accepts connections.
     pub fn start(args: &[&str]) -> Server {
+        Server::start_command(wasmgate(), args)
+    }
+
+    /// The same, on the CPUs `cpus` only (`taskset -c`), as on a host with
+    /// that many CPUs: wasmgate sizes its threads by the CPUs it may use.
+    pub fn start_on_cpus(cpus: &str, args: &[&str]) -> Server {
+        let plain = wasmgate();
+        let mut pinned = Command::new("taskset");
+        pinned.args(["-c", cpus]).arg(plain.get_program());
+        for (key, value) in plain.get_envs() {
+            if let Some(value) = value {
+                pinned.env(key, value);
+            }
+        }
+        Server::start_command(pinned, args)
+    }
+
+    fn start_command(mut command: Command, args: &[&str]) -> Server {
         let port = free_port();
-        let child = wasmgate()
+        let child = command
             .arg("serve")
             .args(args)
             .args(["--port", &port.to_string()])
