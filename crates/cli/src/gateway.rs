@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::io::Write;
+
 use anyhow::{Context, Result};
 use clap::Args;
 use wasmgate_gateway::admin::Admin;
@@ -70,15 +72,17 @@ pub fn check(args: ConfigArgs) -> Result<ExitCode> {
     match tokio.block_on(build(&args)) {
         Ok((gateway, _)) => {
             let config = gateway.config();
-            println!(
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
                 "{}: ok ({} routes, {} upstreams, {} plugins)",
                 args.config.display(),
                 config.routes.len(),
                 config.upstreams.len(),
                 config.plugins.len()
-            );
+            )?;
             for (name, kind) in &gateway.plugin_kinds {
-                println!("  plugin {name}: {kind}");
+                writeln!(out, "  plugin {name}: {kind}")?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -91,7 +95,9 @@ pub fn check(args: ConfigArgs) -> Result<ExitCode> {
 
 pub fn schema() -> Result<ExitCode> {
     let schema = wasmgate_gateway::config::json_schema();
-    println!("{}", serde_json::to_string_pretty(&schema)?);
+    // One write, through `?`: a closed pipe ends the command quietly (main.rs).
+    let text = serde_json::to_string_pretty(&schema)? + "\n";
+    std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

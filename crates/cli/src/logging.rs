@@ -1,4 +1,8 @@
-//! Log output: human-readable or JSON lines, level from `--log-level` or `RUST_LOG`.
+//! Log output: human-readable or JSON lines, level from `--log-level` or
+//! `RUST_LOG`. Colour only when stderr is a terminal and `NO_COLOR` is unset
+//! (no-color.org), so a log written to a file or a pipe is plain text.
+
+use std::io::IsTerminal;
 
 use clap::{Args, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -24,8 +28,11 @@ pub fn init(args: &LogArgs) {
         Some(level) => EnvFilter::new(level),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match args.log_format {
         LogFormat::Text => builder.init(),

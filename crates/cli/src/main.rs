@@ -56,9 +56,20 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader went away (`wasmgate schema | head`): stop quietly, as
+        // Unix tools do.
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(2)
         }
     }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -114,7 +114,13 @@ impl PluginArgs {
                 host_functions: Vec::new(),
             },
         )
-        .with_context(|| format!("loading plugin {}", self.plugin.display()))
+        .with_context(|| {
+            // A manifest's errors name its modules' files, not the manifest.
+            match self.plugin.extension().is_some_and(|e| e == "json") {
+                true => format!("loading plugin {}", self.plugin.display()),
+                false => "loading plugin".to_string(),
+            }
+        })
     }
 }
 

@@ -1,4 +1,5 @@
-//! `wasmgate call` and `wasmgate compile`.
+//! `wasmgate call` and `wasmgate compile`, and what every command's output
+//! does when it goes to a pipe or a file.
 
 mod common;
 
@@ -164,4 +165,55 @@ fn allowed_paths_grant_exactly_what_they_say() {
     // Nothing granted: no filesystem at all.
     let (ok, _, _) = call(&[faults, "read_file", "--input", "/data/hello.txt"]);
     assert!(!ok);
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.yaml");
+    std::fs::write(&config, "routes: [{name: r, respond: {}}]\n").unwrap();
+    let hello = plugin("hello");
+    let commands: [&[&str]; 3] = [
+        &["schema"],
+        &["check", "-c", config.to_str().unwrap()],
+        &[
+            "call",
+            hello.to_str().unwrap(),
+            "hello",
+            "--input",
+            "x",
+            "--repeat",
+            "3",
+        ],
+    ];
+    for args in commands {
+        // A pipe whose reader is gone before the command writes: as
+        // `wasmgate schema | head -1` once head has exited.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = wasmgate().args(args).stdout(writer).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn logs_written_to_a_file_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.yaml");
+    std::fs::write(&config, "routes: [{name: r, respond: {}}]\n").unwrap();
+    // An admin file while admin_writes is off: `check` warns about it.
+    std::fs::write(dir.path().join("gw.admin.yaml"), "routes: []\n").unwrap();
+    let log = std::fs::File::create(dir.path().join("log.txt")).unwrap();
+    let status = wasmgate()
+        .args(["check", "-c", config.to_str().unwrap()])
+        .env_remove("NO_COLOR")
+        .stderr(log)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(dir.path().join("log.txt")).unwrap();
+    assert!(text.contains("WARN"), "{text}");
+    assert!(!text.contains('\x1b'), "colour codes in a log file: {text:?}");
 }

@@ -249,3 +249,21 @@ fn broken_plugins_fail_at_start_with_a_clear_error() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_before_the_call_name_the_plugin_and_function() {
+    let server = Server::start(&[
+        plugin("hello").to_str().unwrap(),
+        "hello",
+        "--max-body-bytes",
+        "16",
+    ]);
+    let c = client();
+    let reply = post(&c, &server.url("/hello"), "x".repeat(100)).await;
+    assert_eq!(reply.status, 413);
+    let error = &reply.json()["error"];
+    assert_eq!(error["kind"], "body_too_large");
+    assert_eq!(error["plugin"], "hello");
+    assert_eq!(error["function"], "hello");
+    assert!(error["message"].as_str().unwrap().contains("16 bytes"));
+}

@@ -60,15 +60,22 @@ fn run<T>(future: impl std::future::Future<Output = T>) -> T {
             self.0.unpark();
         }
     }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut cx) {
-            return value;
-        }
-        std::thread::park();
+    thread_local! {
+        // Made once: a call that ends in its first poll (most do) then
+        // costs what polling with a no-op waker costs.
+        static WAKER: std::task::Waker =
+            std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
     }
+    WAKER.with(|waker| {
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut future = std::pin::pin!(future);
+        loop {
+            if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+                return value;
+            }
+            std::thread::park();
+        }
+    })
 }
 
 fn main() {

@@ -136,9 +136,17 @@ impl Manifest {
         let mut modules: Vec<LoadedModule> = Vec::with_capacity(self.wasm.len());
         for (i, source) in self.wasm.iter().enumerate() {
             let origin = source.origin();
-            let (module, hash) = source
-                .load(runtime)
-                .with_context(|| format!("wasm[{i}] ({origin})"))?;
+            // A file's errors name the file already; a lone file needs no index.
+            let label = match (&source.path, self.wasm.len()) {
+                (Some(_), 1) => None,
+                (Some(_), _) => Some(format!("wasm[{i}]")),
+                (None, _) => Some(format!("wasm[{i}] ({origin})")),
+            };
+            let (module, hash) = match (source.load(runtime), label) {
+                (Ok(loaded), _) => loaded,
+                (Err(e), Some(label)) => return Err(e.context(label)),
+                (Err(e), None) => return Err(e),
+            };
             if let Some(expected) = &source.hash {
                 let actual = hex::encode(hash);
                 if !actual.eq_ignore_ascii_case(expected) {
@@ -290,7 +298,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let err = format!("{:#}", manifest(&hash).load_modules(&runtime).unwrap_err());
         assert!(
-            err.contains("wasm[0]") && err.contains("cannot read"),
+            err.starts_with(&format!("cannot read {}", path.display())),
             "{err}"
         );
     }

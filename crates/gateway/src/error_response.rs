@@ -71,6 +71,22 @@ pub fn json_error(status: StatusCode, body: serde_json::Value) -> Response<Full<
         .expect("static response parts are valid")
 }
 
+/// An error of `serve` before the call (no such function, a body too large
+/// or malformed): as a call's, with the plugin and the function it was for
+/// (`null` when the path named none).
+pub fn before_call(
+    status: StatusCode,
+    kind: &str,
+    message: impl Into<String>,
+    plugin: &str,
+    function: Option<&str>,
+) -> Response<Full<Bytes>> {
+    json_error(
+        status,
+        json!({ "kind": kind, "message": message.into(), "plugin": plugin, "function": function }),
+    )
+}
+
 /// An error that is not a plugin call's (bad request, body too large, ...).
 pub fn simple(status: StatusCode, kind: &str, message: impl Into<String>) -> Response<Full<Bytes>> {
     json_error(status, json!({ "kind": kind, "message": message.into() }))

@@ -54,17 +54,24 @@ impl FunctionRoute {
 
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
         let Some(function) = self.function_for(request.uri().path()).map(str::to_string) else {
-            return error_response::simple(
+            return error_response::before_call(
                 StatusCode::NOT_FOUND,
                 "function_not_found",
                 "no default function: call /<function>",
+                self.plugin.name(),
+                None,
             );
         };
-        let body = match read_body(request.into_body(), self.config.max_body_bytes).await {
-            Ok(body) => body,
-            Err(response) => return response,
-        };
-        self.call(&function, &body).await
+        match read_body(request.into_body(), self.config.max_body_bytes).await {
+            Ok(body) => self.call(&function, &body).await,
+            Err((status, kind, message)) => error_response::before_call(
+                status,
+                kind,
+                message,
+                self.plugin.name(),
+                Some(&function),
+            ),
+        }
     }
 
     /// Calls `function` with `input`: its output, or the error as a response.
@@ -94,15 +101,19 @@ impl Handler for FunctionRoute {
     }
 }
 
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Response<Full<Bytes>>> {
+/// The body, or why not: (status, error kind, message).
+async fn read_body(
+    body: Incoming,
+    limit: usize,
+) -> Result<Bytes, (StatusCode, &'static str, String)> {
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(error_response::simple(
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err((
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("request body exceeds the limit of {limit} bytes"),
         )),
-        Err(e) => Err(error_response::simple(
+        Err(e) => Err((
             StatusCode::BAD_REQUEST,
             "bad_request",
             format!("reading the request body failed: {e}"),

@@ -121,11 +121,24 @@ impl Runtime {
     /// for a Go plugin) allocates no copy of them. That matters for memory,
     /// not only time: a few MiB freed on every reload leave the allocators'
     /// caches bigger (R5 in docs/reliability.md).
+    ///
+    /// Errors name the file once. WAT text is parsed here, so that a syntax
+    /// error names the file and line rather than `<anon>`.
     pub fn load_module_file(&self, path: &Path) -> Result<(Module, [u8; 32])> {
         use sha2::{Digest, Sha256};
         use std::io::Read;
-        let cannot_read =
-            |e: std::io::Error| anyhow::anyhow!("cannot read {}: {e}", path.display());
+        let cannot_read = |e: std::io::Error| {
+            // The repository's examples point at plugins that `make plugins`
+            // builds; say so when one is missing.
+            let hint = if e.kind() == std::io::ErrorKind::NotFound
+                && path.to_string_lossy().contains("target/wasm/")
+            {
+                " (the bundled plugins are built by `make plugins`)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("cannot read {}: {e}{hint}", path.display())
+        };
         let mut file = std::fs::File::open(path).map_err(cannot_read)?;
         let mut hasher = Sha256::new();
         let mut chunk = [0u8; 16 * 1024];
@@ -145,7 +158,16 @@ impl Runtime {
         // file may have been replaced in between.
         let bytes = std::fs::read(path).map_err(cannot_read)?;
         let key = sha256(&bytes);
-        Ok((self.load_module_keyed(&bytes, key)?, key))
+        let binary = match std::str::from_utf8(&bytes) {
+            Ok(text) if starts_like_wat(text) => wat::Parser::new()
+                .parse_bytes(Some(path), &bytes)
+                .map_err(|e| anyhow::anyhow!("invalid WebAssembly text: {e}"))?,
+            _ => std::borrow::Cow::Borrowed(&bytes[..]),
+        };
+        let module = self
+            .load_module_keyed(&binary, key)
+            .with_context(|| path.display().to_string())?;
+        Ok((module, key))
     }
 
     fn load_module_keyed(&self, bytes: &[u8], key: [u8; 32]) -> Result<Module> {
@@ -427,9 +449,16 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("cannot read"), "{err}");
         std::fs::write(&path, "not wasm").unwrap();
-        let err = runtime.load_module_file(&path).unwrap_err();
+        let err = format!("{:#}", runtime.load_module_file(&path).unwrap_err());
         assert!(
-            err.to_string().contains("not a WebAssembly module"),
+            err.starts_with(&format!("{}: not a WebAssembly module", path.display())),
+            "{err}"
+        );
+        // WAT syntax errors name the file and line.
+        std::fs::write(&path, "(module\n  (func (export \"f\"))\n  bad)").unwrap();
+        let err = format!("{:#}", runtime.load_module_file(&path).unwrap_err());
+        assert!(
+            err.contains(&format!("{}:3:", path.display())),
             "{err}"
         );
     }
