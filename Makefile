@@ -3,15 +3,28 @@ CARGO ?= cargo
 WASMGATE := target/release/wasmgate
 PORT ?= 8080
 
-.PHONY: demo test deps plugins build reference lint unit e2e bench reliability clean
+PREFIX ?= /usr/local
+
+.PHONY: demo demo-gateway install test deps plugins build reference lint unit e2e bench reliability clean
 
 ## Serve the bundled hello plugin on :$(PORT).
 demo: deps plugins build
 	@echo
-	@echo "wasmgate is serving target/wasm/hello.wasm (function hello) on 127.0.0.1:$(PORT). Try:"
+	@echo "$(WASMGATE) is serving target/wasm/hello.wasm (function hello) on 127.0.0.1:$(PORT)."
+	@echo "From a second terminal, try:"
 	@echo "  curl -X POST 127.0.0.1:$(PORT) -d 'John Doe'"
+	@echo "Ctrl-C stops it. For the gateway: make demo-gateway"
 	@echo
 	$(WASMGATE) serve target/wasm/hello.wasm hello --port $(PORT)
+
+## The example gateway (examples/gateway/) in front of a small echoing upstream on :9000.
+demo-gateway: deps plugins build
+	examples/gateway/demo.sh
+
+## Copy the binary to $(PREFIX)/bin (default /usr/local; PREFIX=~/.local for your own).
+install: build
+	install -D -m 755 $(WASMGATE) $(DESTDIR)$(PREFIX)/bin/wasmgate
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/wasmgate"
 
 ## Everything CI checks: lint, unit and end-to-end tests, differential tests.
 test: deps plugins build reference lint
