@@ -5,7 +5,7 @@ PORT ?= 8080
 
 PREFIX ?= /usr/local
 
-.PHONY: demo demo-gateway install test deps plugins build reference lint unit e2e bench reliability clean
+.PHONY: demo demo-gateway install test deps plugins build reference lint guest unit e2e bench reliability clean
 
 ## Serve the bundled hello plugin on :$(PORT).
 demo: deps plugins build
@@ -27,8 +27,13 @@ install: build
 	@echo "installed $(DESTDIR)$(PREFIX)/bin/wasmgate"
 
 ## Everything CI checks: lint, unit and end-to-end tests, differential tests.
-test: deps plugins build reference lint
+test: deps plugins build reference lint guest
 	$(CARGO) test --release --workspace
+
+## The guest libraries' own tests (guest/rust, guest/go), natively.
+guest:
+	cd guest/rust && $(CARGO) test --quiet
+	cd guest/go && go test ./...
 
 deps:
 	scripts/install-deps.sh
@@ -57,4 +62,4 @@ reliability: deps plugins build
 
 clean:
 	$(CARGO) clean
-	rm -rf plugins/target reference/extism-ref/target
+	rm -rf plugins/target reference/extism-ref/target guest/rust/target

@@ -11,6 +11,10 @@ rustup target add --toolchain "$(sed -n 's/^channel = "\(.*\)"/\1/p' "$here/rust
 
 cd "$here"
 cargo build --release --target wasm32-unknown-unknown -p hello -p count_vowels -p bench -p reflect -p capabilities
+# Extism plugins on the wasmgate guest library (guest/rust, wasmgate-pdk): the
+# services example. Its Go twin, go/orders (guest/go), is built by the go/*/ loop.
+cargo build --release --target wasm32-unknown-unknown -p orders
+cp target/wasm32-unknown-unknown/release/orders.wasm "$out/orders.wasm"
 cargo build --release --target wasm32-wasip1 -p faults
 # Proxy-Wasm filters (proxy-wasm Rust SDK).
 cargo build --release --target wasm32-wasip1 -p add_header -p fault_injection -p shared_state \
@@ -27,5 +31,15 @@ command -v go >/dev/null || { echo "error: Go is needed for the Go plugins (go/)
 for dir in "$here"/go/*/ "$here"/proxy-wasm/go/*/; do
   name="go_$(basename "$dir")"
   (cd "$dir" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$out/$name.wasm" .)
+done
+# Higress filters (higress/): Higress's wasm-go framework on its proxy-wasm-go-sdk
+# fork (ABI proxy_abi_version_0_2_100, with the Redis extension). go.sum pins
+# every module; the Higress pseudo-versions are missing from the checksum
+# database, so GONOSUMDB keeps go from asking it about them.
+for dir in "$here"/higress/*/; do
+  [ -f "$dir/go.mod" ] || continue
+  name="higress_$(basename "$dir")"
+  (cd "$dir" && GOOS=wasip1 GOARCH=wasm GONOSUMDB='github.com/higress-group/*' \
+    go build -mod=readonly -buildmode=c-shared -o "$out/$name.wasm" .)
 done
 ls -l "$out"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs beyond Rust (rustup) and Go: the pinned
-# toolchain's wasm targets and the Go modules of the plugins. With `--bench`
-# also the load generator and nginx used by `make bench`.
+# toolchain's wasm targets, the Go modules of the plugins and the servers the
+# tests start (Redis, PostgreSQL). With `--bench` also the load generator and
+# nginx used by `make bench`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 toolchain="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
@@ -14,6 +15,30 @@ command -v go >/dev/null || { echo "error: Go (1.24 or newer) is required to bui
 for mod in "$root"/plugins/go/*/ "$root"/plugins/proxy-wasm/go/*/ "$root"/reference/go-fiber/; do
   [ -f "$mod/go.mod" ] && (cd "$mod" && go mod download)
 done
+# Higress filters: go.sum pins the Higress modules, whose pseudo-versions the
+# checksum database does not have; GONOSUMDB keeps go from asking it.
+for mod in "$root"/plugins/higress/*/; do
+  [ -f "$mod/go.mod" ] || continue
+  (cd "$mod" && GONOSUMDB='github.com/higress-group/*' go mod download)
+done
+
+# Test servers (crates/testkit, a dev-dependency): tests start their own
+# redis-server and PostgreSQL clusters (initdb, postgres, pg_isready, psql from
+# /usr/lib/postgresql/<version>/bin) on free ports in temporary directories,
+# and openssl makes the TLS certificate of a PostgreSQL test server. As root,
+# the tests run PostgreSQL as the `postgres` user that the package creates.
+# Debian's packages may also create and start system services (redis on port
+# 6379, a "main" cluster on 5432, where an init system starts them): the tests
+# neither use nor mind them (their ports are 20000-32767), so they are left alone.
+test_pkgs=()
+command -v redis-server >/dev/null || test_pkgs+=(redis-server)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || test_pkgs+=(postgresql)
+command -v openssl >/dev/null || test_pkgs+=(openssl)
+if [ ${#test_pkgs[@]} -gt 0 ]; then
+  sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_pkgs[@]}" >/dev/null
+fi
 
 if [ "${1:-}" = "--bench" ]; then
   need=()

@@ -14,6 +14,7 @@ use wasmgate_gateway::admin::Admin;
 use wasmgate_gateway::config::GatewayConfig;
 use wasmgate_gateway::{Gateway, ListenerConfig, LiveGateway};
 use wasmgate_runtime::{Runtime, RuntimeConfig};
+use wasmgate_services::Services;
 
 use crate::plugin_args::default_cache_dir;
 
@@ -55,13 +56,14 @@ fn runtime(args: &ConfigArgs) -> Result<Runtime> {
 }
 
 /// Reads, checks and builds; errors are printed one per line with file and field.
-async fn build(args: &ConfigArgs) -> Result<(Gateway, Runtime), String> {
+async fn build(args: &ConfigArgs) -> Result<(Gateway, Runtime, Arc<Services>), String> {
     let config = GatewayConfig::load(&args.config).map_err(|e| e.to_string())?;
     let runtime = runtime(args).map_err(|e| format!("{e:#}"))?;
-    let gateway = Gateway::build(config, &args.config, &runtime)
+    let services = Arc::new(Services::new());
+    let gateway = Gateway::build(config, &args.config, &runtime, &services)
         .await
         .map_err(|e| e.to_string())?;
-    Ok((gateway, runtime))
+    Ok((gateway, runtime, services))
 }
 
 pub fn check(args: ConfigArgs) -> Result<ExitCode> {
@@ -70,7 +72,7 @@ pub fn check(args: ConfigArgs) -> Result<ExitCode> {
         .enable_all()
         .build()?;
     match tokio.block_on(build(&args)) {
-        Ok((gateway, _)) => {
+        Ok((gateway, _, _)) => {
             let config = gateway.config();
             let mut out = std::io::stdout().lock();
             writeln!(
@@ -130,7 +132,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 
 async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     let live = match build(&args.config).await {
-        Ok((gateway, runtime)) => Arc::new(LiveGateway::new(gateway, &args.config.config, runtime)),
+        Ok((gateway, runtime, services)) => Arc::new(LiveGateway::new(
+            gateway,
+            &args.config.config,
+            runtime,
+            services,
+        )),
         Err(errors) => {
             eprintln!("{errors}");
             return Ok(ExitCode::FAILURE);

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use wasmgate_extism::{Manifest, Plugin, PluginOptions, PoolConfig, Runtime, RuntimeConfig};
+use wasmgate_services::{ServiceConfig, Services};
 
 #[derive(Args, Clone, Debug)]
 pub struct PluginArgs {
@@ -33,6 +34,20 @@ pub struct PluginArgs {
     /// Largest HTTP response body the plugin may receive, in bytes.
     #[arg(long, value_name = "BYTES")]
     pub max_http_response_bytes: Option<u64>,
+    /// A service the plugin may use, `NAME=URL` with a `redis://`,
+    /// `rediss://` or `postgres://` URL (repeatable; docs/services.md).
+    #[arg(long = "service", value_name = "NAME=URL")]
+    pub services: Vec<String>,
+    /// Connections per service (0: a connection per call, no pooling).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub service_pool_size: usize,
+    /// Deadline of one command or query, in milliseconds (default: 1000
+    /// for Redis, 5000 for PostgreSQL).
+    #[arg(long, value_name = "MS")]
+    pub service_timeout_ms: Option<u64>,
+    /// A PEM file of CA certificates the services' TLS trusts (a private CA).
+    #[arg(long, value_name = "PEM")]
+    pub service_ca_file: Option<PathBuf>,
     /// Name for logs and errors (default: the module's file name).
     #[arg(long)]
     pub name: Option<String>,
@@ -104,7 +119,35 @@ impl PluginArgs {
         })
     }
 
+    /// The services of `--service`, all granted to the plugin. Their pools
+    /// connect on first use, so a database that is down does not stop the
+    /// plugin from starting (its calls fail with `unavailable` until then).
+    fn services(&self) -> Result<wasmgate_services::Grants> {
+        let mut configs = Vec::new();
+        for flag in &self.services {
+            let mut config = ServiceConfig::from_flag(flag).map_err(anyhow::Error::msg)?;
+            config.pool_size = self.service_pool_size;
+            config.timeout_ms = self.service_timeout_ms;
+            config.tls_ca_file = self.service_ca_file.clone();
+            if let Some((_, problem)) = config.check().into_iter().next() {
+                bail!("--service {}: {problem}", config.name);
+            }
+            if configs
+                .iter()
+                .any(|c: &ServiceConfig| c.name == config.name)
+            {
+                bail!("--service {}: given twice", config.name);
+            }
+            configs.push(config);
+        }
+        let built = Services::new()
+            .update(&configs)
+            .map_err(|(name, e)| anyhow::anyhow!("--service {name}: {e}"))?;
+        Ok(wasmgate_services::Grants::new(built))
+    }
+
     pub fn load(&self, runtime: &Runtime, pool: PoolConfig, manifest: &Manifest) -> Result<Plugin> {
+        let services = self.services()?;
         Plugin::new(
             runtime,
             manifest,
@@ -112,6 +155,7 @@ impl PluginArgs {
                 name: self.name.clone(),
                 pool,
                 host_functions: Vec::new(),
+                services,
             },
         )
         .with_context(|| {

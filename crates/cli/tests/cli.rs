@@ -215,5 +215,8 @@ fn logs_written_to_a_file_carry_no_colour_codes() {
     assert!(status.success());
     let text = std::fs::read_to_string(dir.path().join("log.txt")).unwrap();
     assert!(text.contains("WARN"), "{text}");
-    assert!(!text.contains('\x1b'), "colour codes in a log file: {text:?}");
+    assert!(
+        !text.contains('\x1b'),
+        "colour codes in a log file: {text:?}"
+    );
 }

@@ -899,7 +899,9 @@ routes:
     assert_eq!(p("plugin_name"), "props");
     assert_eq!(p("plugin_vm_id"), "props");
     assert_eq!(p("route_name"), "inspected");
-    assert_eq!(p("cluster_name"), "backend");
+    // Envoy's and Higress's form, which Higress's `_match_service_` parses.
+    let up_port = up.address().rsplit_once(':').unwrap().1.to_string();
+    assert_eq!(p("cluster_name"), format!("outbound|{up_port}||backend"));
     assert_eq!(p("no.such.property"), "<absent>");
     // Each request gets its own id.
     let again = send(&c, "POST", &gw.url("/a/b?x=1"), &[], "").await;

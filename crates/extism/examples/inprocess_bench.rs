@@ -43,6 +43,7 @@ fn load(
                 ..PoolConfig::default()
             },
             host_functions,
+            ..PluginOptions::default()
         },
     )
     .expect("loading the bench plugin")

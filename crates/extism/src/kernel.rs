@@ -204,6 +204,16 @@ pub(crate) fn begin_call(
     Ok(())
 }
 
+/// Convenience for host functions: a copy of a block, left in place (for
+/// functions whose caller keeps its arguments, as with `extism:host/user`).
+pub(crate) fn read_block(
+    store: &mut StoreContextMut<'_, ExtismState>,
+    handle: u64,
+) -> Option<Vec<u8>> {
+    let (bytes, state) = split(&mut *store);
+    Some(state.memory.block(bytes, handle)?.to_vec())
+}
+
 /// Convenience for host functions: reads a block and frees it.
 pub(crate) fn take_block(
     store: &mut StoreContextMut<'_, ExtismState>,

@@ -22,6 +22,7 @@ mod kernel;
 pub mod manifest;
 pub mod memory;
 mod plugin;
+pub mod services;
 mod state;
 mod wasi;
 

@@ -37,6 +37,9 @@ pub struct PluginOptions {
     pub pool: PoolConfig,
     /// Functions the embedder offers in `extism:host/user` (or other namespaces).
     pub host_functions: Vec<HostFunction>,
+    /// Services the plugin may reach through `wasmgate:host/services`;
+    /// none by default.
+    pub services: wasmgate_services::Grants,
 }
 
 /// What every instance of a plugin shares.
@@ -55,6 +58,7 @@ pub(crate) struct PluginShared {
     pub timeout: Option<Duration>,
     pub needs_wasi: bool,
     pub stats: Arc<PluginStats>,
+    pub services: wasmgate_services::Grants,
 }
 
 /// A module of the manifest with, for each of its imports, where a new
@@ -158,10 +162,12 @@ impl Plugin {
             timeout: manifest.timeout_ms.map(Duration::from_millis),
             needs_wasi,
             stats: Arc::default(),
+            services: options.services.clone(),
         });
 
         let mut linker = Linker::new(runtime.engine());
         host_env::add_to_linker(&mut linker).map_err(anyhow::Error::from)?;
+        crate::services::add_to_linker(&mut linker).map_err(anyhow::Error::from)?;
         if needs_wasi {
             wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut ExtismState| s.wasi())
                 .map_err(anyhow::Error::from)?;
@@ -500,6 +506,16 @@ fn check_imports(
             );
         }
         if from == host_env::MODULE {
+            continue;
+        }
+        if from == crate::services::MODULE {
+            if !crate::services::FUNCTIONS.contains(&import.name()) {
+                bail!(
+                    "module `{module_name}` imports `{from}::{}`, which this host does not provide (it has {})",
+                    import.name(),
+                    crate::services::FUNCTIONS.join(", ")
+                );
+            }
             continue;
         }
         let defined = host_functions

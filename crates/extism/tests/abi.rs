@@ -63,6 +63,7 @@ fn plugin_with(runtime: &Runtime, wat: &str, manifest_json: &str, pool: PoolConf
             name: Some("abi-test".into()),
             pool,
             host_functions: vec![],
+            ..PluginOptions::default()
         },
     )
     .unwrap();

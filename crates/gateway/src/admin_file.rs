@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{GatewayConfig, NamedEntry, PluginConfig, RouteConfig, UpstreamConfig};
+use crate::config::{
+    GatewayConfig, NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig,
+};
 
 /// The admin file of the configuration file `config`.
 pub fn admin_file_path(config: &Path) -> PathBuf {
@@ -33,6 +35,8 @@ pub fn admin_file_path(config: &Path) -> PathBuf {
 #[serde(deny_unknown_fields)]
 pub struct AdminChanges {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceConfig>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<PluginConfig>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstreams: Vec<UpstreamConfig>,
@@ -47,6 +51,8 @@ pub struct AdminChanges {
 #[serde(deny_unknown_fields)]
 pub struct Deleted {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstreams: Vec<String>,
@@ -56,7 +62,10 @@ pub struct Deleted {
 
 impl Deleted {
     fn is_empty(&self) -> bool {
-        self.plugins.is_empty() && self.upstreams.is_empty() && self.routes.is_empty()
+        self.services.is_empty()
+            && self.plugins.is_empty()
+            && self.upstreams.is_empty()
+            && self.routes.is_empty()
     }
 }
 
@@ -70,7 +79,8 @@ const HEADER: &str = "\
 
 impl AdminChanges {
     pub fn is_empty(&self) -> bool {
-        self.plugins.is_empty()
+        self.services.is_empty()
+            && self.plugins.is_empty()
             && self.upstreams.is_empty()
             && self.routes.is_empty()
             && self.deleted.is_empty()
@@ -105,6 +115,7 @@ impl AdminChanges {
 
     /// Applies these changes over `config` (the operator's file).
     pub fn apply_to(&self, config: &mut GatewayConfig) {
+        apply(&mut config.services, &self.services, &self.deleted.services);
         apply(&mut config.plugins, &self.plugins, &self.deleted.plugins);
         apply(
             &mut config.upstreams,
@@ -116,14 +127,17 @@ impl AdminChanges {
 
     /// The changes that turn `base` (the operator's file) into `desired`.
     pub fn between(base: &GatewayConfig, desired: &GatewayConfig) -> AdminChanges {
+        let (services, deleted_services) = diff(&base.services, &desired.services);
         let (plugins, deleted_plugins) = diff(&base.plugins, &desired.plugins);
         let (upstreams, deleted_upstreams) = diff(&base.upstreams, &desired.upstreams);
         let (routes, deleted_routes) = diff(&base.routes, &desired.routes);
         AdminChanges {
+            services,
             plugins,
             upstreams,
             routes,
             deleted: Deleted {
+                services: deleted_services,
                 plugins: deleted_plugins,
                 upstreams: deleted_upstreams,
                 routes: deleted_routes,

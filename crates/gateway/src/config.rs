@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 
 use crate::admin_file::{admin_file_path, AdminChanges};
 use serde::{Deserialize, Serialize};
+pub use wasmgate_services::ServiceConfig;
 
 /// A whole gateway: where it listens, its plugins, upstreams and routes.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -42,6 +43,11 @@ pub struct GatewayConfig {
     /// rewritten (docs/admin.md). Off by default: this file is the truth.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admin_writes: bool,
+    /// Databases plugins may reach through the host, by name (Redis,
+    /// PostgreSQL; docs/services.md). A plugin reaches only those listed in
+    /// its own `services`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceConfig>,
     /// Every plugin the routes use, declared once.
     #[serde(default)]
     pub plugins: Vec<PluginConfig>,
@@ -110,6 +116,9 @@ pub struct PluginConfig {
     /// Extism: host directory -> guest path.
     #[serde(default)]
     pub allowed_paths: BTreeMap<String, String>,
+    /// Services (by name, from `services`) this plugin may use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
 }
 
 fn default_pool_size() -> usize {
@@ -165,6 +174,11 @@ pub trait NamedEntry: Serialize + serde::de::DeserializeOwned + Clone {
     const KIND: &'static str;
     fn name(&self) -> &str;
     fn list(config: &mut GatewayConfig) -> &mut Vec<Self>;
+    /// The entry as the admin API shows it: secrets (passwords in service
+    /// URLs) replaced by `***`.
+    fn redacted(&self) -> Self {
+        self.clone()
+    }
     /// A short hash of the entry's content, for change logs and comparisons.
     fn fingerprint(&self) -> String {
         use sha2::Digest;
@@ -190,6 +204,26 @@ impl NamedEntry for UpstreamConfig {
     }
     fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
         &mut config.upstreams
+    }
+}
+
+impl NamedEntry for ServiceConfig {
+    const KIND: &'static str = "service";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn redacted(&self) -> Self {
+        let mut shown = self.clone();
+        for url in [&mut shown.redis, &mut shown.postgres]
+            .into_iter()
+            .flatten()
+        {
+            *url = wasmgate_services::config::redact(url);
+        }
+        shown
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.services
     }
 }
 
@@ -623,6 +657,20 @@ impl GatewayConfig {
                 );
             }
         }
+        let services = unique_names(
+            self.services.iter().map(|s| s.name.as_str()),
+            "services",
+            &mut problem,
+        );
+        for (i, s) in self.services.iter().enumerate() {
+            for (field, message) in s.check() {
+                let at = match field {
+                    "" => format!("services[{i}]"),
+                    field => format!("services[{i}].{field}"),
+                };
+                problem(at, message);
+            }
+        }
         let plugins = unique_names(
             self.plugins.iter().map(|p| p.name.as_str()),
             "plugins",
@@ -644,6 +692,14 @@ impl GatewayConfig {
                     format!("plugins[{i}].pool_size"),
                     "must be at least 1".into(),
                 );
+            }
+            for (j, name) in p.services.iter().enumerate() {
+                if !services.contains(name.as_str()) {
+                    problem(
+                        format!("plugins[{i}].services[{j}]"),
+                        format!("no service named `{name}` in `services`"),
+                    );
+                }
             }
         }
         for (i, u) in self.upstreams.iter().enumerate() {

@@ -19,6 +19,7 @@ use wasmgate_proxy_wasm::{
 
 use wasmgate_runtime::wasmtime::Module;
 use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats};
+use wasmgate_services::{Grants, Service, Services};
 
 use crate::chain::{header_map, header_pairs, RouteFilter};
 use crate::config::{
@@ -78,11 +79,14 @@ enum LoadedPlugin {
 }
 
 impl Gateway {
-    /// Loads every plugin and builds every route of `config` (read from `file`).
+    /// Loads every plugin and builds every route of `config` (read from
+    /// `file`); services come from `services`, which keeps those whose
+    /// configuration did not change (and their connections).
     pub async fn build(
         config: GatewayConfig,
         file: &Path,
         runtime: &Runtime,
+        services: &Services,
     ) -> Result<Gateway, ConfigErrors> {
         let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
         let mut errors = Vec::new();
@@ -92,6 +96,30 @@ impl Gateway {
                 field,
                 message,
             })
+        };
+        let built_services: HashMap<String, Arc<Service>> = match services.update(&config.services)
+        {
+            Ok(built) => built
+                .into_iter()
+                .map(|s| (s.name().to_string(), s))
+                .collect(),
+            Err((name, message)) => {
+                let i = config
+                    .services
+                    .iter()
+                    .position(|s| s.name == name)
+                    .unwrap_or(0);
+                error(format!("services[{i}] ({name})"), message);
+                HashMap::new()
+            }
+        };
+        let grants = |p: &PluginConfig| {
+            Grants::new(
+                p.services
+                    .iter()
+                    .filter_map(|name| built_services.get(name).cloned())
+                    .collect(),
+            )
         };
         let upstreams: HashMap<String, Arc<Upstream>> = config
             .upstreams
@@ -110,8 +138,9 @@ impl Gateway {
             .plugins
             .iter()
             .map(|p| {
-                let (p, base, runtime) = (p.clone(), base.clone(), runtime.clone());
-                tokio::task::spawn_blocking(move || load_plugin(&p, &base, &runtime))
+                let (p, base, runtime, grants) =
+                    (p.clone(), base.clone(), runtime.clone(), grants(p));
+                tokio::task::spawn_blocking(move || load_plugin(&p, &base, &runtime, grants))
             })
             .collect();
         let mut loaded = HashMap::new();
@@ -170,7 +199,8 @@ impl Gateway {
                     );
                     continue;
                 };
-                let filter_config = filter_config(settings, filter, &r.name, caller.clone());
+                let filter_config =
+                    filter_config(settings, filter, &r.name, caller.clone(), grants(settings));
                 match FilterPlugin::from_module(runtime, module, filter_config).await {
                     Ok(plugin) => filters.push((
                         settings.priority,
@@ -314,10 +344,11 @@ fn load_plugin(
     p: &PluginConfig,
     base: &Path,
     runtime: &Runtime,
+    grants: Grants,
 ) -> anyhow::Result<(LoadedPlugin, String)> {
     let path = plugin_path(base, p);
     let (module, hash) = runtime.load_module_file(&path)?;
-    load_module_as(p, &path, module, runtime).map(|plugin| (plugin, hex::encode(hash)))
+    load_module_as(p, &path, module, runtime, grants).map(|plugin| (plugin, hex::encode(hash)))
 }
 
 fn load_module_as(
@@ -325,6 +356,7 @@ fn load_module_as(
     path: &Path,
     module: Module,
     runtime: &Runtime,
+    grants: Grants,
 ) -> anyhow::Result<LoadedPlugin> {
     let abi = AbiVersion::detect(module.exports().map(|e| e.name()));
     let kind = match (p.kind, &abi) {
@@ -357,6 +389,7 @@ fn load_module_as(
             name: Some(p.name.clone()),
             pool: pool_config(p),
             host_functions: Vec::new(),
+            services: grants,
         },
     )?;
     Ok(LoadedPlugin::Extism(Arc::new(plugin)))
@@ -375,6 +408,7 @@ fn filter_config(
     filter: &FilterRef,
     route: &str,
     caller: Arc<dyn HttpCaller>,
+    services: Grants,
 ) -> FilterConfig {
     FilterConfig {
         name: p.name.clone(),
@@ -384,6 +418,7 @@ fn filter_config(
         vm_id: p.vm_id.clone().unwrap_or_else(|| p.name.clone()),
         route: route.to_string(),
         http_caller: Some(caller),
+        services,
         memory_limit: p.memory_limit_mb.map(|mib| (mib as usize) << 20),
         timeout: Some(Duration::from_millis(p.timeout_ms.unwrap_or(1000))),
         pool: pool_config(p),

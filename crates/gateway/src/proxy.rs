@@ -429,7 +429,7 @@ fn exchange_for(parts: &Parts, connection: Connection, host: &str, route: &Route
         _ => "HTTP/1.1",
     };
     let cluster = match &route.endpoint {
-        Endpoint::Upstream(upstream) => Some(upstream.name.clone()),
+        Endpoint::Upstream(upstream) => Some(upstream.cluster_name.clone()),
         _ => None,
     };
     HttpExchange {

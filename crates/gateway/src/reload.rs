@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde::Serialize;
 use wasmgate_runtime::Runtime;
+use wasmgate_services::Services;
 
 use crate::admin_file::{admin_file_path, AdminChanges};
 use crate::body::Body;
@@ -31,6 +32,9 @@ pub struct LiveGateway {
     current: ArcSwap<Gateway>,
     file: PathBuf,
     runtime: Runtime,
+    /// The services' pools, kept across reloads while their configuration
+    /// is unchanged.
+    services: Arc<Services>,
     status: Mutex<ReloadStatus>,
     /// One reload at a time: a file change and a SIGHUP arriving together
     /// build once after the other, never interleaved.
@@ -102,11 +106,18 @@ pub struct ReloadStatus {
 }
 
 impl LiveGateway {
-    pub fn new(gateway: Gateway, file: &Path, runtime: Runtime) -> LiveGateway {
+    /// `services` is the registry `gateway` was built with.
+    pub fn new(
+        gateway: Gateway,
+        file: &Path,
+        runtime: Runtime,
+        services: Arc<Services>,
+    ) -> LiveGateway {
         let live = LiveGateway {
             current: ArcSwap::from_pointee(gateway),
             file: file.to_path_buf(),
             runtime,
+            services,
             status: Mutex::new(ReloadStatus {
                 generation: 1,
                 loaded_at_ms: now_ms(),
@@ -142,6 +153,11 @@ impl LiveGateway {
         &self.runtime
     }
 
+    /// The services of the current configuration, with their pools.
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
     pub fn status(&self) -> ReloadStatus {
         self.status.lock().expect("status lock").clone()
     }
@@ -156,7 +172,7 @@ impl LiveGateway {
         let built = match GatewayConfig::load(&self.file) {
             Ok(config) => {
                 self.warn_about_restart_only_changes(&config);
-                Gateway::build(config, &self.file, &self.runtime)
+                Gateway::build(config, &self.file, &self.runtime, &self.services)
                     .await
                     .map_err(|e| e.to_string())
             }
@@ -211,7 +227,7 @@ impl LiveGateway {
             return Err(EditError::Invalid(self.reject(trigger, reason)));
         }
         let changes = AdminChanges::between(&base, &config);
-        let gateway = Gateway::build(config, &self.file, &self.runtime)
+        let gateway = Gateway::build(config, &self.file, &self.runtime, &self.services)
             .await
             .map_err(|e| EditError::Invalid(self.reject(trigger, e.to_string())))?;
         changes.write(&self.admin_file).map_err(|e| {

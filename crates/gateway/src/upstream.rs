@@ -24,8 +24,12 @@ use crate::counted_connector::CountedConnector;
 const RING_POINTS_PER_WEIGHT: u32 = 40;
 
 pub struct Upstream {
-    /// Shared with every request's exchange (`cluster_name`).
     pub name: Arc<str>,
+    /// What Proxy-Wasm filters read as `cluster_name`, in the form Envoy
+    /// and Higress give it (`outbound|<port>||<name>`, the port of the
+    /// first node), which Higress's `_match_service_` rules parse. Shared
+    /// with every request's exchange.
+    pub cluster_name: Arc<str>,
     nodes: Vec<Node>,
     balance: Balance,
     pub hash_on: HashOn,
@@ -96,6 +100,16 @@ pub enum UpstreamError {
     },
 }
 
+/// `outbound|<port>||<name>`: see [`Upstream::cluster_name`].
+fn cluster_name(config: &UpstreamConfig) -> String {
+    let port = config
+        .nodes
+        .first()
+        .and_then(|n| n.address.rsplit_once(':'))
+        .map_or("", |(_, port)| port);
+    format!("outbound|{port}||{}", config.name)
+}
+
 impl Upstream {
     pub fn new(config: &UpstreamConfig) -> Arc<Upstream> {
         let mut connector = HttpConnector::new();
@@ -135,6 +149,7 @@ impl Upstream {
         ring.sort_unstable();
         let upstream = Arc::new(Upstream {
             name: config.name.as_str().into(),
+            cluster_name: cluster_name(config).into(),
             current_weights: Mutex::new(vec![0; nodes.len()]),
             nodes,
             balance: config.balance,

@@ -71,6 +71,8 @@ pub enum BufferType {
     HttpCallResponseBody,
     VmConfiguration,
     PluginConfiguration,
+    /// Higress: the reply `proxy_on_redis_call_response` is reading.
+    RedisCallResponse,
 }
 
 impl BufferType {
@@ -82,6 +84,7 @@ impl BufferType {
             4 => BufferType::HttpCallResponseBody,
             6 => BufferType::VmConfiguration,
             7 => BufferType::PluginConfiguration,
+            9 => BufferType::RedisCallResponse,
             _ => return None,
         })
     }

@@ -1,5 +1,5 @@
 //! Every Proxy-Wasm host function (import module `env`), for ABI 0.1.0 to
-//! 0.2.1. Pointers and lengths from the guest are checked: a bad one fails
+//! 0.2.1, and Higress's Redis extension (0.2.100, `redis_call.rs`). Pointers and lengths from the guest are checked: a bad one fails
 //! the filter's callback with an error naming the function. Statuses are the
 //! ones the SDKs expect for each function.
 
@@ -8,10 +8,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use wasmtime::{Caller, FuncType, Linker, Val, ValType};
 
 use crate::abi::{BufferType, MapType, Status, StreamType};
+use crate::callout::Callout;
 use crate::exchange::LocalResponse;
 use crate::headers;
 use crate::http_call::HttpCallRequest;
 use crate::pairs::{self, Pairs};
+use crate::redis_call::{base_cluster, RedisCallRequest, RedisInit};
 use crate::shared::{shared, MetricKind};
 use crate::state::{give, read, write, write_u32, FilterState};
 
@@ -32,6 +34,7 @@ pub fn add_to_linker(linker: &mut Linker<FilterState>) -> Result<()> {
     add_stream_control(linker)?;
     add_shared_data_and_queues(linker)?;
     add_metrics(linker)?;
+    add_redis(linker)?;
     add_unimplemented(linker)?;
     Ok(())
 }
@@ -118,6 +121,7 @@ fn buffer(state: &mut FilterState, kind: BufferType) -> Option<&mut Vec<u8>> {
         BufferType::RequestBody => Some(&mut state.exchange.request_body),
         BufferType::ResponseBody => Some(&mut state.exchange.response_body),
         BufferType::HttpCallResponseBody => state.call_response.as_mut().map(|r| &mut r.body),
+        BufferType::RedisCallResponse => state.redis_reply.as_mut(),
         BufferType::VmConfiguration | BufferType::PluginConfiguration => None,
     }
 }
@@ -439,13 +443,13 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
             let token = state.last_call_token;
             state.dispatched_calls.push((
                 token,
-                HttpCallRequest {
+                Callout::Http(HttpCallRequest {
                     upstream,
                     headers,
                     body,
                     trailers,
                     timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
-                },
+                }),
             ));
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)
@@ -664,6 +668,108 @@ pub fn stub_unknown_imports(
         }
     }
     stubbed
+}
+
+/// Higress's Redis extension (see `redis_call.rs`).
+fn add_redis(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap(
+        MODULE,
+        "proxy_redis_init",
+        |mut c: Ctx,
+         cluster_ptr: u32,
+         cluster_len: u32,
+         user_ptr: u32,
+         user_len: u32,
+         password_ptr: u32,
+         password_len: u32,
+         timeout_ms: u32|
+         -> Result<i32> {
+            const F: &str = "proxy_redis_init";
+            let cluster = read(&mut c, F, cluster_ptr, cluster_len)?;
+            let cluster = String::from_utf8_lossy(&cluster).into_owned();
+            // Go gives an empty string as a null pointer: only read real ones.
+            let text = |c: &mut Ctx, ptr, len| -> Result<Option<String>> {
+                Ok(match len {
+                    0 => None,
+                    _ => Some(String::from_utf8_lossy(&read(c, F, ptr, len)?).into_owned()),
+                })
+            };
+            let username = text(&mut c, user_ptr, user_len)?;
+            let password = text(&mut c, password_ptr, password_len)?;
+            let base = base_cluster(&cluster).to_string();
+            if c.data()
+                .plugin
+                .config
+                .services
+                .redis_for_cluster(&base)
+                .is_none()
+            {
+                return Ok(BAD_ARGUMENT);
+            }
+            let init = RedisInit {
+                access: wasmgate_services::redis::Access {
+                    username,
+                    password,
+                    db: wasmgate_services::redis::db_of_cluster(&cluster),
+                },
+                timeout: match timeout_ms {
+                    0 => None,
+                    ms => Some(std::time::Duration::from_millis(ms as u64)),
+                },
+            };
+            c.data_mut().redis_inits.insert(base, init);
+            Ok(OK)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_redis_call",
+        |mut c: Ctx,
+         cluster_ptr: u32,
+         cluster_len: u32,
+         query_ptr: u32,
+         query_len: u32,
+         token_out: u32|
+         -> Result<i32> {
+            const F: &str = "proxy_redis_call";
+            let cluster = read(&mut c, F, cluster_ptr, cluster_len)?;
+            let cluster = String::from_utf8_lossy(&cluster).into_owned();
+            let query = read(&mut c, F, query_ptr, query_len)?;
+            let base = base_cluster(&cluster).to_string();
+            let state = c.data_mut();
+            if query.is_empty()
+                || state
+                    .plugin
+                    .config
+                    .services
+                    .redis_for_cluster(&base)
+                    .is_none()
+            {
+                return Ok(BAD_ARGUMENT);
+            }
+            // A call without init uses the service's own credentials, as
+            // Envoy uses its defaults.
+            let init = state.redis_inits.get(&base).cloned();
+            let mut access = init.as_ref().map(|i| i.access.clone()).unwrap_or_default();
+            if let Some(db) = wasmgate_services::redis::db_of_cluster(&cluster) {
+                access.db = Some(db);
+            }
+            state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
+            let token = state.last_call_token;
+            state.dispatched_calls.push((
+                token,
+                Callout::Redis(RedisCallRequest {
+                    cluster: base,
+                    access,
+                    query,
+                    timeout: init.and_then(|i| i.timeout),
+                }),
+            ));
+            write_u32(&mut c, F, token_out, token)?;
+            Ok(OK)
+        },
+    )?;
+    Ok(())
 }
 
 /// Host functions wasmgate does not offer (yet, or at all: gRPC, foreign

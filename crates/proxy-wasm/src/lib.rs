@@ -8,6 +8,7 @@
 //! The host functions are all in [`host_env`].
 
 pub mod abi;
+mod callout;
 mod exchange;
 pub mod headers;
 pub mod host_env;
@@ -15,6 +16,7 @@ pub mod http_call;
 pub mod pairs;
 mod plugin;
 mod properties;
+mod redis_call;
 mod root;
 pub mod shared;
 mod state;

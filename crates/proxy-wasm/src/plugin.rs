@@ -19,9 +19,11 @@ use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolS
 use wasmtime::{Instance, InstancePre, Linker, Module, Store, TypedFunc, WasmParams, WasmResults};
 
 use crate::abi::AbiVersion;
+use crate::callout::{Answer, CallsInFlight};
 use crate::exchange::HttpExchange;
 use crate::host_env;
-use crate::http_call::{CallsInFlight, HttpCallResponse, HttpCaller};
+use crate::http_call::{HttpCallResponse, HttpCaller};
+use crate::redis_call::{REDIS_NETWORK_ERROR, REDIS_OK};
 use crate::state::{FilterState, GuestMemory};
 use crate::stream::FilterStream;
 
@@ -49,6 +51,9 @@ pub struct FilterConfig {
     pub route: String,
     /// Where `proxy_http_call` goes; without one every call is refused.
     pub http_caller: Option<Arc<dyn HttpCaller>>,
+    /// The services this plugin may reach (Redis through Higress's
+    /// `proxy_redis_call`); none by default.
+    pub services: wasmgate_services::Grants,
     pub memory_limit: Option<usize>,
     /// Deadline of one callback.
     pub timeout: Option<Duration>,
@@ -152,6 +157,8 @@ const STORE_OUT: &str = "a filter instance was used after a callback on it was c
 type StreamCallback = Option<TypedFunc<(u32, u32, u32), i32>>;
 /// (context, token, header count, body size, trailer count)
 type CallResponseCallback = Option<TypedFunc<(u32, u32, u32, u32, u32), ()>>;
+/// (root context, token, status, reply size)
+type RedisResponseCallback = Option<TypedFunc<(u32, u32, u32, u32), ()>>;
 
 /// The callbacks, typed once per instance; a missing one is skipped.
 pub(crate) struct Exports {
@@ -168,6 +175,7 @@ pub(crate) struct Exports {
     pub tick: Option<TypedFunc<u32, ()>>,
     pub queue_ready: Option<TypedFunc<(u32, u32), ()>>,
     pub http_call_response: CallResponseCallback,
+    pub redis_call_response: RedisResponseCallback,
 }
 
 /// Why a callback failed: the guest trapped, ran out of time or memory, or
@@ -439,6 +447,7 @@ impl Exports {
             get("proxy_on_queue_ready"),
             get("proxy_on_http_call_response"),
         );
+        let redis_response = get("proxy_on_redis_call_response");
         // An export with the wrong signature is refused up front rather than
         // trapping on the first request.
         let exports = (|| -> wasmtime::Result<Exports> {
@@ -456,6 +465,7 @@ impl Exports {
                 tick: typed(&*store, tick)?,
                 queue_ready: typed(&*store, queue_ready)?,
                 http_call_response: typed(&*store, call_response)?,
+                redis_call_response: typed(&*store, redis_response)?,
             })
         })();
         exports
@@ -519,18 +529,63 @@ impl FilterInstance {
     /// Sends the calls the last callback dispatched.
     pub fn start_dispatched_calls(&mut self, calls: &mut CallsInFlight) {
         let dispatched = std::mem::take(&mut self.store_mut().data_mut().dispatched_calls);
-        let caller = self.store().data().plugin.config.http_caller.clone();
-        for (token, request) in dispatched {
-            // `proxy_http_call` refuses calls when there is no caller.
-            if let Some(caller) = &caller {
-                calls.start(caller.as_ref(), token, request);
-            }
+        let config = &self.store().data().plugin.config;
+        let caller = config.http_caller.as_deref();
+        for (token, callout) in dispatched {
+            calls.start(token, callout, caller, &config.services);
         }
+    }
+
+    /// Delivers a call's answer in the callback its kind has.
+    pub async fn deliver_answer(
+        &mut self,
+        exchange: &mut HttpExchange,
+        token: u32,
+        answer: Answer,
+    ) -> Result<(), FilterError> {
+        match answer {
+            Answer::Http(result) => self.deliver_call_response(exchange, token, result).await,
+            Answer::Redis(result) => self.deliver_redis_response(exchange, token, result).await,
+        }
+    }
+
+    /// `proxy_on_redis_call_response` on the root context (Higress's
+    /// framework finds the stream that made the call by the token), with
+    /// the reply in buffer 9; a call that got no reply is status 1 and size
+    /// 0, as Envoy reports it.
+    async fn deliver_redis_response(
+        &mut self,
+        exchange: &mut HttpExchange,
+        token: u32,
+        result: Result<Vec<u8>, String>,
+    ) -> Result<(), FilterError> {
+        let Some(f) = self.exports.redis_call_response.clone() else {
+            return Ok(());
+        };
+        let (status, reply) = match result {
+            Ok(reply) => (REDIS_OK, reply),
+            Err(reason) => {
+                let plugin = &self.store().data().plugin.config;
+                tracing::info!(plugin = %plugin.name, route = %plugin.route, token, %reason, "redis call failed");
+                (REDIS_NETWORK_ERROR, Vec::new())
+            }
+        };
+        let size = reply.len() as u32;
+        self.store_mut().data_mut().redis_reply = Some(reply);
+        let result = self
+            .run_with(
+                exchange,
+                "proxy_on_redis_call_response",
+                (f, (ROOT_CONTEXT_ID, token, status, size)),
+            )
+            .await;
+        self.store_mut().data_mut().redis_reply = None;
+        result
     }
 
     /// `proxy_on_http_call_response` on the root context. A failed call is
     /// reported as an answer with no headers and no body, as Envoy does.
-    pub async fn deliver_call_response(
+    async fn deliver_call_response(
         &mut self,
         exchange: &mut HttpExchange,
         token: u32,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::callout::CallsInFlight;
 use crate::exchange::HttpExchange;
-use crate::http_call::CallsInFlight;
 use crate::plugin::{FilterError, FilterInstance, FilterPlugin, ROOT_CONTEXT_ID};
 use crate::shared::shared;
 
@@ -76,8 +76,8 @@ async fn drive(mut root: FilterInstance, stop: &Notify) -> Result<(), FilterErro
                 }
                 notify_ready_queues(&mut root, &mut exchange).await?;
             }
-            (token, result) = calls.next() => {
-                root.deliver_call_response(&mut exchange, token, result).await?;
+            (token, answer) = calls.next() => {
+                root.deliver_answer(&mut exchange, token, answer).await?;
             }
         }
         root.start_dispatched_calls(&mut calls);

@@ -8,9 +8,11 @@ use wasmtime::{AsContextMut, Caller, Memory, TypedFunc};
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::abi::StreamType;
+use crate::callout::Callout;
 use crate::exchange::HttpExchange;
-use crate::http_call::{HttpCallRequest, HttpCallResponse};
+use crate::http_call::HttpCallResponse;
 use crate::plugin::FilterShared;
+use crate::redis_call::RedisInit;
 
 /// Store data of one Proxy-Wasm instance.
 pub struct FilterState {
@@ -26,11 +28,16 @@ pub struct FilterState {
     /// The stream context the instance is serving, if any: the one
     /// `proxy_set_effective_context` may point at besides the root.
     pub(crate) stream_context: Option<u32>,
-    /// Calls `proxy_http_call` recorded during the callback, with their tokens.
-    pub(crate) dispatched_calls: Vec<(u32, HttpCallRequest)>,
+    /// Calls `proxy_http_call` and `proxy_redis_call` recorded during the
+    /// callback, with their tokens (see `callout.rs`).
+    pub(crate) dispatched_calls: Vec<(u32, Callout)>,
     pub(crate) last_call_token: u32,
     /// The answer `proxy_on_http_call_response` is reading.
     pub(crate) call_response: Option<HttpCallResponse>,
+    /// The reply `proxy_on_redis_call_response` is reading (buffer 9).
+    pub(crate) redis_reply: Option<Vec<u8>>,
+    /// What `proxy_redis_init` set up, by cluster (without `?...`).
+    pub(crate) redis_inits: std::collections::HashMap<String, RedisInit>,
     /// What `proxy_get_status` reports: the outcome of the last callout
     /// delivered to this instance, as a gRPC status code and message.
     pub(crate) last_call_status: (u32, String),
@@ -58,6 +65,8 @@ impl FilterState {
             dispatched_calls: Vec::new(),
             last_call_token: 0,
             call_response: None,
+            redis_reply: None,
+            redis_inits: std::collections::HashMap::new(),
             last_call_status: (0, String::new()),
             registered_queues: Vec::new(),
             allocating: 0,

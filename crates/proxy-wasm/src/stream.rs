@@ -1,7 +1,8 @@
 //! One HTTP stream on a leased instance: the stream callbacks in order, and
 //! what happens when one pauses. A paused stream waits, on the same
-//! instance, for what can resume it: answers to the http calls its filter
-//! dispatched (`proxy_on_http_call_response`) and the instance's ticks
+//! instance, for what can resume it: answers to the http and Redis calls its
+//! filter dispatched (`proxy_on_http_call_response`,
+//! `proxy_on_redis_call_response`) and the instance's ticks
 //! (`proxy_on_tick`); it goes on when a callback calls
 //! `proxy_continue_stream`, and ends when one sends a local response or
 //! closes the stream.
@@ -14,8 +15,8 @@ use wasmgate_runtime::Lease;
 use wasmtime::Store;
 
 use crate::abi::{Action, StreamType};
+use crate::callout::CallsInFlight;
 use crate::exchange::HttpExchange;
-use crate::http_call::CallsInFlight;
 use crate::plugin::{
     Callback, ExportCall, Exports, FilterError, FilterInstance, FilterPlugin, PickExport,
     ROOT_CONTEXT_ID,
@@ -302,8 +303,8 @@ impl FilterStream {
             }
             let instance = self.lease.instance();
             tokio::select! {
-                (token, result) = self.calls.next() => {
-                    instance.deliver_call_response(exchange, token, result).await?;
+                (token, answer) = self.calls.next() => {
+                    instance.deliver_answer(exchange, token, answer).await?;
                 }
                 _ = tokio::time::sleep(tick.unwrap_or_default()), if tick.is_some() => {
                     instance.tick(exchange).await?;

@@ -207,31 +207,39 @@ async fn shared_data_queues_and_metrics_span_instances() {
     assert_eq!(requests.value, 2);
 }
 
-/// A Higress-style module (ABI 0.2.100) that calls `proxy_redis_init`, one
-/// of Higress's extensions: it links, the call returns Unimplemented (12),
-/// and the filter reports what it got in `x-redis-status`.
-const HIGRESS_REDIS: &str = r#"(module
+/// A Higress-style module (ABI 0.2.100) that calls two of Higress's
+/// extensions: `proxy_redis_init`, which wasmgate implements (for a cluster
+/// no granted service stands for: BadArgument, 2, as Envoy answers an
+/// unknown cluster), and `proxy_set_upstream_override_host`, which it does
+/// not (it links, and returns Unimplemented, 12). The filter reports the
+/// statuses in `x-redis-status` and `x-override-status`.
+const HIGRESS_EXTENSIONS: &str = r#"(module
   (import "env" "proxy_redis_init" (func $redis_init (param i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "env" "proxy_set_upstream_override_host" (func $override (param i32 i32) (result i32)))
   (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
   (data (i32.const 0) "x-redis-status")
+  (data (i32.const 64) "x-override-status")
+  (data (i32.const 96) "outbound|6379||redis.static")
+  (func $digits (param $at i32) (param $s i32)
+    (i32.store8 (local.get $at) (i32.add (i32.const 48) (i32.div_u (local.get $s) (i32.const 10))))
+    (i32.store8 (i32.add (local.get $at) (i32.const 1)) (i32.add (i32.const 48) (i32.rem_u (local.get $s) (i32.const 10)))))
   (func (export "proxy_abi_version_0_2_100"))
   (func (export "proxy_on_memory_allocate") (param i32) (result i32) (i32.const 1024))
   (func (export "proxy_on_context_create") (param i32 i32))
   (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
-    ;; the status as one ASCII digit pair at 32
-    (local $s i32)
-    (local.set $s (call $redis_init (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 100)))
-    (i32.store8 (i32.const 32) (i32.add (i32.const 48) (i32.div_u (local.get $s) (i32.const 10))))
-    (i32.store8 (i32.const 33) (i32.add (i32.const 48) (i32.rem_u (local.get $s) (i32.const 10))))
+    (call $digits (i32.const 32)
+      (call $redis_init (i32.const 96) (i32.const 27) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 100)))
     (drop (call $add (i32.const 0) (i32.const 0) (i32.const 14) (i32.const 32) (i32.const 2)))
+    (call $digits (i32.const 40) (call $override (i32.const 96) (i32.const 4)))
+    (drop (call $add (i32.const 0) (i32.const 64) (i32.const 17) (i32.const 40) (i32.const 2)))
     (i32.const 0))
 )"#;
 
 #[tokio::test]
-async fn unknown_abi_extensions_link_and_return_unimplemented() {
+async fn higress_extensions_link_and_answer_as_envoy_does() {
     let rt = runtime();
-    let filter = FilterPlugin::new(&rt, HIGRESS_REDIS.as_bytes(), config("higress", ""))
+    let filter = FilterPlugin::new(&rt, HIGRESS_EXTENSIONS.as_bytes(), config("higress", ""))
         .await
         .unwrap();
     assert_eq!(filter.abi_version(), AbiVersion::V0_2_100);
@@ -244,6 +252,10 @@ async fn unknown_abi_extensions_link_and_return_unimplemented() {
     assert_eq!(flow, Flow::Continue);
     assert_eq!(
         header(&exchange.request_headers, "x-redis-status"),
+        Some("02")
+    );
+    assert_eq!(
+        header(&exchange.request_headers, "x-override-status"),
         Some("12")
     );
     stream.finish(&mut exchange).await.unwrap();

@@ -139,6 +139,8 @@ const HOST_FUNCTIONS: &[HostFn] = &[
     f("proxy_increment_metric", &[Id, I64]),
     f("proxy_record_metric", &[Id, I64]),
     f("proxy_get_metric", &[Id, Out]),
+    f("proxy_redis_init", &[Upstream, Bytes, Bytes, Num]),
+    f("proxy_redis_call", &[Upstream, Bytes, Out]),
     f("proxy_grpc_call", &[Num; 12]),
     f("proxy_grpc_stream", &[Num; 9]),
     f("proxy_grpc_send", &[Num; 4]),
@@ -1757,7 +1759,7 @@ fn the_table_names_every_host_function() {
         .collect();
     table.sort_unstable();
     assert_eq!(linked, table);
-    assert_eq!(table.len(), 40);
+    assert_eq!(table.len(), 42);
 }
 
 // ---------------------------------------------------------------------------

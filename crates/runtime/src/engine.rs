@@ -457,9 +457,6 @@ mod tests {
         // WAT syntax errors name the file and line.
         std::fs::write(&path, "(module\n  (func (export \"f\"))\n  bad)").unwrap();
         let err = format!("{:#}", runtime.load_module_file(&path).unwrap_err());
-        assert!(
-            err.contains(&format!("{}:3:", path.display())),
-            "{err}"
-        );
+        assert!(err.contains(&format!("{}:3:", path.display())), "{err}");
     }
 }

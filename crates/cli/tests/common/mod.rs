@@ -5,7 +5,6 @@
 pub mod gateway;
 pub mod upstream;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,28 +36,9 @@ pub fn wasmgate() -> Command {
     cmd
 }
 
-/// A port for a child process to listen on. Asking the kernel for port 0
-/// and handing the number over races: until the child binds it, the kernel
-/// may give the same ephemeral port to a test upstream or an outbound
-/// connection. So ports come from below the ephemeral range (32768+ on
-/// Linux), each handed out once per test process, and must bind right now.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let _ = NEXT.compare_exchange(
-        0,
-        20_000 + (std::process::id() % 500) as u16 * 20,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    loop {
-        let port = NEXT.fetch_add(1, Ordering::SeqCst);
-        assert!(port < 32_768, "test ports exhausted");
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+/// A port for a child process to listen on (testkit's policy: below the
+/// ephemeral range, handed out once per process, bound-checked now).
+pub use wasmgate_testkit::free_port;
 
 /// A `wasmgate serve` process, killed on drop.
 pub struct Server {

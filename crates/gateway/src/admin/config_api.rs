@@ -10,7 +10,7 @@ use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::{Caller, Reply};
-use crate::config::{NamedEntry, PluginConfig, RouteConfig, UpstreamConfig};
+use crate::config::{NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
 use crate::reload::{AdminChange, EditError, LiveGateway};
 
 pub(super) async fn handle(
@@ -26,6 +26,7 @@ pub(super) async fn handle(
             if config.admin_token.is_some() {
                 config.admin_token = Some("<redacted>".into());
             }
+            config.services = config.services.iter().map(NamedEntry::redacted).collect();
             Reply::json(StatusCode::OK, json!(config))
         }
         ["routes", rest @ ..] => {
@@ -36,6 +37,9 @@ pub(super) async fn handle(
         }
         ["plugins", rest @ ..] => {
             entry::<PluginConfig>(live, caller, method, rest.first(), body).await
+        }
+        ["services", rest @ ..] => {
+            entry::<ServiceConfig>(live, caller, method, rest.first(), body).await
         }
         _ => Reply::error(StatusCode::METHOD_NOT_ALLOWED, "GET /config"),
     }
@@ -50,10 +54,13 @@ async fn entry<T: NamedEntry>(
 ) -> Reply {
     let mut config = live.current().config().clone();
     match (method, name) {
-        (&Method::GET, None) => Reply::json(StatusCode::OK, json!(T::list(&mut config))),
+        (&Method::GET, None) => {
+            let shown: Vec<T> = T::list(&mut config).iter().map(T::redacted).collect();
+            Reply::json(StatusCode::OK, json!(shown))
+        }
         (&Method::GET, Some(name)) => match T::list(&mut config).iter().find(|e| e.name() == *name)
         {
-            Some(found) => Reply::json(StatusCode::OK, json!(found)),
+            Some(found) => Reply::json(StatusCode::OK, json!(found.redacted())),
             None => Reply::error(StatusCode::NOT_FOUND, format!("no {} `{name}`", T::KIND)),
         },
         (&Method::PUT, Some(name)) => put::<T>(live, caller, name, body).await,
@@ -127,7 +134,13 @@ async fn put<T: NamedEntry>(live: &LiveGateway, caller: &Caller, name: &str, bod
     } else {
         StatusCode::OK
     };
-    applied(live, change, result, status, json!({ T::KIND: entry }))
+    applied(
+        live,
+        change,
+        result,
+        status,
+        json!({ T::KIND: entry.redacted() }),
+    )
 }
 
 /// The body as an entry named `name` (JSON or YAML; `name` may be left out).

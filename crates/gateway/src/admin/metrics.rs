@@ -1,6 +1,7 @@
 //! `/metrics`: everything in the Prometheus text format. Families, in order:
 //! configuration reloads, the engine's instance allocator, routes, upstream
-//! nodes, plugins, then the metrics Proxy-Wasm plugins defined themselves.
+//! nodes, plugins, services (Redis, PostgreSQL), then the metrics Proxy-Wasm
+//! plugins defined themselves.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -21,6 +22,7 @@ pub fn render(live: &LiveGateway) -> String {
     route_metrics(&gateway, &mut out);
     upstream_metrics(&gateway, &mut out);
     plugin_metrics(&gateway, &mut out);
+    service_metrics(live, &mut out);
     guest_defined_metrics(&mut out);
     out
 }
@@ -341,6 +343,99 @@ fn guest_defined_metrics(out: &mut String) {
                     metric.count, metric.sum
                 );
             }
+        }
+    }
+}
+
+/// Per service: operations, errors by kind, latency, connections opened,
+/// and the pool's gauges.
+fn service_metrics(live: &LiveGateway, out: &mut String) {
+    let services = live.services().all();
+    if services.is_empty() {
+        return;
+    }
+    let labels = |s: &wasmgate_services::Service| {
+        format!(
+            "service=\"{}\",kind=\"{}\"",
+            escape(s.name()),
+            s.kind().as_str()
+        )
+    };
+    family(
+        out,
+        "wasmgate_service_calls_total",
+        "counter",
+        "Commands and queries plugins sent to a service, whatever their outcome.",
+    );
+    for s in &services {
+        let _ = writeln!(
+            out,
+            "wasmgate_service_calls_total{{{}}} {}",
+            labels(s),
+            s.stats().calls()
+        );
+    }
+    family(
+        out,
+        "wasmgate_service_errors_total",
+        "counter",
+        "Failed commands and queries by kind (not_granted, bad_request, unavailable, timeout, redis, query).",
+    );
+    for s in &services {
+        for (kind, count) in s.stats().errors() {
+            let _ = writeln!(
+                out,
+                "wasmgate_service_errors_total{{{},error=\"{kind}\"}} {count}",
+                labels(s)
+            );
+        }
+    }
+    family(
+        out,
+        "wasmgate_service_call_seconds",
+        "histogram",
+        "Latency of commands and queries, waiting for a connection included.",
+    );
+    for s in &services {
+        histogram(
+            out,
+            "wasmgate_service_call_seconds",
+            &labels(s),
+            &s.stats().latency(),
+        );
+    }
+    family(
+        out,
+        "wasmgate_service_connects_total",
+        "counter",
+        "Connections opened to a service (with pool_size 0, one per call).",
+    );
+    for s in &services {
+        let _ = writeln!(
+            out,
+            "wasmgate_service_connects_total{{{}}} {}",
+            labels(s),
+            s.stats().connects()
+        );
+    }
+    family(
+        out,
+        "wasmgate_service_pool_connections",
+        "gauge",
+        "Pooled connections: in_use, idle, and calls waiting for one (Redis connections are shared: in_use counts commands in flight).",
+    );
+    for s in &services {
+        let status = s.pool_status();
+        for (state, n) in [
+            ("in_use", status.in_use),
+            ("idle", status.idle),
+            ("waiting", status.waiting),
+        ] {
+            let _ = writeln!(
+                out,
+                "wasmgate_service_pool_connections{{{},state=\"{state}\"}} {n}",
+                labels(s)
+            );
         }
     }
 }

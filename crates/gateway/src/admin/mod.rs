@@ -214,8 +214,8 @@ impl Admin {
             (
                 _,
                 ["config"]
-                | ["routes" | "upstreams" | "plugins"]
-                | ["routes" | "upstreams" | "plugins", _],
+                | ["routes" | "upstreams" | "plugins" | "services"]
+                | ["routes" | "upstreams" | "plugins" | "services", _],
             ) => {
                 let body = match read_body(request).await {
                     Ok(body) => body,

@@ -1,0 +1,233 @@
+//! Extism plugins that use Redis and PostgreSQL through the host
+//! (`wasmgate:host/services`, docs/services.md), built from source with the
+//! guest libraries of guest/ (plugins/rust/orders, plugins/go/orders), run by
+//! `wasmgate serve --service` and as gateway function routes, against real
+//! servers started by the test.
+
+mod common;
+
+use common::gateway::{send, GatewayProc};
+use common::{client, plugin, post, Server};
+use serde_json::{json, Value};
+use wasmgate_testkit::{PostgresOptions, PostgresServer, RedisServer};
+
+/// A PostgreSQL server with the orders plugins' table, requiring TLS and
+/// SCRAM as a managed database does.
+fn orders_db() -> PostgresServer {
+    let server = PostgresServer::start_with(PostgresOptions {
+        password: Some("app-pw".into()),
+        tls: true,
+        ..PostgresOptions::default()
+    });
+    let schema = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../plugins/rust/orders/schema.sql"),
+    )
+    .unwrap();
+    server.psql(&format!(
+        "{schema}\ngrant all on orders to app; grant all on orders_id_seq to app;"
+    ));
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extism_plugin_queries_postgres_and_redis_through_serve() {
+    let mut db = orders_db();
+    let redis = RedisServer::start();
+    let ca = db.ca_cert_path().unwrap();
+    let orders = plugin("orders");
+    let server = Server::start(&[
+        orders.to_str().unwrap(),
+        "list_orders",
+        "--service",
+        &format!("orders={}", db.url()),
+        "--service",
+        &format!("cache={}", redis.url()),
+        "--service-ca-file",
+        ca.to_str().unwrap(),
+    ]);
+    let c = client();
+    let added = post(
+        &c,
+        &server.url("/add_order"),
+        r#"{"customer": "c-42", "total": "12.50", "items": [{"sku": "a", "qty": 2}], "note": "first"}"#,
+    )
+    .await;
+    assert_eq!(added.status, 200, "{}", added.text());
+    let id = added.json()["id"].as_i64().unwrap();
+    post(
+        &c,
+        &server.url("/add_order"),
+        r#"{"customer": "c-42", "total": 3}"#,
+    )
+    .await;
+    post(
+        &c,
+        &server.url("/add_order"),
+        r#"{"customer": "other", "total": 1}"#,
+    )
+    .await;
+
+    let listed = post(&c, &server.url("/"), "c-42").await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    let rows = listed.json();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["id"], id);
+    assert_eq!(rows[0]["total"], "12.50");
+    assert_eq!(rows[0]["items"], json!([{"sku": "a", "qty": 2}]));
+    assert_eq!(rows[0]["note"], "first");
+    assert_eq!(rows[1]["total"], "3.00");
+    assert_eq!(rows[1]["note"], Value::Null);
+    assert!(rows[0]["created_at"].as_str().unwrap().ends_with('Z'));
+    // The plugin's insert went through the host, into the real table.
+    assert_eq!(db.psql("select count(*) from orders").trim(), "3");
+
+    for expected in ["1", "2"] {
+        let r = post(&c, &server.url("/visits"), "home").await;
+        assert_eq!(r.text(), expected);
+    }
+
+    // Typed parameters and columns, through the guest library.
+    let types = post(&c, &server.url("/types"), "").await;
+    assert_eq!(types.status, 200, "{}", types.text());
+
+    // The database goes away: the plugin's call fails clearly, and the
+    // server keeps serving; it comes back by itself.
+    db.stop();
+    let r = post(&c, &server.url("/"), "c-42").await;
+    assert_eq!(r.status, 500);
+    assert!(r.text().contains("unavailable"), "{}", r.text());
+    assert_eq!(post(&c, &server.url("/visits"), "home").await.text(), "3");
+    db.start_again();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let r = post(&c, &server.url("/"), "c-42").await;
+        if r.status == 200 {
+            assert_eq!(r.json().as_array().unwrap().len(), 2);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", r.text());
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_grants_are_per_plugin_and_the_go_library_agrees() {
+    let db = orders_db();
+    let redis = RedisServer::start();
+    let ca = db.ca_cert_path().unwrap();
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+services:
+  - {{name: orders, postgres: "{}", tls_ca_file: "{}", pool_size: 4}}
+  - {{name: cache, redis: "{}"}}
+plugins:
+  - {{name: rust_orders, wasm: "{{wasm:orders}}", services: [orders]}}
+  - {{name: go_orders, wasm: "{{wasm:go_orders}}", services: [orders, cache]}}
+routes:
+  - {{name: rust, path: {{prefix: /rust/}}, function: {{plugin: rust_orders}}}}
+  - {{name: go, path: {{prefix: /go/}}, function: {{plugin: go_orders}}}}
+"#,
+        db.url(),
+        ca.display(),
+        redis.url()
+    ));
+    let c = client();
+    let order = r#"{"customer": "c-1", "total": "9.99", "items": ["x"]}"#;
+    assert_eq!(
+        send(&c, "POST", &gw.url("/rust/add_order"), &[], order)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        send(&c, "POST", &gw.url("/go/add_order"), &[], order)
+            .await
+            .status,
+        200
+    );
+    let rust = send(&c, "POST", &gw.url("/rust/list_orders"), &[], "c-1").await;
+    let go = send(&c, "POST", &gw.url("/go/list_orders"), &[], "c-1").await;
+    assert_eq!(rust.status, 200, "{}", rust.text());
+    assert_eq!(
+        rust.json(),
+        go.json(),
+        "the Rust and Go libraries read the same rows alike"
+    );
+    assert_eq!(rust.json().as_array().unwrap().len(), 2);
+
+    // rust_orders was granted `orders` only: `cache` is refused by name.
+    let probe = json!({"op": "redis", "service": "cache", "command": ["PING"]}).to_string();
+    let r = send(&c, "POST", &gw.url("/rust/probe"), &[], probe).await;
+    let error = &r.json()["error"];
+    assert_eq!(error["kind"], "not_granted", "{}", r.text());
+    assert!(error["message"]
+        .as_str()
+        .unwrap()
+        .contains("granted: orders"));
+    // The Go plugin has it.
+    assert_eq!(
+        send(&c, "POST", &gw.url("/go/visits"), &[], "k")
+            .await
+            .text(),
+        "1"
+    );
+    // Errors are answers with kinds, not traps.
+    let probe =
+        json!({"op": "pg_query", "service": "orders", "sql": "select * from nowhere"}).to_string();
+    let r = send(&c, "POST", &gw.url("/rust/probe"), &[], probe).await;
+    assert_eq!(r.json()["error"]["kind"], "query");
+    assert_eq!(r.json()["error"]["code"], "42P01");
+    let probe = json!({"op": "pg_query", "raw": "{not json"}).to_string();
+    let r = send(&c, "POST", &gw.url("/rust/probe"), &[], probe).await;
+    assert_eq!(r.json()["error"]["kind"], "bad_request");
+
+    // The pool is bounded and its gauges are on /metrics.
+    let metrics = send(&c, "GET", &gw.admin_url("/metrics"), &[], "")
+        .await
+        .text();
+    let calls: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"wasmgate_service_calls_total{service="orders",kind="postgres"} "#)
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(calls >= 5.0, "{calls}");
+    assert!(db.app_connection_count() <= 4);
+    // Service URLs are shown without their passwords.
+    let services = send(&c, "GET", &gw.admin_url("/services/orders"), &[], "").await;
+    assert!(!services.text().contains("app-pw"), "{}", services.text());
+    assert!(services.text().contains("***"), "{}", services.text());
+}
+
+#[test]
+fn check_refuses_grants_of_unknown_services_and_bad_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gw.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "services:\n  - {{name: a, redis: 'http://x'}}\n  - {{name: b}}\nplugins:\n  - {{name: p, wasm: {}, services: [nope]}}\nroutes: []\n",
+            plugin("orders").display()
+        ),
+    )
+    .unwrap();
+    let out = common::wasmgate()
+        .args(["check", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "services[0].redis",
+        "services[1]: give exactly one of `redis` or `postgres`",
+        "plugins[0].services[0]: no service named `nope`",
+    ] {
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+}

@@ -1,0 +1,193 @@
+//! A service as the operator writes it: `services[]` in the gateway
+//! configuration, or `--service NAME=URL` on `serve`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A database plugins may reach by name: exactly one of `redis` or `postgres`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// The name plugins use (and grants list).
+    pub name: String,
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<String>,
+    /// `postgres://user[:password]@host[:port]/database[?sslmode=require]`
+    /// (`sslmode=require` or `verify-full` for TLS; `disable` and `prefer`
+    /// connect without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<String>,
+    /// Most connections open at once on this node; 0 opens a connection per
+    /// call and closes it after (no pooling).
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// Deadline of one command or query (default 1000 ms for Redis, 5000 ms
+    /// for PostgreSQL). The plugin's own deadline still applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Deadline for opening a connection (TCP, TLS and authentication).
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// How long a call waits for a pooled connection to come free (default:
+    /// `timeout_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkout_timeout_ms: Option<u64>,
+    /// A PEM file of CA certificates to trust for TLS (a private CA, a
+    /// self-signed server); without it the Mozilla roots (webpki-roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+fn default_pool_size() -> usize {
+    16
+}
+
+fn default_connect_timeout_ms() -> u64 {
+    3000
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceKind {
+    Redis,
+    Postgres,
+}
+
+impl ServiceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceKind::Redis => "redis",
+            ServiceKind::Postgres => "postgres",
+        }
+    }
+}
+
+impl ServiceConfig {
+    /// A service from `NAME=URL` (the `--service` flag): the URL's scheme
+    /// says which kind.
+    pub fn from_flag(flag: &str) -> Result<ServiceConfig, String> {
+        let (name, url) = flag
+            .split_once('=')
+            .ok_or_else(|| format!("--service {flag:?}: expected NAME=URL"))?;
+        let mut config = ServiceConfig {
+            name: name.to_string(),
+            redis: None,
+            postgres: None,
+            pool_size: default_pool_size(),
+            timeout_ms: None,
+            connect_timeout_ms: default_connect_timeout_ms(),
+            checkout_timeout_ms: None,
+            tls_ca_file: None,
+        };
+        match url.split_once("://").map(|(scheme, _)| scheme) {
+            Some("redis" | "rediss") => config.redis = Some(url.to_string()),
+            Some("postgres" | "postgresql") => config.postgres = Some(url.to_string()),
+            _ => {
+                return Err(format!(
+                    "--service {name}: `{url}` is neither a redis:// nor a postgres:// URL"
+                ))
+            }
+        }
+        Ok(config)
+    }
+
+    pub fn kind(&self) -> anyhow::Result<ServiceKind> {
+        match (&self.redis, &self.postgres) {
+            (Some(_), None) => Ok(ServiceKind::Redis),
+            (None, Some(_)) => Ok(ServiceKind::Postgres),
+            _ => anyhow::bail!("give exactly one of `redis` or `postgres` (a URL)"),
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        let default = match self.redis {
+            Some(_) => 1000,
+            None => 5000,
+        };
+        Duration::from_millis(self.timeout_ms.unwrap_or(default).max(1))
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms.max(1))
+    }
+
+    pub fn checkout_timeout(&self) -> Duration {
+        self.checkout_timeout_ms
+            .map_or_else(|| self.timeout(), Duration::from_millis)
+    }
+
+    /// The checks serde cannot do, as (field, message) pairs relative to
+    /// this entry.
+    pub fn check(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if let Err(e) = self.kind() {
+            problems.push(("", e.to_string()));
+        }
+        if let Some(url) = &self.redis {
+            if let Err(e) = ::redis::parse_redis_url(url)
+                .ok_or("not a redis:// or rediss:// URL")
+                .and_then(|u| {
+                    ::redis::IntoConnectionInfo::into_connection_info(u)
+                        .map_err(|_| "not a usable Redis URL")
+                })
+            {
+                problems.push(("redis", format!("`{}`: {e}", redact(url))));
+            }
+        }
+        if let Some(url) = &self.postgres {
+            if let Err(e) = crate::postgres::parse_url(url) {
+                problems.push(("postgres", format!("`{}`: {e}", redact(url))));
+            }
+        }
+        if let Some(path) = &self.tls_ca_file {
+            if let Err(e) = crate::tls::read_ca_file(path) {
+                problems.push(("tls_ca_file", format!("{e:#}")));
+            }
+        }
+        problems
+    }
+}
+
+/// A URL with its password replaced, for messages and logs.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_and_checks() {
+        let redis = ServiceConfig::from_flag("cache=redis://127.0.0.1:6379/2").unwrap();
+        assert_eq!(redis.kind().unwrap(), ServiceKind::Redis);
+        assert_eq!(redis.timeout(), Duration::from_millis(1000));
+        assert!(redis.check().is_empty(), "{:?}", redis.check());
+        let pg = ServiceConfig::from_flag("orders=postgres://app:pw@127.0.0.1/shop").unwrap();
+        assert_eq!(pg.kind().unwrap(), ServiceKind::Postgres);
+        assert_eq!(pg.checkout_timeout(), Duration::from_millis(5000));
+        assert!(pg.check().is_empty(), "{:?}", pg.check());
+        assert!(ServiceConfig::from_flag("x=mysql://h/db").is_err());
+        assert!(ServiceConfig::from_flag("nothing").is_err());
+        let mut both = pg.clone();
+        both.redis = Some("redis://h".into());
+        assert_eq!(both.check()[0].0, "");
+        let mut bad = pg;
+        bad.postgres = Some("postgres://app@127.0.0.1/shop?sslmode=sometimes".into());
+        assert_eq!(bad.check()[0].0, "postgres", "{:?}", bad.check());
+        assert_eq!(
+            redact("postgres://app:secret@h/db"),
+            "postgres://app:***@h/db"
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! The Redis service against a real redis-server (started by the test on a
+//! free port): commands and replies, raw RESP for Higress's ABI, refused
+//! credentials, timeouts, a server that is down, and a restart under load
+//! after which the connections recover by themselves without leaking.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmgate_services::redis::{reply_to_json, Access, RedisService};
+use wasmgate_services::{Service, ServiceConfig, Services};
+use wasmgate_testkit::{RedisOptions, RedisServer};
+
+fn service(url: &str, pool_size: usize) -> Arc<Service> {
+    let mut config = ServiceConfig::from_flag(&format!("cache={url}")).unwrap();
+    config.pool_size = pool_size;
+    config.timeout_ms = Some(500);
+    config.connect_timeout_ms = 500;
+    Services::new().update(&[config]).unwrap().remove(0)
+}
+
+fn redis(service: &Service) -> &RedisService {
+    match service {
+        Service::Redis(redis) => redis,
+        Service::Postgres(_) => unreachable!(),
+    }
+}
+
+fn args(words: &[&str]) -> Vec<Vec<u8>> {
+    words.iter().map(|w| w.as_bytes().to_vec()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_replies_and_raw_resp() {
+    let server = RedisServer::start();
+    let s = service(&server.url(), 2);
+    let r = redis(&s);
+    let access = Access::default();
+    let reply = r
+        .command(&access, &args(&["SET", "k", "v"]), None)
+        .await
+        .unwrap();
+    assert_eq!(reply_to_json(&reply), "OK");
+    let reply = r
+        .command(&access, &args(&["INCR", "n"]), None)
+        .await
+        .unwrap();
+    assert_eq!(reply_to_json(&reply), 1);
+    let reply = r
+        .command(&access, &args(&["MGET", "k", "n", "none"]), None)
+        .await
+        .unwrap();
+    assert_eq!(reply_to_json(&reply), serde_json::json!(["v", "1", null]));
+    let e = r
+        .command(&access, &args(&["INCR", "k"]), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "redis");
+    assert!(
+        e.to_string().starts_with("ERR value is not an integer"),
+        "{e}"
+    );
+    // Higress's framework sends RESP and reads the reply as Redis wrote it.
+    let raw = r
+        .call_resp(&access, b"*2\r\n$4\r\nincr\r\n$1\r\nn\r\n", None)
+        .await
+        .unwrap();
+    assert_eq!(raw, b":2\r\n");
+    let raw = r
+        .call_resp(&access, b"*1\r\n$5\r\nnosuc\r\n", None)
+        .await
+        .unwrap();
+    assert!(
+        raw.starts_with(b"-ERR unknown command"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    // Another database, as Higress's `?db=N` asks.
+    let db3 = Access {
+        db: Some(3),
+        ..Access::default()
+    };
+    r.command(&db3, &args(&["SET", "k", "in-3"]), None)
+        .await
+        .unwrap();
+    let reply = r
+        .command(&access, &args(&["GET", "k"]), None)
+        .await
+        .unwrap();
+    assert_eq!(reply_to_json(&reply), "v");
+    assert_eq!(s.stats().calls(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn down_refused_and_slow_servers_fail_clearly() {
+    // Nothing listens: unavailable, within the connect timeout.
+    let port = wasmgate_testkit::free_port();
+    let s = service(&format!("redis://127.0.0.1:{port}"), 1);
+    let started = Instant::now();
+    let e = redis(&s)
+        .command(&Access::default(), &args(&["PING"]), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "unavailable", "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    let server = RedisServer::start_with(RedisOptions {
+        password: Some("pw".into()),
+        ..RedisOptions::default()
+    });
+    // Wrong credentials are refused when connecting.
+    let wrong = server.url().replace(":pw@", ":nope@");
+    let s = service(&wrong, 1);
+    let e = redis(&s)
+        .command(&Access::default(), &args(&["PING"]), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "unavailable", "{e}");
+    // Credentials from the plugin (proxy_redis_init) are used when given.
+    let bare = server.url().replace(":pw@", "@").replace("default@", "");
+    let s = service(&bare, 1);
+    let plugin = Access {
+        password: Some("pw".into()),
+        ..Access::default()
+    };
+    let reply = redis(&s)
+        .command(&plugin, &args(&["PING"]), None)
+        .await
+        .unwrap();
+    assert_eq!(reply_to_json(&reply), "PONG");
+    // A command that runs past the timeout.
+    let slow = "local t = redis.call('TIME'); local s = t[1] + 1; \
+                while tonumber(redis.call('TIME')[1]) <= s do end return 1";
+    let e = redis(&s)
+        .command(&plugin, &args(&["EVAL", slow, "0"]), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "timeout", "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_load_recovers_without_leaking_connections() {
+    let mut server = RedisServer::start();
+    let s = service(&server.url(), 3);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let outcomes = Arc::new(std::sync::Mutex::new(Vec::<Result<(), String>>::new()));
+    let load: Vec<_> = (0..8)
+        .map(|_| {
+            let (s, stop, outcomes) = (s.clone(), stop.clone(), outcomes.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = redis(&s)
+                        .command(&Access::default(), &args(&["INCR", "n"]), None)
+                        .await;
+                    outcomes
+                        .lock()
+                        .unwrap()
+                        .push(r.map(|_| ()).map_err(|e| e.kind().to_string()));
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.start_again();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let recent: Vec<_> = outcomes
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .take(50)
+            .cloned()
+            .collect();
+        if recent.len() == 50 && recent.iter().all(Result::is_ok) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no recovery: {:?}",
+            &recent[..recent.len().min(5)]
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in load {
+        task.await.unwrap();
+    }
+    let outcomes = outcomes.lock().unwrap();
+    let failed: Vec<&String> = outcomes.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(!failed.is_empty(), "the server was not down under load");
+    assert!(
+        failed
+            .iter()
+            .all(|k| *k == "unavailable" || *k == "timeout"),
+        "{failed:?}"
+    );
+    let open = server.client_count();
+    assert!(
+        (1..=3).contains(&open),
+        "{open} connections open for a pool of 3"
+    );
+}
