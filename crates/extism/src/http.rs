@@ -1,6 +1,9 @@
 //! Outbound HTTP for plugins: the allow-list, and one pooled async client
 //! shared by every plugin in the process (keep-alive connections are reused
-//! across calls and instances).
+//! across calls and instances), set up as the gateway's upstream clients
+//! are: a connect timeout, `TCP_NODELAY`, idle connections closed after 30 s.
+//! A request is bounded by the call's deadline, and by
+//! [`DEFAULT_REQUEST_TIMEOUT`] for a call without one, so none hangs.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -16,6 +19,10 @@ use serde::Deserialize;
 
 /// Default cap on a response body, as in the reference runtime.
 pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 50 * 1024 * 1024;
+/// How long a connection may take to open (the gateway's upstream default).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The bound of a request made by a call that has no deadline of its own.
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The request a PDK serialises for `http_request` (fields other PDKs may add are ignored).
 #[derive(Debug, Deserialize)]
@@ -76,12 +83,16 @@ type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 fn client() -> &'static HttpsClient {
     static CLIENT: OnceLock<HttpsClient> = OnceLock::new();
     CLIENT.get_or_init(|| {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_nodelay(true);
+        http.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
             .expect("the ring provider supports the default protocol versions")
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(http);
         Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector)
@@ -144,12 +155,9 @@ pub(crate) async fn send(
             body,
         })
     };
-    match timeout {
-        Some(limit) => tokio::time::timeout(limit, exchange)
-            .await
-            .unwrap_or(Err(HttpError::Timeout)),
-        None => exchange.await,
-    }
+    tokio::time::timeout(timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT), exchange)
+        .await
+        .unwrap_or(Err(HttpError::Timeout))
 }
 
 #[cfg(test)]
