@@ -19,6 +19,16 @@ use wasmgate_services::Services;
 use crate::plugin_args::default_cache_dir;
 
 #[derive(Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Fail (exit 1) when a plugin imports host functions wasmgate does not
+    /// implement, instead of warning.
+    #[arg(long)]
+    strict: bool,
+}
+
+#[derive(Args)]
 pub struct ConfigArgs {
     /// The gateway's configuration (YAML; see docs/gateway.md).
     #[arg(long, short, default_value = "wasmgate.yaml")]
@@ -66,7 +76,12 @@ async fn build(args: &ConfigArgs) -> Result<(Gateway, Runtime, Arc<Services>), S
     Ok((gateway, runtime, services))
 }
 
-pub fn check(args: ConfigArgs) -> Result<ExitCode> {
+pub fn check(
+    CheckArgs {
+        config: args,
+        strict,
+    }: CheckArgs,
+) -> Result<ExitCode> {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -85,6 +100,17 @@ pub fn check(args: ConfigArgs) -> Result<ExitCode> {
             )?;
             for (name, kind) in &gateway.plugin_kinds {
                 writeln!(out, "  plugin {name}: {kind}")?;
+            }
+            for (name, functions) in &gateway.unimplemented_imports {
+                eprintln!(
+                    "{}: plugin {name} imports host functions wasmgate does not implement: {}; calls to them fail{}",
+                    if strict { "error" } else { "warning" },
+                    functions.join(", "),
+                    if strict { "" } else { " (--strict makes this an error)" }
+                );
+            }
+            if strict && !gateway.unimplemented_imports.is_empty() {
+                return Ok(ExitCode::FAILURE);
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -38,7 +38,7 @@ enum Command {
     /// Run the gateway: routes, upstreams and Proxy-Wasm filter chains from a YAML file.
     Run(gateway::RunArgs),
     /// Check a gateway configuration and load its plugins; exits non-zero with every error.
-    Check(gateway::ConfigArgs),
+    Check(gateway::CheckArgs),
     /// Print the JSON Schema of the gateway configuration file.
     Schema,
 }

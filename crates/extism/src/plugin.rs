@@ -23,7 +23,6 @@ use crate::kernel::{self, Kernel};
 use crate::manifest::{Manifest, MAIN_MODULE};
 use crate::state::ExtismState;
 
-const WASI_MODULE: &str = "wasi_snapshot_preview1";
 /// Default var store size, as in the reference runtime.
 const DEFAULT_MAX_VAR_BYTES: u64 = 1024 * 1024;
 /// Deadline for a guest's start-up code when the manifest sets no timeout.
@@ -126,7 +125,7 @@ impl Plugin {
         let (_, main) = modules.remove(main_index);
         let needs_wasi = std::iter::once(&main)
             .chain(modules.iter().map(|(_, m)| m))
-            .any(|m| m.imports().any(|i| i.module() == WASI_MODULE));
+            .any(wasmgate_runtime::wasi::imports_wasi);
 
         let name: Arc<str> = options
             .name
@@ -169,7 +168,7 @@ impl Plugin {
         host_env::add_to_linker(&mut linker).map_err(anyhow::Error::from)?;
         crate::services::add_to_linker(&mut linker).map_err(anyhow::Error::from)?;
         if needs_wasi {
-            wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut ExtismState| s.wasi())
+            wasmgate_runtime::wasi::add_to_linker(&mut linker, |s: &mut ExtismState| s.wasi())
                 .map_err(anyhow::Error::from)?;
         }
         for f in &options.host_functions {
@@ -496,7 +495,7 @@ fn check_imports(
 ) -> Result<()> {
     for import in module.imports() {
         let from = import.module();
-        if dependencies.contains(&from) || from == WASI_MODULE {
+        if dependencies.contains(&from) || wasmgate_runtime::wasi::is_wasi_module(from) {
             continue;
         }
         if from == host_env::MODULE && !host_env::FUNCTIONS.contains(&import.name()) {

@@ -37,6 +37,9 @@ pub struct Gateway {
     pub plugin_kinds: Vec<(String, String)>,
     /// SHA-256 (hex) of each plugin's module: which binary is serving.
     plugin_hashes: HashMap<String, String>,
+    /// Host functions a plugin imports that wasmgate does not implement
+    /// (calls to them fail), by plugin: what `wasmgate check` warns about.
+    pub unimplemented_imports: Vec<(String, Vec<String>)>,
 }
 
 pub(crate) struct Route {
@@ -74,7 +77,11 @@ pub(crate) enum Endpoint {
 /// A loaded plugin: Proxy-Wasm ones are instantiated per route (each route
 /// has its own `conf`), so what is kept is the compiled module.
 enum LoadedPlugin {
-    ProxyWasm { module: Module, abi: AbiVersion },
+    ProxyWasm {
+        module: Module,
+        abi: AbiVersion,
+        unimplemented: Vec<String>,
+    },
     Extism(Arc<Plugin>),
 }
 
@@ -146,6 +153,7 @@ impl Gateway {
         let mut loaded = HashMap::new();
         let mut plugin_kinds = Vec::new();
         let mut plugin_hashes = HashMap::new();
+        let mut unimplemented_imports = Vec::new();
         for ((i, p), load) in config.plugins.iter().enumerate().zip(loads) {
             let load = load
                 .await
@@ -154,7 +162,19 @@ impl Gateway {
                 Ok((plugin, hash)) => {
                     plugin_hashes.insert(p.name.clone(), hash);
                     let kind = match &plugin {
-                        LoadedPlugin::ProxyWasm { abi, .. } => format!("proxy-wasm {abi}"),
+                        LoadedPlugin::ProxyWasm {
+                            abi, unimplemented, ..
+                        } => {
+                            if !unimplemented.is_empty() {
+                                tracing::warn!(
+                                    plugin = %p.name,
+                                    functions = ?unimplemented,
+                                    "the plugin imports host functions wasmgate does not implement; calling one fails (Unimplemented, or a trap)"
+                                );
+                                unimplemented_imports.push((p.name.clone(), unimplemented.clone()));
+                            }
+                            format!("proxy-wasm {abi}")
+                        }
                         LoadedPlugin::Extism(_) => "extism".to_string(),
                     };
                     plugin_kinds.push((p.name.clone(), kind));
@@ -272,6 +292,7 @@ impl Gateway {
                 config,
                 plugin_kinds,
                 plugin_hashes,
+                unimplemented_imports,
             })
         } else {
             Err(ConfigErrors(errors))
@@ -365,7 +386,13 @@ fn load_module_as(
     };
     if kind == PluginKind::ProxyWasm {
         let abi = abi.map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?;
-        return Ok(LoadedPlugin::ProxyWasm { module, abi });
+        let unimplemented =
+            wasmgate_proxy_wasm::host_env::unimplemented_imports(runtime.engine(), &module);
+        return Ok(LoadedPlugin::ProxyWasm {
+            module,
+            abi,
+            unimplemented,
+        });
     }
     let mut manifest = Manifest::from_wasm_file(path.to_path_buf());
     manifest.config = p.config.clone();

@@ -147,6 +147,12 @@ fn add_buffers(linker: &mut Linker<FilterState>) -> Result<()> {
                 };
                 let start = (start as usize).min(bytes.len());
                 let end = start.saturating_add(max as usize).min(bytes.len());
+                // Nothing to read: Ok, and nothing written, as Envoy's host
+                // does. (The AssemblyScript SDK decodes whatever its out
+                // pointer held before; written as 0 it traps.)
+                if start == end {
+                    return Ok(OK);
+                }
                 give(
                     &mut c,
                     "proxy_get_buffer_bytes",
@@ -772,20 +778,20 @@ fn add_redis(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
-/// Host functions wasmgate does not offer (yet, or at all: gRPC, foreign
-/// functions). They exist so SDK-built modules link; calling one returns
-/// Unimplemented.
+/// Host functions wasmgate links but does not offer (yet, or at all: gRPC,
+/// foreign functions), with their number of i32 parameters. They exist so
+/// SDK-built modules link; calling one returns Unimplemented.
+const UNIMPLEMENTED: &[(&str, usize)] = &[
+    ("proxy_grpc_call", 12),
+    ("proxy_grpc_stream", 9),
+    ("proxy_grpc_send", 4),
+    ("proxy_grpc_cancel", 1),
+    ("proxy_grpc_close", 1),
+    ("proxy_call_foreign_function", 6),
+];
+
 fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
-    // (name, number of i32 parameters)
-    let table: &[(&str, usize)] = &[
-        ("proxy_grpc_call", 12),
-        ("proxy_grpc_stream", 9),
-        ("proxy_grpc_send", 4),
-        ("proxy_grpc_cancel", 1),
-        ("proxy_grpc_close", 1),
-        ("proxy_call_foreign_function", 6),
-    ];
-    for &(name, i32s) in table {
+    for &(name, i32s) in UNIMPLEMENTED {
         let ty = FuncType::new(
             linker.engine(),
             std::iter::repeat_n(ValType::I32, i32s),
@@ -796,5 +802,31 @@ fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
             Ok(())
         })?;
     }
+    // Emscripten-built modules (the C++ SDK) tell the host when their memory
+    // grows; nothing here caches the memory's size, so there is nothing to do.
+    linker.func_wrap(
+        MODULE,
+        "emscripten_notify_memory_growth",
+        |_: Ctx, _: i32| {},
+    )?;
     Ok(())
+}
+
+/// The `env` functions `module` imports that wasmgate does not implement:
+/// the ones it stubs at load and the ones it links only to refuse
+/// ([`UNIMPLEMENTED`]). Calling one fails (Unimplemented, or a trap for a
+/// function without a status to return). What `wasmgate check` reports.
+pub fn unimplemented_imports(engine: &wasmtime::Engine, module: &wasmtime::Module) -> Vec<String> {
+    let mut linker = Linker::new(engine);
+    add_to_linker(&mut linker).expect("the host functions link into an empty linker");
+    let mut missing = stub_unknown_imports(&mut linker, module);
+    missing.extend(
+        module
+            .imports()
+            .filter(|i| i.module() == MODULE && UNIMPLEMENTED.iter().any(|(n, _)| *n == i.name()))
+            .map(|i| i.name().to_string()),
+    );
+    missing.sort();
+    missing.dedup();
+    missing
 }

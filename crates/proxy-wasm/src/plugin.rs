@@ -27,7 +27,6 @@ use crate::redis_call::{REDIS_NETWORK_ERROR, REDIS_OK};
 use crate::state::{FilterState, GuestMemory};
 use crate::stream::FilterStream;
 
-const WASI_MODULE: &str = "wasi_snapshot_preview1";
 /// Every instance has one root context, with this id (the SDKs look root
 /// contexts up by the id the host passes to root callbacks).
 pub(crate) const ROOT_CONTEXT_ID: u32 = 1;
@@ -228,21 +227,16 @@ impl FilterPlugin {
     ) -> Result<Arc<FilterPlugin>> {
         let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
             .map_err(|reason| anyhow::anyhow!("filter `{}`: {reason}", config.name))?;
-        let needs_wasi = module.imports().any(|i| i.module() == WASI_MODULE);
+        let needs_wasi = wasmgate_runtime::wasi::imports_wasi(module);
         let mut linker = Linker::new(runtime.engine());
         host_env::add_to_linker(&mut linker).map_err(anyhow::Error::from)?;
         if needs_wasi {
-            wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut FilterState| s.wasi())
+            wasmgate_runtime::wasi::add_to_linker(&mut linker, |s: &mut FilterState| s.wasi())
                 .map_err(anyhow::Error::from)?;
         }
-        let stubbed = host_env::stub_unknown_imports(&mut linker, module);
-        if !stubbed.is_empty() {
-            tracing::info!(
-                plugin = %config.name,
-                functions = ?stubbed,
-                "filter imports host functions wasmgate does not implement; calling one returns Unimplemented"
-            );
-        }
+        // Reported by the embedder (`host_env::unimplemented_imports`): the
+        // gateway warns once per plugin, `wasmgate check` lists them.
+        host_env::stub_unknown_imports(&mut linker, module);
         let pre = linker
             .instantiate_pre(module)
             .map_err(anyhow::Error::from)
@@ -414,9 +408,13 @@ fn guest_memory(store: &mut Store<FilterState>, instance: &Instance) -> Result<G
     let memory = instance
         .get_memory(&mut *store, "memory")
         .context("the module exports no `memory`")?;
+    // `malloc` first, as Envoy's host does: the AssemblyScript SDK exports
+    // both, and only its `malloc` makes buffers its runtime can read (its
+    // `proxy_on_memory_allocate` hands out raw memory without the header an
+    // ArrayBuffer needs).
     let allocate = instance
-        .get_typed_func::<u32, u32>(&mut *store, "proxy_on_memory_allocate")
-        .or_else(|_| instance.get_typed_func::<u32, u32>(&mut *store, "malloc"))
+        .get_typed_func::<u32, u32>(&mut *store, "malloc")
+        .or_else(|_| instance.get_typed_func::<u32, u32>(&mut *store, "proxy_on_memory_allocate"))
         .map_err(|_| {
             anyhow::anyhow!("the module exports neither `proxy_on_memory_allocate` nor `malloc`")
         })?;

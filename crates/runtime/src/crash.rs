@@ -116,12 +116,30 @@ fn root_message(error: &wasmtime::Error) -> String {
     }
 }
 
+/// A function's name as people read it: Rust names (legacy `_ZN...17h...E`
+/// and v0 `_R...`) without their hash, C++ names (`_Z...`) demangled;
+/// anything else, or a name that does not demangle, as it is.
+pub fn readable_name(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
+    if name.starts_with("_Z") {
+        let demangled = cpp_demangle::Symbol::new(name)
+            .ok()
+            .and_then(|symbol| symbol.demangle().ok());
+        if let Some(cpp) = demangled {
+            return cpp;
+        }
+    }
+    name.to_string()
+}
+
 fn frames_of(backtrace: &WasmBacktrace) -> Vec<Frame> {
     let mut frames = Vec::new();
     for info in backtrace.frames() {
         let fallback = info
             .func_name()
-            .map(str::to_string)
+            .map(readable_name)
             .unwrap_or_else(|| format!("wasm-function[{}]", info.func_index()));
         if info.symbols().is_empty() {
             frames.push(Frame {
@@ -137,7 +155,7 @@ fn frames_of(backtrace: &WasmBacktrace) -> Vec<Frame> {
             frames.push(Frame {
                 function: symbol
                     .name()
-                    .map(str::to_string)
+                    .map(readable_name)
                     .unwrap_or_else(|| fallback.clone()),
                 file: symbol.file().map(str::to_string),
                 line: symbol.line(),
@@ -172,5 +190,30 @@ impl fmt::Display for CrashReport {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable_name;
+
+    #[test]
+    fn rust_and_cpp_names_are_demangled() {
+        for (mangled, readable) in [
+            (
+                "_ZN6faults4trap5inner17h0123456789abcdefE",
+                "faults::trap::inner",
+            ),
+            ("_RNvNtCs1234_3std7process5abort", "std::process::abort"),
+            (
+                "_ZN10add_header9AddHeader10on_requestEv",
+                "add_header::AddHeader::on_request()",
+            ),
+            ("_Z3addii", "add(int, int)"),
+            ("proxy_on_request_headers", "proxy_on_request_headers"),
+            ("_Znot valid", "_Znot valid"),
+        ] {
+            assert_eq!(readable_name(mangled), readable, "{mangled}");
+        }
     }
 }

@@ -31,6 +31,7 @@ pub mod pool;
 pub mod profiler;
 pub mod slow_lane;
 pub mod stats;
+pub mod wasi;
 
 pub use crash::{CrashReport, FailureKind, Frame};
 pub use engine::{Runtime, RuntimeConfig};

@@ -129,15 +129,14 @@ pub(crate) fn sample(plugin: &str, backtrace: &WasmBacktrace, started: Instant) 
         if symbols.is_empty() {
             // Without DWARF the name section's (mangled) name is all there is.
             frames.push(match frame.func_name() {
-                Some(name) => format!("{:#}", rustc_demangle::demangle(name)),
+                Some(name) => crate::crash::readable_name(name),
                 None => format!("wasm-function[{}]", frame.func_index()),
             });
         } else {
-            frames.extend(
-                symbols
-                    .iter()
-                    .map(|s| s.name().unwrap_or("<unknown>").to_string()),
-            );
+            frames.extend(symbols.iter().map(|s| {
+                s.name()
+                    .map_or_else(|| "<unknown>".to_string(), crate::crash::readable_name)
+            }));
         }
     }
     let mut stack = plugin.replace(';', ":");
