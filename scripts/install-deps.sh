@@ -34,6 +34,12 @@ test_pkgs=()
 command -v redis-server >/dev/null || test_pkgs+=(redis-server)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || test_pkgs+=(postgresql)
 command -v openssl >/dev/null || test_pkgs+=(openssl)
+# etcd for the cluster tests (crates/testkit's EtcdServer, docs/cluster.md),
+# with etcdctl; and protoc, which building the etcd client (crates/cluster)
+# needs to compile etcd's protobuf API (so this is a build dependency too).
+command -v etcd >/dev/null || test_pkgs+=(etcd-server)
+command -v etcdctl >/dev/null || test_pkgs+=(etcd-client)
+command -v protoc >/dev/null || test_pkgs+=(protobuf-compiler)
 if [ ${#test_pkgs[@]} -gt 0 ]; then
   sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq

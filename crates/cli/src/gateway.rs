@@ -157,13 +157,25 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 }
 
 async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
-    let live = match build(&args.config).await {
-        Ok((gateway, runtime, services)) => Arc::new(LiveGateway::new(
-            gateway,
-            &args.config.config,
-            runtime,
-            services,
-        )),
+    let node = GatewayConfig::load(&args.config.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let clustered = node.config.is_some();
+    let started = if clustered {
+        let runtime = runtime(&args.config)?;
+        crate::cluster::start(node, &args.config.config, runtime).await
+    } else {
+        build(&args.config)
+            .await
+            .map(|(gateway, runtime, services)| {
+                Arc::new(LiveGateway::new(
+                    gateway,
+                    &args.config.config,
+                    runtime,
+                    services,
+                ))
+            })
+    };
+    let live = match started {
+        Ok(live) => live,
         Err(errors) => {
             eprintln!("{errors}");
             return Ok(ExitCode::FAILURE);
@@ -192,9 +204,10 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         });
         tracing::info!(address = %admin, "admin listener (admin API, /metrics, /healthz, /readyz; see docs/admin.md)");
     }
-    // Reloads: SIGHUP, and changes to the configuration or a plugin's module.
+    // Reloads: SIGHUP, and changes to the configuration or a plugin's module
+    // (with etcd, the node follows etcd instead of its file).
     tokio::spawn(reload_on_sighup(live.clone()));
-    if !args.no_watch {
+    if !args.no_watch && !clustered {
         tokio::spawn(live.clone().watch(WATCH_INTERVAL));
     }
     tracing::info!(

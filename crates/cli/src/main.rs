@@ -1,6 +1,7 @@
 //! The `wasmgate` command.
 
 mod call;
+mod cluster;
 mod compile;
 mod gateway;
 mod logging;
@@ -41,6 +42,9 @@ enum Command {
     Check(gateway::CheckArgs),
     /// Print the JSON Schema of the gateway configuration file.
     Schema,
+    /// A cluster's configuration in etcd (docs/cluster.md).
+    #[command(subcommand)]
+    Config(cluster::ConfigCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -53,6 +57,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => gateway::run(args),
         Command::Check(args) => gateway::check(args),
         Command::Schema => gateway::schema(),
+        Command::Config(command) => cluster::config(command),
     };
     match result {
         Ok(code) => code,

@@ -43,6 +43,12 @@ pub struct GatewayConfig {
     /// rewritten (docs/admin.md). Off by default: this file is the truth.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admin_writes: bool,
+    /// Where routes, upstreams, plugins and services come from: this file
+    /// (absent: the default) or an etcd cluster shared by many nodes
+    /// (docs/cluster.md). With etcd, this file holds only the node's own
+    /// settings (`listen`, `admin`, `limits`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigSource>,
     /// Databases plugins may reach through the host, by name (Redis,
     /// PostgreSQL; docs/services.md). A plugin reaches only those listed in
     /// its own `services`.
@@ -63,6 +69,29 @@ pub struct GatewayConfig {
     pub limits: Limits,
 }
 
+/// Where a node's routes, upstreams, plugins and services are kept when not
+/// in its own file.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigSource {
+    /// etcd endpoints (`http://127.0.0.1:2379`), v3 API.
+    pub etcd: Vec<String>,
+    /// The key prefix every object lives under.
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Where the node keeps the last configuration it applied, to start
+    /// from it while etcd is unreachable (none: it waits for etcd).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_file: Option<PathBuf>,
+    /// This node's name in the cluster view (default: the listen address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+}
+
+fn default_prefix() -> String {
+    "/wasmgate".into()
+}
+
 /// Environment variable that sets (and overrides) `admin_token`.
 pub const ADMIN_TOKEN_ENV: &str = "WASMGATE_ADMIN_TOKEN";
 
@@ -75,8 +104,14 @@ fn default_listen() -> String {
 #[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     pub name: String,
-    /// Path of the `.wasm` (or `.cwasm`), relative to the configuration file.
+    /// Where the module is: a path (relative to the configuration file) or
+    /// an `http://` / `https://` URL (then `sha256` is required), fetched
+    /// once and kept in the compile cache's directory.
     pub wasm: PathBuf,
+    /// SHA-256 (hex) the module must have; a module with another is refused
+    /// (the change is rejected whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     /// `auto` tells the ABI from the module's exports.
     #[serde(default)]
     pub kind: PluginKind,

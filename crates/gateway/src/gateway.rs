@@ -138,16 +138,21 @@ impl Gateway {
             upstreams: upstreams.clone(),
         });
 
+        // Modules given by URL are fetched first (once; then from the cache).
+        let mut files = Vec::with_capacity(config.plugins.len());
+        for p in &config.plugins {
+            files.push(crate::plugin_fetch::module_file(p, &base, runtime.cache_dir()).await);
+        }
         // Compiling is the slow part of building (seconds for a Go module):
         // do it on the blocking pool, all plugins at once, so that neither
         // the serving threads nor the control plane's timers wait for it.
         let loads: Vec<_> = config
             .plugins
             .iter()
-            .map(|p| {
-                let (p, base, runtime, grants) =
-                    (p.clone(), base.clone(), runtime.clone(), grants(p));
-                tokio::task::spawn_blocking(move || load_plugin(&p, &base, &runtime, grants))
+            .zip(files)
+            .map(|(p, file)| {
+                let (p, runtime, grants) = (p.clone(), runtime.clone(), grants(p));
+                tokio::task::spawn_blocking(move || load_plugin(&p, file?, &runtime, grants))
             })
             .collect();
         let mut loaded = HashMap::new();
@@ -360,16 +365,25 @@ fn resolve(base: &Path, path: &Path) -> PathBuf {
     }
 }
 
-/// Loads plugin `p`; returns it with the SHA-256 of its module.
+/// Loads plugin `p` from `path`; returns it with the SHA-256 of its module,
+/// which must be `p.sha256` when that is given.
 fn load_plugin(
     p: &PluginConfig,
-    base: &Path,
+    path: PathBuf,
     runtime: &Runtime,
     grants: Grants,
 ) -> anyhow::Result<(LoadedPlugin, String)> {
-    let path = plugin_path(base, p);
     let (module, hash) = runtime.load_module_file(&path)?;
-    load_module_as(p, &path, module, runtime, grants).map(|plugin| (plugin, hex::encode(hash)))
+    let hash = hex::encode(hash);
+    if let Some(expected) = &p.sha256 {
+        if !expected.eq_ignore_ascii_case(&hash) {
+            anyhow::bail!(
+                "{}: sha256 mismatch: the configuration expects {expected}, the module has {hash}",
+                path.display()
+            );
+        }
+    }
+    load_module_as(p, &path, module, runtime, grants).map(|plugin| (plugin, hash))
 }
 
 fn load_module_as(

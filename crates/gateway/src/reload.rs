@@ -11,7 +11,8 @@
 //! modules with it, its root contexts stop, its health probes end.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -24,6 +25,7 @@ use wasmgate_services::Services;
 use crate::admin_file::{admin_file_path, AdminChanges};
 use crate::body::Body;
 use crate::config::GatewayConfig;
+use crate::config_store::ConfigStore;
 use crate::gateway::{plugin_path, Gateway};
 use crate::listener::{Connection, Handler};
 
@@ -46,6 +48,12 @@ pub struct LiveGateway {
     /// Where admin changes are kept (file mode with `admin_writes`).
     admin_file: PathBuf,
     last_change: Mutex<Option<AdminChange>>,
+    /// A shared store (etcd) the configuration comes from instead of the
+    /// file; set once at start-up (see `config_store.rs`).
+    store: OnceLock<Arc<dyn ConfigStore>>,
+    /// False while the node has no configuration yet (a store it could not
+    /// reach at start, and no cached copy): `/readyz` answers 503.
+    ready: AtomicBool,
 }
 
 /// Why an admin API change was not applied.
@@ -56,6 +64,10 @@ pub enum EditError {
     /// The configuration's source does not take admin writes (file mode
     /// without `admin_writes`).
     WritesOff(String),
+    /// Another writer changed the entry since this node last saw it.
+    Conflict(String),
+    /// The store (etcd) could not be reached or refused the write.
+    StoreUnavailable(String),
     /// The change was checked or built and refused, for these reasons.
     Invalid(String),
 }
@@ -129,6 +141,8 @@ impl LiveGateway {
             seen: Mutex::new(Vec::new()),
             admin_file: admin_file_path(file),
             last_change: Mutex::new(None),
+            store: OnceLock::new(),
+            ready: AtomicBool::new(true),
         };
         *live.seen.lock().expect("seen lock") = fingerprint(&live.watched_files());
         live
@@ -162,10 +176,60 @@ impl LiveGateway {
         self.status.lock().expect("status lock").clone()
     }
 
-    /// Builds the gateway from the file as it is now and swaps it in.
-    /// Returns the new generation, or every reason the file was rejected
-    /// (the running gateway is untouched then).
+    /// Makes `store` the source of the configuration (once, at start-up).
+    pub fn set_store(&self, store: Arc<dyn ConfigStore>) {
+        if self.store.set(store).is_err() {
+            panic!("a node's configuration store is set once");
+        }
+    }
+
+    pub fn store(&self) -> Option<&Arc<dyn ConfigStore>> {
+        self.store.get()
+    }
+
+    /// Whether the node serves a configuration (false while it waits for
+    /// its store at start-up).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Builds `config` and swaps it in, as a reload does (what a store
+    /// applies). Returns the new generation, or every reason it was
+    /// rejected (the running gateway is untouched then).
+    pub async fn apply(&self, config: GatewayConfig, trigger: &str) -> Result<u64, String> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let started = std::time::Instant::now();
+        let stamp = self.runtime.module_load_stamp();
+        let problems = config.check();
+        if !problems.is_empty() {
+            let reason = problems
+                .iter()
+                .map(|(field, message)| format!("{field}: {message}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            return Err(self.reject(trigger, reason));
+        }
+        match Gateway::build(config, &self.file, &self.runtime, &self.services).await {
+            Ok(gateway) => {
+                let generation = self.swap(gateway, trigger, started, stamp);
+                self.set_ready(true);
+                Ok(generation)
+            }
+            Err(e) => Err(self.reject(trigger, e.to_string())),
+        }
+    }
+
+    /// Builds the gateway from the file as it is now and swaps it in (with a
+    /// store: reads the store again). Returns the new generation, or every
+    /// reason the file was rejected (the running gateway is untouched then).
     pub async fn reload(&self, trigger: &str) -> Result<u64, String> {
+        if let Some(store) = self.store.get() {
+            return store.reload().await;
+        }
         let _one_at_a_time = self.reloading.lock().await;
         let started = std::time::Instant::now();
         let stamp = self.runtime.module_load_stamp();
@@ -197,6 +261,9 @@ impl LiveGateway {
         trigger: &str,
         edit: impl FnOnce(&mut GatewayConfig) -> Result<(), EditError>,
     ) -> Result<u64, EditError> {
+        if let Some(store) = self.store.get() {
+            return self.update_store(store.as_ref(), trigger, edit).await;
+        }
         let _one_at_a_time = self.reloading.lock().await;
         let started = std::time::Instant::now();
         let stamp = self.runtime.module_load_stamp();
@@ -236,6 +303,39 @@ impl LiveGateway {
         let generation = self.swap(gateway, trigger, started, stamp);
         *self.seen.lock().expect("seen lock") = fingerprint(&self.watched_files());
         Ok(generation)
+    }
+
+    /// An admin edit with a store: checked and built here (a change that
+    /// does not build is refused before anything is written), written to the
+    /// store with compare-and-swap, then served at once (the store's echo of
+    /// the write is not applied twice).
+    async fn update_store(
+        &self,
+        store: &dyn ConfigStore,
+        trigger: &str,
+        edit: impl FnOnce(&mut GatewayConfig) -> Result<(), EditError>,
+    ) -> Result<u64, EditError> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let started = std::time::Instant::now();
+        let stamp = self.runtime.module_load_stamp();
+        let current = self.current().config().clone();
+        let mut config = current.clone();
+        edit(&mut config)?;
+        let problems = config.check();
+        if !problems.is_empty() {
+            let reason = problems
+                .iter()
+                .map(|(field, message)| format!("{field}: {message}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            return Err(EditError::Invalid(self.reject(trigger, reason)));
+        }
+        let changes = AdminChanges::between(&current, &config);
+        let gateway = Gateway::build(config, &self.file, &self.runtime, &self.services)
+            .await
+            .map_err(|e| EditError::Invalid(self.reject(trigger, e.to_string())))?;
+        store.write(changes).await?;
+        Ok(self.swap(gateway, trigger, started, stamp))
     }
 
     /// Records an admin change (or an attempt) for `/status`, and logs it.

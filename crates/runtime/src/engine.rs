@@ -93,6 +93,11 @@ impl Runtime {
         &self.inner.engine
     }
 
+    /// The compiled-module cache's directory, if there is a cache.
+    pub fn cache_dir(&self) -> Option<&Path> {
+        self.inner.cache.as_ref().map(|c| c.dir())
+    }
+
     /// Whether the pooling allocator is in use (false after a fallback).
     pub fn pooling(&self) -> bool {
         self.inner.pooling

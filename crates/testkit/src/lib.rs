@@ -11,7 +11,9 @@
 //! - [`PostgresServer`]: a fresh `initdb` cluster with a database and role
 //!   `app`, optionally with SCRAM-SHA-256 authentication and TLS.
 //!
-//! Both can be stopped and started again on the same port and data (restart
+//! - [`EtcdServer`]: a single-member etcd (v3 API) for cluster tests.
+//!
+//! They can be stopped and started again on the same port and data (restart
 //! tests) or killed with SIGKILL (crash tests); dropping one stops it and
 //! removes its directory. A server that does not come up fails the test with
 //! its log in the panic message.
@@ -24,9 +26,11 @@
 //! This crate is a dev-dependency only (`publish = false`); it panics instead
 //! of returning errors, as test code would.
 
+mod etcd;
 mod postgres;
 mod redis;
 
+pub use etcd::EtcdServer;
 pub use postgres::{PostgresOptions, PostgresServer};
 pub use redis::{RedisOptions, RedisReply, RedisServer};
 

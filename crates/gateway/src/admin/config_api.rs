@@ -179,7 +179,12 @@ fn applied(
         Err(EditError::NotFound(_)) => "not found".into(),
         Err(EditError::WritesOff(_)) => "refused: admin writes are off".into(),
         Err(EditError::Invalid(_)) => "rejected".into(),
+        Err(EditError::Conflict(_)) => "conflict: changed by another writer".into(),
+        Err(EditError::StoreUnavailable(_)) => "failed: the store is unavailable".into(),
     };
+    if let (Ok(_), Some(store)) = (&result, live.store()) {
+        body["revision"] = json!(store.revision());
+    }
     if result.is_err() {
         change.after = change.before.clone();
     }
@@ -194,6 +199,13 @@ fn applied(
             StatusCode::FORBIDDEN,
             json!({ "error": message, "check": "admin_writes" }),
         ),
+        Err(EditError::Conflict(message)) => Reply::json(
+            StatusCode::CONFLICT,
+            json!({ "error": message, "check": "conflict" }),
+        ),
+        Err(EditError::StoreUnavailable(message)) => {
+            Reply::json(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": message }))
+        }
         Err(EditError::Invalid(reason)) => Reply::json(
             StatusCode::UNPROCESSABLE_ENTITY,
             json!({ "error": "the change was rejected; the running configuration is unchanged", "reasons": reason.lines().collect::<Vec<_>>() }),

@@ -54,6 +54,15 @@ fn reload_metrics(live: &LiveGateway, out: &mut String) {
         "wasmgate_config_reload_failures_total {}",
         reload.failed_reloads
     );
+    if let Some(store) = live.store() {
+        family(
+            out,
+            "wasmgate_config_revision",
+            "gauge",
+            "The configuration store's (etcd's) revision this node serves: a node whose value lags the others' fell behind.",
+        );
+        let _ = writeln!(out, "wasmgate_config_revision {}", store.revision());
+    }
 }
 
 fn long_call_metrics(out: &mut String) {

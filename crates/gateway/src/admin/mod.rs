@@ -127,8 +127,19 @@ impl Admin {
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         // Probes must work for orchestrators that hold no token, whatever
         // name they use; they reveal nothing.
-        if let ["healthz" | "readyz"] = segments.as_slice() {
-            return Reply::text(StatusCode::OK, "text/plain", "ok\n");
+        match segments.as_slice() {
+            ["healthz"] => return Reply::text(StatusCode::OK, "text/plain", "ok\n"),
+            ["readyz"] if self.live.is_ready() => {
+                return Reply::text(StatusCode::OK, "text/plain", "ok\n")
+            }
+            ["readyz"] => {
+                return Reply::text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "no configuration yet: waiting for the configuration store\n",
+                )
+            }
+            _ => {}
         }
         let gateway = self.live.current();
         let expected_token = expected_token(gateway.config());
@@ -210,6 +221,13 @@ impl Admin {
                 }
             }
             (&Method::POST, ["profile"]) => profile::record(&self.live, &query).await,
+            (&Method::GET, ["cluster"]) => match self.live.store() {
+                Some(store) => Reply::json(StatusCode::OK, store.cluster().await),
+                None => Reply::error(
+                    StatusCode::NOT_FOUND,
+                    "this node is not part of a cluster: its configuration is its file (see docs/cluster.md)",
+                ),
+            },
             (&Method::GET, ["plugins", name, "status"]) => self.plugin_status(name),
             (
                 _,
@@ -241,13 +259,17 @@ impl Admin {
             .iter()
             .map(|(name, kind)| json!({"name": name, "kind": kind, "sha256": gateway.plugin_hash(name)}))
             .collect();
-        json!({
-            "reload": self.live.status(),
-            "config": {
+        let config = match self.live.store() {
+            Some(store) => store.describe(),
+            None => json!({
                 "file": self.live.file().display().to_string(),
                 "admin_writes": gateway.config().admin_writes,
                 "admin_file": gateway.config().admin_writes.then(|| self.live.admin_file().display().to_string()),
-            },
+            }),
+        };
+        json!({
+            "reload": self.live.status(),
+            "config": config,
             "last_change": self.live.last_change(),
             "routes": gateway.config().routes.len(),
             "upstreams": gateway.config().upstreams.len(),

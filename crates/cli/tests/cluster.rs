@@ -1,0 +1,408 @@
+//! Many nodes as one gateway (docs/cluster.md), on real servers: an etcd and
+//! a redis-server started by the test, three `wasmgate run` processes whose
+//! configuration is in etcd. A change through any node's admin API reaches
+//! every node; conflicting edits get 409; etcd can go away under traffic
+//! without a failed request; a broken change is rejected everywhere with
+//! its reason in `/cluster`; a late node catches up; and a rate limit kept
+//! in Redis holds for the cluster, not per node.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::gateway::{send, GatewayProc};
+use common::{client, HttpClient};
+use serde_json::Value;
+use wasmgate_testkit::{EtcdServer, RedisServer};
+
+/// A node whose configuration is in `etcd`.
+fn node(etcd: &EtcdServer, name: &str, extra: &str) -> GatewayProc {
+    GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+config: {{etcd: ["{}"], node_name: {name}{extra}}}
+"#,
+        etcd.url()
+    ))
+}
+
+/// Publishes `yaml` (a whole configuration) with `wasmgate config push`.
+fn push(etcd: &EtcdServer, yaml: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, common::gateway::render(yaml, 0, 0)).unwrap();
+    let out = common::wasmgate()
+        .args(["config", "push", "-c"])
+        .arg(&file)
+        .args(["--etcd", &etcd.url()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn body(c: &HttpClient, gw: &GatewayProc, path: &str) -> (u16, String) {
+    let r = send(c, "GET", &gw.url(path), &[], "").await;
+    (r.status, r.text())
+}
+
+/// Waits until `path` on `gw` answers `expected` (a change propagating).
+async fn until_serves(c: &HttpClient, gw: &GatewayProc, path: &str, expected: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (_, text) = body(c, gw, path).await;
+        if text == expected {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{path} never answered {expected:?} (last: {text:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn cluster(c: &HttpClient, gw: &GatewayProc) -> Value {
+    send(c, "GET", &gw.admin_url("/cluster"), &[], "")
+        .await
+        .json()
+}
+
+const BASE: &str = r#"
+plugins:
+  - {name: tag, wasm: "{wasm:add_header}"}
+routes:
+  - {name: home, path: {prefix: /home}, plugins: [{plugin: tag, conf: v1}], respond: {status: 200, body: home-v1}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_through_any_node_reaches_every_node() {
+    let etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let nodes: Vec<GatewayProc> = (1..=3)
+        .map(|i| node(&etcd, &format!("node{i}"), ""))
+        .collect();
+    let c = client();
+    for gw in &nodes {
+        until_serves(&c, gw, "/home", "home-v1").await;
+    }
+    // Added through node 1's admin API: served by nodes 2 and 3.
+    let put = send(
+        &c,
+        "PUT",
+        &nodes[0].admin_url("/routes/api"),
+        &[("content-type", "application/json")],
+        r#"{"path": {"prefix": "/api"}, "respond": {"status": 200, "body": "api"}}"#,
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.text());
+    let revision = put.json()["revision"].as_i64().unwrap();
+    for gw in &nodes[1..] {
+        until_serves(&c, gw, "/api", "api").await;
+    }
+    // Every node is listed, serving that revision; the metric says so too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let view = cluster(&c, &nodes[2]).await;
+        let nodes_seen = view["nodes"].as_array().cloned().unwrap_or_default();
+        let current = nodes_seen
+            .iter()
+            .filter(|n| n["revision"].as_i64() >= Some(revision) && n["healthy"] == true)
+            .count();
+        if nodes_seen.len() == 3 && current == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{view}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = send(&c, "GET", &nodes[1].admin_url("/metrics"), &[], "")
+        .await
+        .text();
+    let served: i64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("wasmgate_config_revision "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(served >= revision, "{served} < {revision}");
+    // Deleted through node 3: gone everywhere.
+    let del = send(&c, "DELETE", &nodes[2].admin_url("/routes/api"), &[], "").await;
+    assert_eq!(del.status, 200, "{}", del.text());
+    for gw in &nodes {
+        until_serves(
+            &c,
+            gw,
+            "/api",
+            r#"{"error":{"kind":"no_route","message":"no route matches GET 127.0.0.1/api"}}"#,
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_conflicting_edits_one_wins_and_the_other_gets_409() {
+    let etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let (a, b) = (node(&etcd, "a", ""), node(&etcd, "b", ""));
+    let c = client();
+    until_serves(&c, &a, "/home", "home-v1").await;
+    until_serves(&c, &b, "/home", "home-v1").await;
+    let edit = |gw: &GatewayProc, text: &str| {
+        let (c, url) = (c.clone(), gw.admin_url("/routes/home"));
+        let body = format!(r#"{{"path": {{"prefix": "/home"}}, "respond": {{"body": "{text}"}}}}"#);
+        async move { send(&c, "PUT", &url, &[], body).await }
+    };
+    let (ra, rb) = tokio::join!(edit(&a, "from-a"), edit(&b, "from-b"));
+    let mut statuses = [ra.status, rb.status];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409], "{} / {}", ra.text(), rb.text());
+    let (winner, loser) = if ra.status == 200 {
+        (&ra, &rb)
+    } else {
+        (&rb, &ra)
+    };
+    assert_eq!(loser.json()["check"], "conflict", "{}", loser.text());
+    let expected = winner.json()["route"]["respond"]["body"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until_serves(&c, &a, "/home", &expected).await;
+    until_serves(&c, &b, "/home", &expected).await;
+    // The loser, once it has seen the change, can make its own.
+    let retry = edit(&b, "after").await;
+    let retry = if retry.status == 409 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        edit(&b, "after").await
+    } else {
+        retry
+    };
+    assert_eq!(retry.status, 200, "{}", retry.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_going_away_under_traffic_fails_no_request() {
+    let mut etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let nodes: Vec<GatewayProc> = (1..=3)
+        .map(|i| node(&etcd, &format!("node{i}"), ""))
+        .collect();
+    let c = client();
+    for gw in &nodes {
+        until_serves(&c, gw, "/home", "home-v1").await;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic: Vec<_> = nodes
+        .iter()
+        .map(|gw| {
+            let (c, url, stop) = (c.clone(), gw.url("/home"), stop.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0u64, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = send(&c, "GET", &url, &[], "").await;
+                    if r.status == 200 {
+                        ok += 1;
+                    } else {
+                        failed.push(format!("{} {}", r.status, r.text()));
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    etcd.kill();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The nodes still serve, and say they lost etcd.
+    let status = send(&c, "GET", &nodes[0].admin_url("/status"), &[], "")
+        .await
+        .json();
+    assert_eq!(status["config"]["connected"], false, "{status}");
+    etcd.start_again();
+    // A change made after the restart reaches every node.
+    push(&etcd, &BASE.replace("home-v1", "home-v2"));
+    for gw in &nodes {
+        until_serves(&c, gw, "/home", "home-v2").await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in traffic {
+        let (ok, failed) = task.await.unwrap();
+        assert!(ok > 100, "only {ok} requests");
+        assert!(
+            failed.is_empty(),
+            "{} failed: {:?}",
+            failed.len(),
+            &failed[..failed.len().min(3)]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_change_is_rejected_everywhere_with_its_reason() {
+    let etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let nodes: Vec<GatewayProc> = (1..=3)
+        .map(|i| node(&etcd, &format!("node{i}"), ""))
+        .collect();
+    let c = client();
+    for gw in &nodes {
+        until_serves(&c, gw, "/home", "home-v1").await;
+    }
+    // Written straight into etcd (as another tool might): a route to an
+    // upstream nobody declared.
+    etcd.etcdctl(&[
+        "put",
+        "/wasmgate/routes/broken",
+        r#"{"seq": 9, "route": {"path": {"prefix": "/broken"}, "upstream": "nowhere"}}"#,
+    ]);
+    for gw in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let view = cluster(&c, gw).await;
+            let me = view["nodes"]
+                .as_array()
+                .and_then(|n| n.iter().find(|n| n["node"] == view["this_node"]))
+                .cloned()
+                .unwrap_or_default();
+            if me["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("nowhere"))
+            {
+                assert_eq!(me["healthy"], false);
+                break;
+            }
+            assert!(Instant::now() < deadline, "{view}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The previous version keeps serving.
+        assert_eq!(body(&c, gw, "/home").await.1, "home-v1");
+    }
+    // A module whose bytes are not what the configuration says: refused too.
+    let wrong = "0".repeat(64);
+    etcd.etcdctl(&["del", "/wasmgate/routes/broken"]);
+    let plugin = format!(
+        r#"{{"wasm": "{}", "sha256": "{wrong}"}}"#,
+        common::plugin("add_header").display()
+    );
+    etcd.etcdctl(&["put", "/wasmgate/plugins/tag", &plugin]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = send(&c, "GET", &nodes[1].admin_url("/status"), &[], "")
+            .await
+            .json();
+        if status["config"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("sha256 mismatch"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(body(&c, &nodes[1], "/home").await.1, "home-v1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_node_catches_up_and_a_node_without_etcd_waits_or_uses_its_cache() {
+    let mut etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let early = node(&etcd, "early", "");
+    let c = client();
+    until_serves(&c, &early, "/home", "home-v1").await;
+    let put = send(
+        &c,
+        "PUT",
+        &early.admin_url("/routes/late"),
+        &[],
+        r#"{"path": {"prefix": "/late"}, "respond": {"body": "made before"}}"#,
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.text());
+    let cache = tempfile::tempdir().unwrap();
+    let cache_file = cache.path().join("cache.json");
+    let late = node(
+        &etcd,
+        "late",
+        &format!(r#", cache_file: "{}""#, cache_file.display()),
+    );
+    until_serves(&c, &late, "/late", "made before").await;
+    assert!(cache_file.exists());
+
+    // etcd down: a node without a cache serves 503 and is not ready...
+    etcd.kill();
+    let blind = node(&etcd, "blind", "");
+    let r = send(&c, "GET", &blind.url("/home"), &[], "").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["kind"], "no_configuration");
+    let ready = send(&c, "GET", &blind.admin_url("/readyz"), &[], "").await;
+    assert_eq!(ready.status, 503);
+    // ...one with a cache serves what it applied last.
+    let cached = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+config: {{etcd: ["{}"], node_name: cached, cache_file: "{}"}}
+"#,
+        etcd.url(),
+        cache_file.display()
+    ));
+    until_serves(&c, &cached, "/late", "made before").await;
+    // etcd back: the waiting node gets its configuration.
+    etcd.start_again();
+    until_serves(&c, &blind, "/home", "home-v1").await;
+    assert_eq!(
+        send(&c, "GET", &blind.admin_url("/readyz"), &[], "")
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_in_redis_holds_for_the_cluster_not_per_node() {
+    let etcd = EtcdServer::start();
+    let redis = RedisServer::start();
+    push(
+        &etcd,
+        &format!(
+            r#"
+services:
+  - {{name: redis, redis: "{}"}}
+plugins:
+  - {{name: limit, wasm: "{{wasm:higress_rate_limit}}", services: [redis]}}
+routes:
+  - name: limited
+    plugins: [{{plugin: limit, conf: {{redis: {{service_name: redis}}, limit: 5, window_seconds: 60, key_header: x-api-key}}}}]
+    respond: {{status: 200, body: ok}}
+"#,
+            redis.url()
+        ),
+    );
+    let nodes: Vec<GatewayProc> = (1..=3)
+        .map(|i| node(&etcd, &format!("node{i}"), ""))
+        .collect();
+    let c = client();
+    for gw in &nodes {
+        until_serves(&c, gw, "/other-key", "ok").await;
+    }
+    // 15 requests with one key, spread over the three nodes.
+    let mut allowed = 0;
+    for i in 0..15 {
+        let r = send(
+            &c,
+            "GET",
+            &nodes[i % 3].url("/"),
+            &[("x-api-key", "shared")],
+            "",
+        )
+        .await;
+        match r.status {
+            200 => allowed += 1,
+            429 => {}
+            other => panic!("{other}: {}", r.text()),
+        }
+    }
+    assert_eq!(allowed, 5, "the limit is the cluster's, not each node's");
+}
