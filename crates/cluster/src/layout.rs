@@ -72,8 +72,8 @@ pub fn merge(local: &GatewayConfig, prefix: &str, objects: &Objects) -> Result<G
         let value: Value =
             serde_json::from_slice(bytes).with_context(|| format!("{key}: not JSON"))?;
         if rest == GLOBAL_PLUGINS {
-            config.global_plugins = serde_json::from_value::<Vec<FilterRef>>(value)
-                .with_context(|| key.clone())?;
+            config.global_plugins =
+                serde_json::from_value::<Vec<FilterRef>>(value).with_context(|| key.clone())?;
             continue;
         }
         let Some((kind, name)) = rest.split_once('/') else {
