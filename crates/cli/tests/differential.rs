@@ -258,3 +258,119 @@ fn http_allow_list_and_requests() {
     );
     assert_same(&caps, "http_get", &["--input", &url]);
 }
+
+/// The edges issue 19 found, and their neighbours, in a hand-written module
+/// (docs/extism-compatibility.md, "Edge semantics"; the generated sequences
+/// of `crates/extism/tests/reference_sequences.rs` cover the rest).
+const EDGES: &str = r#"(module
+  (import "extism:host/env" "input_length" (func $input_length (result i64)))
+  (import "extism:host/env" "input_load_u8" (func $input_load_u8 (param i64) (result i32)))
+  (import "extism:host/env" "input_load_u64" (func $input_load_u64 (param i64) (result i64)))
+  (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+  (import "extism:host/env" "free" (func $free (param i64)))
+  (import "extism:host/env" "length" (func $length (param i64) (result i64)))
+  (import "extism:host/env" "store_u8" (func $store_u8 (param i64 i32)))
+  (import "extism:host/env" "store_u64" (func $store_u64 (param i64 i64)))
+  (import "extism:host/env" "output_set" (func $output_set (param i64 i64)))
+  (import "extism:host/env" "config_get" (func $config_get (param i64) (result i64)))
+  (import "extism:host/env" "var_get" (func $var_get (param i64) (result i64)))
+  (import "extism:host/env" "var_set" (func $var_set (param i64 i64)))
+  (import "extism:host/env" "log_info" (func $log_info (param i64)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "v1value")
+  (func $copy_input (result i64) (local $n i64) (local $i i64) (local $h i64)
+    (local.set $n (call $input_length))
+    (local.set $h (call $alloc (local.get $n)))
+    (block $done (loop $next
+      (br_if $done (i64.ge_u (local.get $i) (local.get $n)))
+      (call $store_u8 (i64.add (local.get $h) (local.get $i)) (call $input_load_u8 (local.get $i)))
+      (local.set $i (i64.add (local.get $i) (i64.const 1)))
+      (br $next)))
+    (local.get $h))
+  (func $text (param $at i32) (param $n i32) (result i64) (local $h i64) (local $i i32)
+    (local.set $h (call $alloc (i64.extend_i32_u (local.get $n))))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+      (call $store_u8 (i64.add (local.get $h) (i64.extend_i32_u (local.get $i)))
+        (i32.load8_u (i32.add (local.get $at) (local.get $i))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $next)))
+    (local.get $h))
+  (func (export "log_empty") (result i32)
+    (call $log_info (call $alloc (i64.const 0)))
+    (call $log_info (i64.const 0))
+    (i32.const 0))
+  (func (export "config_null") (result i32) (local $v i64)
+    (local.set $v (call $config_get (i64.const 0)))
+    (call $output_set (local.get $v) (call $length (local.get $v)))
+    (i32.const 0))
+  (func (export "var_same_key") (result i32) (local $k i64)
+    (local.set $k (call $text (i32.const 16) (i32.const 2)))
+    (call $var_set (local.get $k) (call $text (i32.const 18) (i32.const 5)))
+    (call $var_set (local.get $k) (i64.const 0))
+    (drop (call $var_get (local.get $k)))
+    (i32.const 0))
+  (func (export "input_short") (result i32) (local $h i64)
+    (local.set $h (call $alloc (i64.const 9)))
+    (call $store_u64 (local.get $h) (call $input_load_u64 (i64.const 0)))
+    (call $store_u8 (i64.add (local.get $h) (i64.const 8)) (call $input_load_u8 (i64.const 3)))
+    (call $output_set (local.get $h) (i64.const 9))
+    (i32.const 0))
+  (func (export "freed_output") (result i32) (local $h i64)
+    (local.set $h (call $copy_input))
+    (call $free (local.get $h))
+    (call $output_set (local.get $h) (call $input_length))
+    (i32.const 0))
+  (func (export "store_past_block") (result i32) (local $h i64)
+    (local.set $h (call $alloc (i64.const 4)))
+    (call $store_u64 (local.get $h) (i64.const 0x4847464544434241))
+    (call $output_set (local.get $h) (i64.const 4))
+    (i32.const 0)))"#;
+
+#[test]
+fn edge_cases_match_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("edges.wat");
+    std::fs::write(&path, EDGES).unwrap();
+    let edges = path.to_str().unwrap();
+    let out = |v: &Value| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .decode(v["output_b64"].as_str().unwrap())
+            .unwrap()
+    };
+    assert_eq!(out(&assert_same(edges, "log_empty", &[])[0]), b"");
+    assert_eq!(out(&assert_same(edges, "config_null", &[])[0]), b"");
+    let with_empty_key = assert_same(edges, "config_null", &["--config", "=the empty key's"]);
+    assert_eq!(out(&with_empty_key[0]), b"the empty key's");
+    // The key handle was freed by the first var_set: both fail the call
+    // (the handles in the messages differ: 64 here, 77 in the reference).
+    let (ours, theirs) = run_both(edges, "var_same_key", &[]);
+    assert_eq!(ours[0]["kind"], "host_error");
+    let chain = theirs[0]["error_chain"].as_str().unwrap();
+    assert!(
+        chain.ends_with("invalid handle offset for var key: 77"),
+        "{chain}"
+    );
+    assert!(ours[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("invalid handle offset for var key: 64"));
+    assert_eq!(
+        out(&assert_same(edges, "input_short", &["--input", "xyz"])[0]),
+        [0; 9]
+    );
+    assert_eq!(
+        out(&assert_same(edges, "input_short", &["--input", "abcdefghi"])[0]),
+        b"abcdefghd"
+    );
+    assert_eq!(
+        out(&assert_same(edges, "freed_output", &["--input", "stale but there"])[0]),
+        b"stale but there"
+    );
+    // The AssemblyScript PDK writes past its block; the output is the block.
+    assert_eq!(
+        out(&assert_same(edges, "store_past_block", &[])[0]),
+        b"ABCD"
+    );
+}

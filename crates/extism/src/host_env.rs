@@ -1,9 +1,13 @@
 //! Every function of `extism:host/env`, the import module of the Extism PDKs.
 //!
 //! Memory functions work on the instance's [`ExtismMemory`](crate::memory::ExtismMemory);
-//! every offset and length from the guest is checked there, so a bad pointer
-//! ends the guest's own call with an error naming the function, the offset and
-//! the memory size. Behaviour and messages follow the reference runtime.
+//! every offset and length from the guest is checked there. Behaviour and
+//! messages follow the reference runtime (the `extism` crate 1.30.0 and its
+//! kernel): an offset outside Extism memory is ignored by the memory
+//! functions, as by the kernel; the host functions that take handles read 0
+//! as the null handle (no bytes: an empty key or message), and fail the
+//! guest's call on any other handle that is not a live block (a freed one,
+//! an interior pointer), as the reference host does.
 
 use wasmtime::{AsContextMut, Caller, Linker};
 
@@ -64,11 +68,10 @@ pub const FUNCTIONS: &[&str] = &[
 
 fn add_memory_functions(linker: &mut Linker<ExtismState>) -> Result<()> {
     linker.func_wrap(MODULE, "alloc", |mut c: Ctx, n: u64| {
-        kernel::alloc(&mut c.as_context_mut(), n)
+        kernel::alloc(&mut c.as_context_mut(), n, true)
     })?;
     linker.func_wrap(MODULE, "free", |mut c: Ctx, p: u64| {
-        c.data_mut().memory.free(p);
-        kernel::sync_header(&mut c.as_context_mut());
+        kernel::free(&mut c.as_context_mut(), p)
     })?;
     linker.func_wrap(MODULE, "length", |c: Ctx, p: u64| c.data().memory.length(p))?;
     // The kernel's unchecked variant; here it is the same checked lookup.
@@ -76,30 +79,23 @@ fn add_memory_functions(linker: &mut Linker<ExtismState>) -> Result<()> {
         c.data().memory.length(p)
     })?;
     linker.func_wrap(MODULE, "reset", |mut c: Ctx| {
-        c.data_mut().memory.reset();
-        kernel::sync_header(&mut c.as_context_mut());
+        kernel::reset(&mut c.as_context_mut())
     })?;
-    linker.func_wrap(MODULE, "memory_bytes", |c: Ctx| c.data().memory.size())?;
+    linker.func_wrap(MODULE, "memory_bytes", |c: Ctx| {
+        c.data().memory.memory_bytes()
+    })?;
     Ok(())
 }
 
 fn add_io_functions(linker: &mut Linker<ExtismState>) -> Result<()> {
-    linker.func_wrap(
-        MODULE,
-        "input_set",
-        |mut c: Ctx, p: u64, len: u64| -> Result<()> {
-            c.data_mut().memory.mark_input(p, len)?;
+    linker.func_wrap(MODULE, "input_set", |mut c: Ctx, p: u64, len: u64| {
+        if c.data_mut().memory.mark_input(p, len) {
             kernel::sync_header(&mut c.as_context_mut());
-            Ok(())
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "output_set",
-        |mut c: Ctx, p: u64, len: u64| -> Result<()> {
-            Ok(c.data_mut().memory.set_output(p, len)?)
-        },
-    )?;
+        }
+    })?;
+    linker.func_wrap(MODULE, "output_set", |mut c: Ctx, p: u64, len: u64| {
+        c.data_mut().memory.set_output(p, len)
+    })?;
     linker.func_wrap(MODULE, "output_length", |c: Ctx| {
         c.data().memory.output_length()
     })?;
@@ -113,20 +109,31 @@ fn add_io_functions(linker: &mut Linker<ExtismState>) -> Result<()> {
     Ok(())
 }
 
-/// Reads the block at `handle` and frees it (the callee owns handles passed
-/// to it, as in the reference runtime).
-fn take_bytes(c: &mut Ctx, handle: u64, what: &str) -> Result<Vec<u8>> {
-    match kernel::take_block(&mut c.as_context_mut(), handle) {
+/// The bytes the guest passed as `handle` (0: none), left in place; an
+/// invalid handle fails the call, with the reference host's message.
+fn read_bytes(c: &mut Ctx, handle: u64, what: &str) -> Result<Vec<u8>> {
+    match kernel::read_handle(&mut c.as_context_mut(), handle) {
         Some(bytes) => Ok(bytes),
         None => wasmtime::bail!("invalid handle offset for {what}: {handle}"),
     }
 }
 
-/// Like [`take_bytes`], as text.
-fn take_string(c: &mut Ctx, handle: u64, what: &str) -> Result<String> {
-    let bytes = take_bytes(c, handle, what)?;
-    Ok(String::from_utf8(bytes)
-        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+/// Like [`read_bytes`], and frees the block (the callee owns handles passed
+/// to it, as in the reference runtime).
+fn take_bytes(c: &mut Ctx, handle: u64, what: &str) -> Result<Vec<u8>> {
+    let bytes = read_bytes(c, handle, what)?;
+    free(c, handle);
+    Ok(bytes)
+}
+
+fn free(c: &mut Ctx, handle: u64) {
+    kernel::free(&mut c.as_context_mut(), handle);
+}
+
+/// A key (of config or vars) must be UTF-8: the reference fails the call
+/// with the decoder's message otherwise.
+fn key_string(bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|e| wasmtime::Error::from(e.utf8_error()))
 }
 
 /// Copies `bytes` into a new block for the guest; fails the call if memory is exhausted.
@@ -149,8 +156,9 @@ fn add_config_and_vars(linker: &mut Linker<ExtismState>) -> Result<()> {
     linker.func_wrap(
         MODULE,
         "config_get",
-        |mut c: Ctx, key: u64| -> Result<u64> {
-            let key = take_string(&mut c, key, "config key")?;
+        |mut c: Ctx, handle: u64| -> Result<u64> {
+            let key = key_string(read_bytes(&mut c, handle, "config key")?)?;
+            free(&mut c, handle);
             let plugin = c.data().plugin.clone();
             match plugin.config.get(&key) {
                 Some(value) => give_bytes(&mut c, value.as_bytes()),
@@ -158,31 +166,39 @@ fn add_config_and_vars(linker: &mut Linker<ExtismState>) -> Result<()> {
             }
         },
     )?;
-    linker.func_wrap(MODULE, "var_get", |mut c: Ctx, key: u64| -> Result<u64> {
-        let key = take_string(&mut c, key, "var key")?;
-        let value = c.data().plugin.vars.lock().unwrap().get(&key).cloned();
-        match value {
-            Some(value) => give_bytes(&mut c, &value),
-            None => Ok(0),
-        }
-    })?;
+    linker.func_wrap(
+        MODULE,
+        "var_get",
+        |mut c: Ctx, handle: u64| -> Result<u64> {
+            let key = key_string(read_bytes(&mut c, handle, "var key")?)?;
+            free(&mut c, handle);
+            let value = c.data().plugin.vars.lock().unwrap().get(&key).cloned();
+            match value {
+                Some(value) => give_bytes(&mut c, &value),
+                None => Ok(0),
+            }
+        },
+    )?;
+    // In the reference's order: nothing is freed or changed unless the call
+    // succeeds, and key and value may be the same block.
     linker.func_wrap(
         MODULE,
         "var_set",
-        |mut c: Ctx, key: u64, value: u64| -> Result<()> {
+        |mut c: Ctx, key_handle: u64, value_handle: u64| -> Result<()> {
             let max = c.data().plugin.max_var_bytes;
             if max == 0 {
                 wasmtime::bail!("Vars are disabled by this host");
             }
-            let key = take_string(&mut c, key, "var key")?;
+            let key = key_string(read_bytes(&mut c, key_handle, "var key")?)?;
             let plugin = c.data().plugin.clone();
             let mut vars = plugin.vars.lock().unwrap();
-            if value == 0 {
+            if value_handle == 0 {
                 vars.remove(&key);
+                free(&mut c, key_handle);
                 return Ok(());
             }
-            let bytes = take_bytes(&mut c, value, "var value")?;
-            let size: usize = var_entry_size(&key, bytes.len())
+            let value = read_bytes(&mut c, value_handle, "var value")?;
+            let size: usize = var_entry_size(&key, value.len())
                 + vars
                     .iter()
                     .map(|(k, v)| var_entry_size(k, v.len()))
@@ -190,7 +206,9 @@ fn add_config_and_vars(linker: &mut Linker<ExtismState>) -> Result<()> {
             if size > max as usize {
                 wasmtime::bail!("Variable store is full");
             }
-            vars.insert(key, bytes);
+            free(&mut c, value_handle);
+            free(&mut c, key_handle);
+            vars.insert(key, value);
             Ok(())
         },
     )?;
@@ -209,11 +227,21 @@ fn add_http(linker: &mut Linker<ExtismState>) -> Result<()> {
                 let json = take_bytes(&mut c, request, "http request")?;
                 let parsed: PluginRequest = serde_json::from_slice(&json)
                     .map_err(|e| wasmtime::format_err!("invalid http request JSON: {e}"))?;
+                // The URL and the allow-list are checked before the body's
+                // handle, in the reference's order.
+                let plugin = c.data().plugin.clone();
+                let url = url::Url::parse(&parsed.url)
+                    .map_err(|e| http::HttpError::InvalidUrl(format!("{e:?}")))?;
+                if !plugin
+                    .allowed_hosts
+                    .allows(url.host_str().unwrap_or_default())
+                {
+                    return Err(http::HttpError::NotAllowed(parsed.url).into());
+                }
                 let payload = match body {
                     0 => Vec::new(),
                     body => take_bytes(&mut c, body, "http request body")?,
                 };
-                let plugin = c.data().plugin.clone();
                 let remaining = c.data().budget.remaining();
                 let response = http::send(
                     parsed,
@@ -253,13 +281,17 @@ fn add_http(linker: &mut Linker<ExtismState>) -> Result<()> {
     Ok(())
 }
 
+/// As in the reference: a level that is off frees the handle if it is one
+/// and succeeds, whatever the handle; otherwise the handle must be 0 (an
+/// empty message) or a live block. Bytes that are not UTF-8 are logged
+/// lossily (the reference logs an error line in their place).
 fn log(c: &mut Ctx, level: tracing::Level, handle: u64) -> Result<()> {
     if tracing::level_filters::LevelFilter::current() < level {
-        c.data_mut().memory.free(handle);
-        kernel::sync_header(&mut c.as_context_mut());
+        free(c, handle);
         return Ok(());
     }
-    let message = take_string(c, handle, "log message")?;
+    let bytes = take_bytes(c, handle, "log message")?;
+    let message = String::from_utf8_lossy(&bytes);
     let plugin = &c.data().plugin.name;
     match level {
         tracing::Level::ERROR => {

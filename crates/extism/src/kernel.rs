@@ -11,15 +11,13 @@
 use anyhow::{Context, Result};
 use wasmgate_runtime::Runtime;
 use wasmtime::{
-    Caller, Extern, FuncType, Instance, InstancePre, Linker, Memory, Module, ModuleExport,
-    StoreContextMut,
+    Extern, FuncType, Instance, InstancePre, Linker, Memory, Module, ModuleExport, StoreContextMut,
 };
 
 use crate::memory::InputTooLarge;
 use crate::state::ExtismState;
 
 const SOURCE: &str = include_str!("kernel.wat");
-const IMPORT_MODULE: &str = "wasmgate:kernel";
 const PAGE: u64 = 65536;
 
 /// The `extism:host/env` functions the kernel serves instead of the host.
@@ -47,17 +45,8 @@ impl Kernel {
         let module = runtime
             .load_module(SOURCE.as_bytes())
             .context("compiling the Extism kernel")?;
-        let mut linker = Linker::new(runtime.engine());
-        linker
-            .func_wrap(
-                IMPORT_MODULE,
-                "out_of_bounds",
-                |c: Caller<'_, ExtismState>, code: i32, offset: u64, width: u64| {
-                    let error = c.data().memory.out_of_bounds(code, offset, width);
-                    Err::<(), _>(wasmtime::Error::from(error))
-                },
-            )
-            .map_err(anyhow::Error::from)?;
+        // The kernel imports nothing: a failed check returns 0 or does nothing.
+        let linker = Linker::new(runtime.engine());
         let pre = linker
             .instantiate_pre(&module)
             .map_err(anyhow::Error::from)?;
@@ -107,7 +96,10 @@ impl Kernel {
             Some(Extern::Memory(m)) => m,
             _ => unreachable!("the kernel exports its memory"),
         };
-        store.data_mut().kernel_memory = Some(memory);
+        let size = memory.data_size(&*store) as u64;
+        let state = store.data_mut();
+        state.kernel_memory = Some(memory);
+        state.memory.set_capacity(size);
         sync_header(store);
         Ok(instance)
     }
@@ -143,41 +135,72 @@ pub(crate) fn sync_header(store: &mut StoreContextMut<'_, ExtismState>) {
     state.memory.write_header(bytes);
 }
 
-/// Allocates `n` bytes, growing the kernel's memory when needed; 0 when the
-/// Extism memory limit does not allow it or the memory cannot grow.
-pub(crate) fn alloc(store: &mut StoreContextMut<'_, ExtismState>, n: u64) -> u64 {
-    let offset = store.data_mut().memory.alloc(n);
-    if offset != 0 && !ensure_capacity(store) {
-        store.data_mut().memory.free(offset);
+/// Allocates `n` bytes, growing the kernel's memory when needed; 0 when `n`
+/// is 0, the Extism memory limit does not allow it or the memory cannot
+/// grow. A block for the guest (`for_guest`) reads as zeros unless it is a
+/// reused freed block, as with the reference kernel; the host's own blocks
+/// are overwritten at once, so they are not zeroed first.
+pub(crate) fn alloc(store: &mut StoreContextMut<'_, ExtismState>, n: u64, for_guest: bool) -> u64 {
+    let Some(allocation) = store.data_mut().memory.alloc(n) else {
+        return 0;
+    };
+    if !ensure_capacity(store) {
+        store.data_mut().memory.cancel(allocation.offset);
         return 0;
     }
-    sync_header(store);
-    offset
+    if for_guest && !allocation.stale.is_empty() {
+        let (bytes, _) = split(&mut *store);
+        bytes[allocation.stale.start as usize..allocation.stale.end as usize].fill(0);
+    }
+    allocation.offset
 }
 
-/// Grows the kernel's memory to hold every byte in use.
+/// Grows the kernel's memory to hold every byte in use (and tells the
+/// kernel the new end of the data region).
 fn ensure_capacity(store: &mut StoreContextMut<'_, ExtismState>) -> bool {
-    let memory: Memory = store.data().kernel_memory.expect("kernel instantiated");
     let needed = store.data().memory.size();
-    let have = memory.data_size(&*store) as u64;
-    if needed <= have {
+    if needed <= store.data().memory.capacity() {
         return true;
     }
-    let pages = (needed - have).div_ceil(PAGE);
+    let memory: Memory = store.data().kernel_memory.expect("kernel instantiated");
+    let have = memory.data_size(&*store) as u64;
+    let pages = needed.saturating_sub(have).div_ceil(PAGE);
     store.data_mut().limiter.exempt_next_growth();
     let grown = memory.grow(&mut *store, pages).is_ok();
     store.data_mut().limiter.end_exemption();
+    let size = memory.data_size(&*store) as u64;
+    store.data_mut().memory.set_capacity(size);
+    sync_header(store);
     grown
 }
 
-/// Allocates a block holding `data`; 0 if it does not fit.
+/// Allocates a block holding `data`; 0 if it does not fit (or is empty).
 pub(crate) fn alloc_bytes(store: &mut StoreContextMut<'_, ExtismState>, data: &[u8]) -> u64 {
-    let offset = alloc(store, data.len() as u64);
+    let offset = alloc(store, data.len() as u64, false);
     if offset != 0 {
         let (bytes, _) = split(&mut *store);
         bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
     }
     offset
+}
+
+/// The guest's `reset`: forgets every block and zeroes what they held, as
+/// the kernel's `reset` does (handles from before it read as zeros).
+pub(crate) fn reset(store: &mut StoreContextMut<'_, ExtismState>) {
+    let (bytes, state) = split(&mut *store);
+    let wipe = state.memory.reset_wiping();
+    bytes[wipe].fill(0);
+    state.memory.write_header(bytes);
+}
+
+/// Frees a block (anything that is not a live block is ignored).
+pub(crate) fn free(store: &mut StoreContextMut<'_, ExtismState>, handle: u64) {
+    let state = store.data_mut();
+    let input = state.memory.input_offset() == handle;
+    state.memory.free(handle);
+    if input {
+        sync_header(store);
+    }
 }
 
 /// Start of a call: forgets the last call's blocks and copies `input` in.
@@ -194,11 +217,11 @@ pub(crate) fn begin_call(
                 limit: store.data().memory.limit(),
             });
         }
-        let state = store.data_mut();
-        state
+        let marked = store
+            .data_mut()
             .memory
-            .mark_input(offset, input.len() as u64)
-            .expect("a block just allocated is in bounds");
+            .mark_input(offset, input.len() as u64);
+        debug_assert!(marked, "a block just allocated is in the data region");
     }
     sync_header(store);
     Ok(())
@@ -214,16 +237,15 @@ pub(crate) fn read_block(
     Some(state.memory.block(bytes, handle)?.to_vec())
 }
 
-/// Convenience for host functions: reads a block and frees it.
-pub(crate) fn take_block(
+/// Convenience for `extism:host/env` functions: a copy of the bytes a guest
+/// passed by handle, 0 being the null handle (no bytes), as in the reference
+/// host; `None` if the handle is neither 0 nor a live block.
+pub(crate) fn read_handle(
     store: &mut StoreContextMut<'_, ExtismState>,
     handle: u64,
 ) -> Option<Vec<u8>> {
     let (bytes, state) = split(&mut *store);
-    let data = state.memory.block(bytes, handle)?.to_vec();
-    state.memory.free(handle);
-    sync_header(store);
-    Some(data)
+    Some(state.memory.handle(bytes, handle)?.to_vec())
 }
 
 /// Index in [`FUNCTIONS`] of the kernel export that serves `extism:host/env::<name>`.

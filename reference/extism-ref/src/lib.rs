@@ -3,8 +3,6 @@
 
 use extism::{Manifest, Plugin, PluginBuilder, Wasm, PTR};
 
-/// `reflect` in `extism:host/user`: returns its input block unchanged.
-
 /// A manifest for a .wasm path or a manifest .json file.
 pub fn manifest_for(path: &str) -> Manifest {
     if path.ends_with(".json") {
@@ -38,6 +36,7 @@ pub fn build(manifest: Manifest, with_reflect: bool) -> Result<Plugin, extism::E
     let mut builder = PluginBuilder::new(manifest)
         .with_wasi(wasi)
         .with_http_response_headers(true);
+    // `reflect` in `extism:host/user`: returns its input block unchanged.
     if with_reflect {
         builder = builder.with_function_in_namespace(
             "extism:host/user",
