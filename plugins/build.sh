@@ -42,4 +42,64 @@ for dir in "$here"/higress/*/; do
   (cd "$dir" && GOOS=wasip1 GOARCH=wasm GONOSUMDB='github.com/higress-group/*' \
     go build -mod=readonly -buildmode=c-shared -o "$out/$name.wasm" .)
 done
+
+# Plugins from the other SDKs of docs/compatibility.md (tests:
+# crates/cli/tests/sdk_compat.rs). Toolchains from scripts/install-deps.sh:
+# Node/npm, Debian's emscripten, clang and lld. Each module is one command, run
+# only when its output is missing or older than one of its inputs (this
+# script included), so a second `make plugins` skips them.
+stale() { # stale OUTPUT INPUT...
+  [ -e "$1" ] || return 0
+  local output=$1
+  shift
+  [ -n "$(find "$@" "$here/build.sh" -newer "$output" -print -quit)" ]
+}
+need() { # need TOOL WHAT
+  command -v "$1" >/dev/null || { echo "error: $1 is needed for $2 (scripts/install-deps.sh)" >&2; exit 1; }
+}
+# npm ci from the lockfile (exact versions), unless node_modules already
+# holds that lockfile's install.
+npm_ci() {
+  [ "$1/node_modules/.package-lock.json" -nt "$1/package-lock.json" ] && return
+  (cd "$1" && npm ci --no-audit --no-fund --loglevel=error)
+}
+# AssemblyScript, Proxy-Wasm: @solo-io/proxy-runtime 0.1.8 on AssemblyScript
+# 0.14.13 (package-lock.json); one module, a filter per root id. The flags are
+# the package's `build` script.
+as_filters=proxy-wasm/assemblyscript/filters
+if stale "$out/as_filters.wasm" "$here/$as_filters/assembly" "$here/$as_filters/package-lock.json"; then
+  need npm "the AssemblyScript plugins"
+  npm_ci "$here/$as_filters"
+  (cd "$here/$as_filters" && npm run --silent build)
+fi
+# AssemblyScript, Extism: @extism/as-pdk 1.0.0 on AssemblyScript 0.27.37.
+as_hello=extism/assemblyscript
+if stale "$out/as_hello.wasm" "$here/$as_hello/assembly" "$here/$as_hello/package-lock.json"; then
+  need npm "the AssemblyScript plugins"
+  npm_ci "$here/$as_hello"
+  (cd "$here/$as_hello" && npm run --silent build)
+fi
+# C++, Proxy-Wasm: the C++ SDK (third_party/proxy-wasm-cpp-sdk, no protobuf)
+# with Debian's emscripten 3.1.6, the SDK's own compile and link options except
+# -sINITIAL_HEAP=64KB, which that emscripten does not know. In its place, a
+# 64 KB stack and 256 KB of memory at start (3.1.6 defaults to a 5 MB stack in
+# 16 MB), which grows as the filter needs.
+cpp_sdk="$here/third_party/proxy-wasm-cpp-sdk"
+if stale "$out/cpp_filters.wasm" "$here/proxy-wasm/cpp/filters" "$cpp_sdk"; then
+  need em++ "the C++ Proxy-Wasm filters"
+  em++ --std=c++17 -O3 -flto --no-entry --js-library "$cpp_sdk/proxy_wasm_intrinsics.js" \
+    -sSTANDALONE_WASM -sEXPORTED_FUNCTIONS=_malloc -sALLOW_MEMORY_GROWTH=1 \
+    -sTOTAL_STACK=64KB -sINITIAL_MEMORY=256KB \
+    -I"$cpp_sdk" "$cpp_sdk/proxy_wasm_intrinsics.cc" "$here/proxy-wasm/cpp/filters/filters.cc" \
+    -o "$out/cpp_filters.wasm"
+fi
+# C, Extism: the C PDK (third_party/extism-c-pdk, header only) with clang and
+# lld, wasm32 without a libc; -mbulk-memory lets clang turn copy loops into
+# memory.copy instead of calls to a memcpy that is not there.
+c_pdk="$here/third_party/extism-c-pdk"
+if stale "$out/c_hello.wasm" "$here/extism/c" "$c_pdk"; then
+  need clang "the C Extism plugin"
+  clang --target=wasm32-unknown-unknown -O2 -mbulk-memory -nostdlib -Wl,--no-entry -Wall \
+    -I"$c_pdk" "$here/extism/c/hello.c" -o "$out/c_hello.wasm"
+fi
 ls -l "$out"

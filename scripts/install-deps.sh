@@ -46,6 +46,23 @@ if [ ${#test_pkgs[@]} -gt 0 ]; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_pkgs[@]}" >/dev/null
 fi
 
+# Toolchains of the plugins from the other SDKs (docs/compatibility.md, built by
+# plugins/build.sh): Node and npm for AssemblyScript (the npm packages
+# themselves come from the lockfiles, `npm ci` in build.sh), Debian's
+# emscripten (3.1.6 on bookworm) for the Proxy-Wasm C++ SDK, clang and lld for
+# the Extism C PDK (wasm32, no libc). A fresh machine spends about 20-25 s here.
+sdk_pkgs=()
+command -v node >/dev/null || sdk_pkgs+=(nodejs)
+command -v npm >/dev/null || sdk_pkgs+=(npm)
+command -v em++ >/dev/null || sdk_pkgs+=(emscripten)
+command -v clang >/dev/null || sdk_pkgs+=(clang)
+command -v wasm-ld >/dev/null || sdk_pkgs+=(lld)
+if [ ${#sdk_pkgs[@]} -gt 0 ]; then
+  sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${sdk_pkgs[@]}" >/dev/null
+fi
+
 if [ "${1:-}" = "--bench" ]; then
   need=()
   for tool in wrk nginx; do command -v "$tool" >/dev/null || need+=("$tool"); done
