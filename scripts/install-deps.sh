@@ -69,4 +69,12 @@ if [ "${1:-}" = "--bench" ]; then
   if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   fi
+  # bench/db.sh: Toxiproxy (the emulated network round trip, built from source
+  # into target/bench-bin) and the modules of its Go + pgx reference.
+  if [ ! -x "$root/target/bench-bin/toxiproxy-server" ]; then
+    mkdir -p "$root/target/bench-bin"
+    GOBIN="$root/target/bench-bin" go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0
+    mv "$root/target/bench-bin/server" "$root/target/bench-bin/toxiproxy-server"
+  fi
+  (cd "$root/reference/go-pgx" && go mod download)
 fi
