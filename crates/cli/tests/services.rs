@@ -185,10 +185,24 @@ routes:
     let r = send(&c, "POST", &gw.url("/rust/probe"), &[], probe).await;
     assert_eq!(r.json()["error"]["kind"], "bad_request");
 
+    // A call that waits 50 ms for PostgreSQL is not a long call: waiting on
+    // the network uses no CPU, so it stays on its worker instead of moving
+    // to the slow lane (it would move after 1 ms if waits counted).
+    let probe =
+        json!({"op": "pg_query", "service": "orders", "sql": "select pg_sleep(0.05)"}).to_string();
+    for _ in 0..3 {
+        let r = send(&c, "POST", &gw.url("/rust/probe"), &[], probe.clone()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
     // The pool is bounded and its gauges are on /metrics.
     let metrics = send(&c, "GET", &gw.admin_url("/metrics"), &[], "")
         .await
         .text();
+    assert!(
+        metrics.contains("\nwasmgate_long_calls_moved_total 0\n"),
+        "{metrics}"
+    );
     let calls: f64 = metrics
         .lines()
         .find_map(|l| {

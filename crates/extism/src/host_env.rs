@@ -243,14 +243,14 @@ fn add_http(linker: &mut Linker<ExtismState>) -> Result<()> {
                     body => take_bytes(&mut c, body, "http request body")?,
                 };
                 let remaining = c.data().budget.remaining();
-                let response = http::send(
+                let send = http::send(
                     parsed,
                     payload,
                     &plugin.allowed_hosts,
                     remaining,
                     plugin.max_http_response_bytes,
-                )
-                .await;
+                );
+                let response = crate::services::waiting(&mut c, send).await;
                 let state = c.data_mut();
                 let response = match response {
                     Ok(r) => r,

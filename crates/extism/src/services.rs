@@ -55,7 +55,7 @@ pub fn add_to_linker(linker: &mut Linker<ExtismState>) -> wasmtime::Result<()> {
                 c.data().budget.remaining(),
             );
             let answer = match parse::<RedisRequest>(&mut c, request, "redis request") {
-                Ok(request) => redis(&grants, deadline, request).await,
+                Ok(request) => waiting(&mut c, redis(&grants, deadline, request)).await,
                 Err(e) => Err(e),
             };
             answer_with(&mut c, answer.map(|reply| json!({ "reply": reply })))
@@ -69,7 +69,7 @@ pub fn add_to_linker(linker: &mut Linker<ExtismState>) -> wasmtime::Result<()> {
                     c.data().budget.remaining(),
                 );
                 let answer = match parse::<SqlRequest>(&mut c, request, "SQL request") {
-                    Ok(request) => sql(&grants, deadline, request, op).await,
+                    Ok(request) => waiting(&mut c, sql(&grants, deadline, request, op)).await,
                     Err(e) => Err(e),
                 };
                 answer_with(&mut c, answer)
@@ -77,6 +77,15 @@ pub fn add_to_linker(linker: &mut Linker<ExtismState>) -> wasmtime::Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Awaits `future`, a wait on the network, and tells the call's budget how
+/// long it took, so that waiting does not make the call a long one.
+pub(crate) async fn waiting<F: std::future::Future>(c: &mut Ctx<'_>, future: F) -> F::Output {
+    let started = std::time::Instant::now();
+    let output = future.await;
+    c.data_mut().budget.add_wait(started.elapsed());
+    output
 }
 
 /// The JSON request at `handle`; a missing handle traps (as in

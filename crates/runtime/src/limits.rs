@@ -135,6 +135,11 @@ pub struct CallBudget {
     deadline: Option<Instant>,
     /// When the current call started.
     started: Instant,
+    /// Time the current call spent suspended in host functions that wait on
+    /// the network (a database, an outbound request). It does not count
+    /// towards a long call: a call that waits for PostgreSQL uses no CPU,
+    /// and moving it to the slow lane would only cost hand-offs.
+    waited: Duration,
     timed_out: bool,
     /// While profiling: ticks to let pass before the next sample, so that
     /// taking samples costs at most ~10 % of the guest's time (see
@@ -165,6 +170,7 @@ impl CallBudget {
         CallBudget {
             deadline: None,
             started: Instant::now(),
+            waited: Duration::ZERO,
             timed_out: false,
             ticks_to_skip: 0,
         }
@@ -175,6 +181,7 @@ impl CallBudget {
     pub fn start(&mut self, timeout: Option<Duration>) -> u64 {
         let now = Instant::now();
         self.started = now;
+        self.waited = Duration::ZERO;
         self.deadline = timeout.map(|t| now + t);
         self.timed_out = false;
         1
@@ -208,6 +215,12 @@ impl CallBudget {
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
+    /// Records that the call spent `waited` suspended in a host function,
+    /// waiting on the network rather than running (see the field).
+    pub fn add_wait(&mut self, waited: Duration) {
+        self.waited += waited;
+    }
+
     /// Records that a host function gave up because the call's deadline passed.
     pub fn mark_timed_out(&mut self) {
         self.timed_out = true;
@@ -224,7 +237,7 @@ impl CallBudget {
             self.timed_out = true;
             return UpdateDeadline::Interrupt;
         }
-        if now - self.started < Self::LONG_CALL {
+        if (now - self.started).saturating_sub(self.waited) < Self::LONG_CALL {
             return UpdateDeadline::Continue(1);
         }
         YIELDED.store(true, Ordering::Relaxed);

@@ -220,7 +220,15 @@ impl RedisService {
         if let Some(db) = access.db {
             settings = settings.set_db(db);
         }
-        let info = self.info.clone().set_redis_settings(settings);
+        // TCP_NODELAY: the connections are multiplexed, so a command is
+        // often written while the one before it awaits its reply; with
+        // Nagle's algorithm it would wait for that reply's ACK, one round
+        // trip (redis-rs leaves it off by default; tokio-postgres sets it).
+        let info = self
+            .info
+            .clone()
+            .set_redis_settings(settings)
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         // The CA file applies to `rediss://` URLs; a plain one ignores it.
         let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
         let client = match &self.ca_pem {
