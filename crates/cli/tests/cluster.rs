@@ -90,6 +90,11 @@ async fn a_change_through_any_node_reaches_every_node() {
     for gw in &nodes {
         until_serves(&c, gw, "/home", "home-v1").await;
     }
+    let generation = |gw: &GatewayProc| {
+        let (c, url) = (c.clone(), gw.admin_url("/status"));
+        async move { send(&c, "GET", &url, &[], "").await.json()["reload"]["generation"].as_u64() }
+    };
+    let writer_generation = generation(&nodes[0]).await.unwrap();
     // Added through node 1's admin API: served by nodes 2 and 3.
     let put = send(
         &c,
@@ -128,6 +133,11 @@ async fn a_change_through_any_node_reaches_every_node() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{metrics}"));
     assert!(served >= revision, "{served} < {revision}");
+    // The writer built the change once: the echo of its own write from the
+    // watch is recognised, not rebuilt (its generation went up by one, and
+    // stays there once the echo has surely arrived).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(generation(&nodes[0]).await, Some(writer_generation + 1));
     // Deleted through node 3: gone everywhere.
     let del = send(&c, "DELETE", &nodes[2].admin_url("/routes/api"), &[], "").await;
     assert_eq!(del.status, 200, "{}", del.text());

@@ -312,7 +312,21 @@ impl EtcdStore {
         let Some(live) = self.live.upgrade() else {
             return;
         };
-        let objects = self.state.lock().expect("store state").objects.clone();
+        let objects = {
+            let mut state = self.state.lock().expect("store state");
+            // The echo of this node's own admin write (or the removal of a
+            // rejected object): the objects are the ones it built and serves
+            // already (same values, same revisions), so there is nothing to
+            // build, and nothing it failed to apply.
+            if live.is_ready() && state.objects == state.applied_objects {
+                state.applied = state.applied.max(revision);
+                state.last_error = None;
+                drop(state);
+                self.changed.notify_one();
+                return;
+            }
+            state.objects.clone()
+        };
         let merged = layout::merge(&self.local, &self.prefix, &objects);
         let result = match merged {
             Ok(config) if live.is_ready() && config == *live.current().config() => Ok(None),

@@ -165,12 +165,12 @@ impl Gateway {
                 .unwrap_or_else(|e| Err(anyhow::anyhow!("loading the plugin panicked: {e}")));
             match load {
                 Ok((plugin, hash)) => {
-                    plugin_hashes.insert(p.name.clone(), hash);
+                    plugin_hashes.insert(p.name.clone(), hash.clone());
                     let kind = match &plugin {
                         LoadedPlugin::ProxyWasm {
                             abi, unimplemented, ..
                         } => {
-                            if !unimplemented.is_empty() {
+                            if !unimplemented.is_empty() && first_warning(&p.name, &hash) {
                                 tracing::warn!(
                                     plugin = %p.name,
                                     functions = ?unimplemented,
@@ -367,6 +367,21 @@ fn resolve(base: &Path, path: &Path) -> PathBuf {
 
 /// Loads plugin `p` from `path`; returns it with the SHA-256 of its module,
 /// which must be `p.sha256` when that is given.
+/// Whether this process has not yet warned about plugin `name` built from
+/// the module with `hash`: a node whose configuration changes often (etcd,
+/// admin writes) rebuilds its plugins on every change, and the warning is
+/// news only once.
+fn first_warning(name: &str, hash: &str) -> bool {
+    static WARNED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().expect("warned plugins");
+    let key = (name.to_string(), hash.to_string());
+    if warned.contains(&key) {
+        return false;
+    }
+    warned.push(key);
+    true
+}
+
 fn load_plugin(
     p: &PluginConfig,
     path: PathBuf,

@@ -19,10 +19,19 @@ pub struct EtcdServer {
 impl EtcdServer {
     /// Starts etcd and waits until it serves requests.
     pub fn start() -> EtcdServer {
-        let dir = tempfile::Builder::new()
-            .prefix("wasmgate-etcd-")
-            .tempdir()
-            .expect("creating a temporary directory for etcd");
+        // In memory where the machine has it: etcd syncs its log on every
+        // write, and a shared CI disk has been seen to stall fsync for 5 s,
+        // longer than a node's etcd timeout. What is tested is wasmgate, not
+        // the disk.
+        let shm = std::path::Path::new("/dev/shm");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("wasmgate-etcd-");
+        let dir = if shm.is_dir() {
+            builder.tempdir_in(shm)
+        } else {
+            builder.tempdir()
+        }
+        .expect("creating a temporary directory for etcd");
         let mut server = EtcdServer {
             client_port: free_port(),
             peer_port: free_port(),
