@@ -153,6 +153,27 @@ routes:
     );
 }
 
+/// A root id the module has no filter for: the AssemblyScript SDK aborts,
+/// which is WASI `proc_exit(255)`; the error says so in those terms.
+#[test]
+fn an_assemblyscript_abort_is_reported_as_the_plugins_exit() {
+    let m = AS.module;
+    let yaml = format!(
+        r#"
+plugins:
+  - {{name: nobody, wasm: "{{wasm:{m}}}", root_id: nobody}}
+routes:
+  - {{name: all, plugins: [{{plugin: nobody}}], respond: {{}}}}
+"#
+    );
+    let (code, _, stderr) = check(&yaml, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the plugin exited with status 255 (WASI proc_exit)"),
+        "{stderr}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Headers, plugin configuration, properties and logging (add_header.wasm's
 // contract, as in routes_match_and_header_filters_edit_both_directions).

@@ -94,7 +94,9 @@ impl CrashReport {
     /// "start-up", ...): a trap becomes a crash report with its frames,
     /// anything else keeps its own message.
     pub fn start_failure(plugin: &str, stage: &str, error: wasmtime::Error) -> anyhow::Error {
-        if error.downcast_ref::<Trap>().is_some() {
+        if error.downcast_ref::<Trap>().is_some()
+            || error.downcast_ref::<wasmtime_wasi::I32Exit>().is_some()
+        {
             anyhow::anyhow!("{}", CrashReport::from_error(plugin, stage, &error, false))
         } else {
             anyhow::Error::from(error).context(format!("plugin `{plugin}` {stage} failed"))
@@ -109,6 +111,11 @@ impl CrashReport {
 
 /// The most specific message in an error chain, without wasmtime's backtrace dump.
 fn root_message(error: &wasmtime::Error) -> String {
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        // AssemblyScript's abort() and C's exit() end here: say it in the
+        // plugin's terms rather than WASI's.
+        return format!("the plugin exited with status {} (WASI proc_exit)", exit.0);
+    }
     if error.downcast_ref::<WasmBacktrace>().is_some() {
         error.root_cause().to_string()
     } else {

@@ -31,5 +31,17 @@ pub fn add_to_linker<T: Send + 'static>(
 ) -> wasmtime::Result<()> {
     wasmtime_wasi::p1::add_to_linker_async(linker, ctx)?;
     wasmtime_wasi::p0::add_to_linker_async(linker, ctx)?;
+    // proc_exit of our own, for both snapshots: wasmtime-wasi turns a status
+    // of 126 or more into "exit with invalid exit status outside of
+    // [0..126)", which hides what happened; AssemblyScript's abort, for one,
+    // exits with 255. Every status ends the call as an `I32Exit`, which the
+    // ABIs report as the plugin's exit with that status.
+    linker.allow_shadowing(true);
+    for module in [PREVIEW1, SNAPSHOT0] {
+        linker.func_wrap(module, "proc_exit", |status: i32| -> wasmtime::Result<()> {
+            Err(wasmtime_wasi::I32Exit(status).into())
+        })?;
+    }
+    linker.allow_shadowing(false);
     Ok(())
 }
