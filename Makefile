@@ -26,9 +26,11 @@ install: build
 	install -D -m 755 $(WASMGATE) $(DESTDIR)$(PREFIX)/bin/wasmgate
 	@echo "installed $(DESTDIR)$(PREFIX)/bin/wasmgate"
 
-## Everything CI checks: lint, unit and end-to-end tests, differential tests.
+## Everything CI checks: lint, unit and end-to-end tests, differential tests,
+## the dashboard in a real browser.
 test: deps plugins build reference lint guest
 	$(CARGO) test --release --workspace
+	python3 tests/browser/dashboard_test.py
 
 ## The guest libraries' own tests (guest/rust, guest/go), natively.
 guest:

@@ -40,6 +40,10 @@ command -v openssl >/dev/null || test_pkgs+=(openssl)
 command -v etcd >/dev/null || test_pkgs+=(etcd-server)
 command -v etcdctl >/dev/null || test_pkgs+=(etcd-client)
 command -v protoc >/dev/null || test_pkgs+=(protobuf-compiler)
+# Chromium for the dashboard's browser tests (tests/browser/, docs/dashboard.md),
+# driven by Playwright for Python (installed below, pinned), which uses this
+# Chromium instead of downloading its own browser.
+command -v chromium >/dev/null || test_pkgs+=(chromium)
 if [ ${#test_pkgs[@]} -gt 0 ]; then
   sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq
@@ -62,6 +66,10 @@ if [ ${#sdk_pkgs[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${sdk_pkgs[@]}" >/dev/null
 fi
+
+# Playwright for Python, pinned; only its driver is used (no browser download).
+python3 -c 'import playwright, importlib.metadata as m; assert m.version("playwright") == "1.65.2"' 2>/dev/null ||
+  python3 -m pip install --quiet --disable-pip-version-check playwright==1.65.2
 
 if [ "${1:-}" = "--bench" ]; then
   need=()

@@ -23,6 +23,8 @@ second terminal, try:
   curl 127.0.0.1:9901/routes                   # the admin API (docs/admin.md)
   curl -s 127.0.0.1:9901/metrics | grep wasmgate_route_requests_total
 
+and open http://127.0.0.1:9901/ in a browser: the dashboard (docs/dashboard.md).
+
 Ctrl-C stops the gateway and the upstream.
 
 TEXT

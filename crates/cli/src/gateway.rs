@@ -192,7 +192,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         let admin_listener = tokio::net::TcpListener::bind(admin)
             .await
             .with_context(|| format!("binding the admin listener {admin}"))?;
-        let handler = Arc::new(Admin { live: live.clone() });
+        let handler = Arc::new(Admin::new(live.clone()));
         let admin_config = listener_config.clone();
         tokio::spawn(async move {
             let never = std::future::pending::<()>();

@@ -474,7 +474,7 @@ pub(crate) fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()>
     Ok(())
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()

@@ -11,13 +11,18 @@
 //! - `POST /reload`: re-read the configuration file.
 //! - `POST /profile`: a CPU profile of live traffic (see `profile.rs`).
 //! - `GET /openapi.yaml`: the description of all of this.
+//! - `GET /stats/history`: the last minutes of each route's traffic (see
+//!   `history.rs`), for the dashboard.
+//! - `GET /`, `/ui/...`: the web dashboard (see `dashboard.rs`).
 //!
 //! Every request but the probes passes `guard.rs` first (Host, Origin,
 //! intent: the defences against DNS rebinding and cross-origin writes),
 //! then the token check.
 
 mod config_api;
+mod dashboard;
 mod guard;
+pub mod history;
 mod metrics;
 pub mod profile;
 
@@ -36,10 +41,24 @@ use crate::reload::{AdminChange, LiveGateway};
 
 pub struct Admin {
     pub live: Arc<LiveGateway>,
+    history: Arc<history::History>,
+}
+
+impl Admin {
+    /// The admin API of `live`; starts sampling its routes' traffic for
+    /// `/stats/history` (needs a tokio runtime).
+    pub fn new(live: Arc<LiveGateway>) -> Admin {
+        std::sync::LazyLock::force(&STARTED_AT_MS);
+        let history = history::History::start(live.clone());
+        Admin { live, history }
+    }
 }
 
 /// The OpenAPI description, served at `/openapi.yaml` and kept in docs/.
 const OPENAPI: &str = include_str!("../../../../docs/admin-openapi.yaml");
+/// When this process started (ms since the epoch), for `/status`'s uptime.
+static STARTED_AT_MS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(crate::reload::now_ms);
+
 /// Largest request body the admin API reads (a route, upstream or plugin).
 const MAX_ADMIN_BODY: usize = 1 << 20;
 
@@ -97,7 +116,24 @@ impl Caller {
 
 impl Handler for Admin {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+        if request.method() == Method::GET {
+            // The dashboard's assets: public (the page asks for the token
+            // itself), but only to callers that pass the Host and Origin
+            // checks, so a rebinding page cannot load them either.
+            if let Some(asset) = dashboard::asset(request.uri().path()) {
+                return match self.check_caller(&request, &connection) {
+                    Ok(_) => asset,
+                    Err(reply) => self.respond(reply),
+                };
+            }
+        }
         let reply = self.route(request, connection).await;
+        self.respond(reply)
+    }
+}
+
+impl Admin {
+    fn respond(&self, reply: Reply) -> Response<Body> {
         let mut response = Response::builder()
             .status(reply.status)
             .header(hyper::header::CONTENT_TYPE, reply.content_type);
@@ -119,9 +155,31 @@ impl Handler for Admin {
             .body(body::full(reply.body))
             .expect("static response parts are valid")
     }
-}
 
-impl Admin {
+    /// The Host and Origin checks (`guard.rs`): `Ok` with the CORS origin
+    /// to echo, or the refusal.
+    fn check_caller(
+        &self,
+        request: &Request<Incoming>,
+        connection: &Connection,
+    ) -> Result<Option<hyper::header::HeaderValue>, Reply> {
+        let gateway = self.live.current();
+        let policy = guard::Policy {
+            hosts: &gateway.config().admin_hosts,
+            origins: &gateway.config().admin_origins,
+            token_configured: expected_token(gateway.config()).is_some(),
+        };
+        match guard::check_caller(
+            &policy,
+            request.method(),
+            request.headers(),
+            connection.local,
+        ) {
+            guard::Verdict::Proceed { cors_origin } => Ok(cors_origin),
+            guard::Verdict::Answer(reply) => Err(reply),
+        }
+    }
+
     async fn route(&self, request: Request<Incoming>, connection: Connection) -> Reply {
         let path = request.uri().path().to_string();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -141,21 +199,16 @@ impl Admin {
             }
             _ => {}
         }
+        let cors_origin = match self.check_caller(&request, &connection) {
+            Ok(cors_origin) => cors_origin,
+            Err(reply) => return reply,
+        };
         let gateway = self.live.current();
         let expected_token = expected_token(gateway.config());
         let policy = guard::Policy {
             hosts: &gateway.config().admin_hosts,
             origins: &gateway.config().admin_origins,
             token_configured: expected_token.is_some(),
-        };
-        let cors_origin = match guard::check_caller(
-            &policy,
-            request.method(),
-            request.headers(),
-            connection.local,
-        ) {
-            guard::Verdict::Proceed { cors_origin } => cors_origin,
-            guard::Verdict::Answer(reply) => return reply,
         };
         let mut reply = self
             .authorised(request, connection, &policy, expected_token)
@@ -198,6 +251,9 @@ impl Admin {
                 metrics::render(&self.live),
             ),
             (&Method::GET, ["status"]) => Reply::json(StatusCode::OK, self.status()),
+            (&Method::GET, ["stats", "history"]) => {
+                Reply::json(StatusCode::OK, self.history.to_json())
+            }
             (&Method::GET, ["openapi.yaml"]) => {
                 Reply::text(StatusCode::OK, "application/yaml", OPENAPI)
             }
@@ -268,6 +324,8 @@ impl Admin {
             }),
         };
         json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "started_at_ms": *STARTED_AT_MS,
             "reload": self.live.status(),
             "config": config,
             "last_change": self.live.last_change(),

@@ -1,0 +1,421 @@
+// The wasmgate dashboard: plain JavaScript over the admin API (docs/admin.md).
+// Every value from the gateway is inserted as text (textContent, never
+// innerHTML), so a route named <script> shows as those characters. The admin
+// token, when the listener needs one, is kept in sessionStorage and sent in the
+// Authorization header; writes also carry X-Wasmgate-Admin, the header the
+// listener asks of writes made without a token (docs/admin.md, "intent").
+"use strict";
+
+const TOKEN_KEY = "wasmgate-admin-token";
+const POLL_MS = 2000;
+const COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563"];
+let timer = null;
+
+// --- the admin API ---------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(describe(body) || `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+// The message of an admin API error body, with the reasons a rejected change
+// gives (the same lines `wasmgate check` prints).
+function describe(body) {
+  if (!body || typeof body !== "object") return String(body || "");
+  const parts = [];
+  if (body.error) parts.push(typeof body.error === "string" ? body.error : JSON.stringify(body.error));
+  if (Array.isArray(body.reasons)) parts.push(...body.reasons);
+  return parts.join("\n");
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ "X-Wasmgate-Admin": "1" }, options.headers || {});
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers["Authorization"] = "Bearer " + token;
+  const response = await fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
+  if (response.status === 401) {
+    showLogin(token ? "The token was refused." : "");
+    throw new ApiError(401, { error: "the admin token is needed" });
+  }
+  const type = response.headers.get("content-type") || "";
+  let body;
+  if (type.startsWith("application/json")) body = await response.json();
+  else if (type.startsWith("image/svg")) body = await response.blob();
+  else body = await response.text();
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+// Prometheus text into [{name, labels, value}].
+function parseMetrics(text) {
+  const out = [];
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const m = line.match(/^([a-zA-Z_:][\w:]*)(\{(.*)\})? (\S+)$/);
+    if (!m) continue;
+    const labels = {};
+    const re = /(\w+)="((?:[^"\\]|\\.)*)"/g;
+    let l;
+    while ((l = re.exec(m[3] || "")) !== null) labels[l[1]] = l[2].replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+    out.push({ name: m[1], labels, value: Number(m[4]) });
+  }
+  return out;
+}
+
+// --- small DOM helpers -----------------------------------------------------
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement("td");
+    if (c instanceof Node) td.appendChild(c);
+    else td.textContent = c === undefined || c === null ? "" : String(c);
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+function fill(tableId, rows) {
+  const body = $(tableId).querySelector("tbody");
+  body.replaceChildren(...rows);
+}
+
+function fmt(n, digits = 1) {
+  if (n === null || n === undefined || Number.isNaN(n)) return "-";
+  return Number(n).toFixed(digits);
+}
+
+function showError(message) {
+  $("error").textContent = message || "";
+}
+
+// --- pages -----------------------------------------------------------------
+
+const pages = {
+  async overview() {
+    const [status, history, metrics] = await Promise.all([
+      api("/status"), api("/stats/history"), api("/metrics").then(parseMetrics),
+    ]);
+    renderFacts(status);
+    const samples = history.samples || [];
+    const routes = new Set();
+    for (const s of samples) for (const r of Object.keys(s.routes)) routes.add(r);
+    const names = [...routes].sort();
+    const seconds = (history.interval_ms || 1000) / 1000;
+    const series = (pick) => names.map((n) => samples.map((s) => (s.routes[n] ? pick(s.routes[n]) : null)));
+    chart("chart-rps", samples, series((p) => p.requests / seconds));
+    chart("chart-errors", samples, series((p) => p.server_errors / seconds));
+    chart("chart-p50", samples, series((p) => p.p50_ms));
+    chart("chart-p99", samples, series((p) => p.p99_ms));
+    $("legend").replaceChildren(...names.map((n, i) => {
+      const item = el("span", n, "legend-item");
+      item.style.borderColor = COLOURS[i % COLOURS.length];
+      return item;
+    }));
+    // Totals since the route was built, from /metrics; recent rates and
+    // latency from the last 10 samples.
+    const totals = {};
+    for (const m of metrics) {
+      if (m.name !== "wasmgate_route_requests_total") continue;
+      const t = (totals[m.labels.route] ||= { all: 0 });
+      t.all += m.value;
+      t[m.labels.class] = m.value;
+    }
+    const recent = samples.slice(-10);
+    const rows = Object.keys(totals).sort().map((name) => {
+      const points = recent.map((s) => s.routes[name]).filter(Boolean);
+      const requests = points.reduce((a, p) => a + p.requests, 0);
+      const worst = (k) => points.reduce((a, p) => (p[k] === null ? a : Math.max(a, p[k])), -1);
+      const t = totals[name];
+      const tr = row([name, t.all, t["2xx"] || 0, t["4xx"] || 0, t["5xx"] || 0,
+        fmt(points.length ? requests / (points.length * seconds) : 0),
+        worst("p50_ms") < 0 ? "-" : "≤ " + worst("p50_ms") + " ms",
+        worst("p99_ms") < 0 ? "-" : "≤ " + worst("p99_ms") + " ms"]);
+      tr.dataset.route = name;
+      return tr;
+    });
+    fill("route-totals", rows);
+  },
+
+  async routes() {
+    const [config, metrics] = await Promise.all([api("/config"), api("/metrics").then(parseMetrics)]);
+    fill("routes-table", (config.routes || []).map((r) => {
+      const tr = row([r.name, describeMatch(r), describeFilters(r, config), describeEndpoint(r)]);
+      tr.dataset.route = r.name;
+      return tr;
+    }));
+    const node = {};
+    for (const m of metrics) {
+      if (!m.name.startsWith("wasmgate_upstream_node_") || !m.labels.upstream) continue;
+      const key = m.labels.upstream + " " + m.labels.node;
+      (node[key] ||= {})[m.name.replace("wasmgate_upstream_node_", "")] = m.value;
+    }
+    const rows = [];
+    for (const u of config.upstreams || []) {
+      for (const n of u.nodes || []) {
+        const address = typeof n === "string" ? n : n.address;
+        const weight = typeof n === "string" ? 1 : (n.weight ?? 1);
+        const m = node[u.name + " " + address] || {};
+        rows.push(row([u.name, address, weight,
+          m.healthy === undefined ? "-" : (m.healthy ? "yes" : "no"),
+          m.connections ?? "-", m.requests_total ?? "-", m.retries_total ?? "-"]));
+      }
+    }
+    fill("upstreams-table", rows);
+  },
+
+  async plugins() {
+    const status = await api("/status");
+    const details = await Promise.all((status.plugins || []).map((p) => api(`/plugins/${encodeURIComponent(p.name)}/status`)));
+    fill("plugins-table", details.map((d) => {
+      const sum = (f) => d.instance_sets.reduce((a, s) => a + f(s), 0);
+      const button = el("button", "details");
+      button.addEventListener("click", () => showPlugin(d));
+      const tr = row([d.name, d.kind,
+        `${sum((s) => s.pool.idle + s.pool.in_use)} / ${sum((s) => s.pool.idle)}`,
+        sum((s) => s.stats.calls.count),
+        sum((s) => s.stats.host_errors + s.stats.out_of_memory),
+        sum((s) => s.stats.traps), sum((s) => s.stats.timeouts),
+        fmt(sum((s) => s.stats.cpu_seconds), 3),
+        (sum((s) => s.stats.memory_bytes) / 1048576).toFixed(1) + " MiB", button]);
+      tr.dataset.plugin = d.name;
+      return tr;
+    }));
+  },
+
+  async edit() {},
+
+  async cluster() {
+    try {
+      const view = await api("/cluster");
+      $("cluster-note").textContent = `This node: ${view.this_node}; etcd revision ${view.etcd_revision}.`;
+      fill("cluster-table", (view.nodes || []).map((n) => row([n.node, n.listen, n.admin, n.version,
+        n.revision, n.healthy ? "yes" : "no", n.behind ? "yes" : "no", n.last_error || ""])));
+    } catch (e) {
+      if (e.status !== 404) throw e;
+      $("cluster-note").textContent = describe(e.body);
+      fill("cluster-table", []);
+    }
+  },
+};
+
+function renderFacts(status) {
+  const reload = status.reload || {};
+  const uptime = status.started_at_ms ? Math.round((Date.now() - status.started_at_ms) / 1000) : null;
+  const facts = [
+    ["version", status.version],
+    ["uptime", uptime === null ? "-" : `${Math.floor(uptime / 3600)}h ${Math.floor(uptime / 60) % 60}m ${uptime % 60}s`],
+    ["config", status.config && status.config.file ? status.config.file : "etcd, revision " + ((status.config || {}).revision ?? "-")],
+    ["generation", reload.generation],
+    ["last reload", reload.loaded_at_ms ? new Date(reload.loaded_at_ms).toLocaleString() : "-"],
+    ["last reload result", reload.last_error ? "rejected: " + reload.last_error : "applied"],
+    ["last admin change", status.last_change ? `${status.last_change.action}: ${status.last_change.outcome}` : "-"],
+  ];
+  $("facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", k), el("dd", v ?? "-")]));
+  $("node").textContent = `v${status.version}`;
+}
+
+function describeMatch(r) {
+  const parts = [];
+  const hosts = r.hosts || (r.host ? [r.host] : []);
+  if (hosts.length) parts.push("host " + hosts.join(", "));
+  const p = r.path || {};
+  if (p.exact) parts.push("path = " + p.exact);
+  if (p.prefix) parts.push("path " + p.prefix + "*");
+  if (p.regex) parts.push("path ~ " + p.regex);
+  if (r.methods && r.methods.length) parts.push(r.methods.join(","));
+  return parts.join("; ") || "everything";
+}
+
+function describeFilters(r, config) {
+  const global = (config.global_plugins || []).map((f) => f.plugin);
+  const own = (r.plugins || []).map((f) => f.plugin + (f.conf !== undefined && f.conf !== null ? " " + JSON.stringify(f.conf) : "") + (f.priority ? ` (priority ${f.priority})` : ""));
+  return [...global.map((g) => g + " (global)"), ...own].join(" → ") || "-";
+}
+
+function describeEndpoint(r) {
+  if (r.upstream) return "upstream " + r.upstream;
+  if (r.respond) return `respond ${r.respond.status ?? 200}`;
+  if (r.function) return `function ${r.function.plugin}`;
+  return "-";
+}
+
+function showPlugin(d) {
+  $("plugin-detail").hidden = false;
+  $("plugin-detail-title").textContent = d.name;
+  const crashes = d.instance_sets.map((s) => s.last_crash).filter(Boolean).sort((a, b) => b.at_ms - a.at_ms);
+  if (!crashes.length) {
+    $("plugin-crash").textContent = "none";
+  } else {
+    const c = crashes[0];
+    const frames = (c.report.frames || []).map((f) => `  at ${f.function}${f.file ? ` (${f.file}:${f.line ?? "?"})` : ""}`);
+    $("plugin-crash").textContent = [`${new Date(c.at_ms).toLocaleString()}: ${c.report.function} ${c.report.kind}: ${c.report.message}`, ...frames].join("\n");
+  }
+  $("profile-button").dataset.plugin = d.name;
+}
+
+async function takeProfile() {
+  const plugin = $("profile-button").dataset.plugin;
+  $("profile-status").textContent = "recording 3 s of live traffic…";
+  $("flamegraph").hidden = true;
+  try {
+    const svg = await api(`/profile?seconds=3&plugin=${encodeURIComponent(plugin)}`, { method: "POST" });
+    const image = $("flamegraph");
+    if (image.src) URL.revokeObjectURL(image.src);
+    image.src = URL.createObjectURL(svg instanceof Blob ? svg : new Blob([svg], { type: "image/svg+xml" }));
+    image.hidden = false;
+    $("profile-status").textContent = "done";
+  } catch (e) {
+    $("profile-status").textContent = e.message;
+  }
+}
+
+// An SVG line chart of `series` (one array of numbers or nulls per route).
+function chart(id, samples, series) {
+  const svg = $(id);
+  const ns = "http://www.w3.org/2000/svg";
+  const [w, h, left, bottom] = [600, 200, 40, 20];
+  const values = series.flat().filter((v) => v !== null);
+  const max = Math.max(1e-9, ...values) * 1.1;
+  const n = Math.max(2, samples.length);
+  const x = (i) => left + (i / (n - 1)) * (w - left - 5);
+  const y = (v) => h - bottom - (v / max) * (h - bottom - 5);
+  const nodes = [];
+  const axis = document.createElementNS(ns, "path");
+  axis.setAttribute("d", `M${left},5 V${h - bottom} H${w - 5}`);
+  axis.setAttribute("class", "axis");
+  nodes.push(axis);
+  for (const v of [max / 1.1, max / 2.2]) {
+    const label = document.createElementNS(ns, "text");
+    label.setAttribute("x", 2);
+    label.setAttribute("y", y(v) + 4);
+    label.textContent = fmt(v, v < 10 ? 2 : 0);
+    nodes.push(label);
+  }
+  const span = samples.length > 1 ? Math.round((samples[samples.length - 1].at_ms - samples[0].at_ms) / 1000) : 0;
+  const caption = document.createElementNS(ns, "text");
+  caption.setAttribute("x", left);
+  caption.setAttribute("y", h - 4);
+  caption.textContent = `last ${span} s`;
+  nodes.push(caption);
+  series.forEach((points, k) => {
+    let d = "";
+    points.forEach((v, i) => {
+      if (v === null) return;
+      d += (d ? " L" : "M") + x(i).toFixed(1) + "," + y(v).toFixed(1);
+    });
+    if (!d) return;
+    const line = document.createElementNS(ns, "path");
+    line.setAttribute("d", d);
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", COLOURS[k % COLOURS.length]);
+    line.setAttribute("stroke-width", "1.5");
+    nodes.push(line);
+  });
+  svg.replaceChildren(...nodes);
+}
+
+// --- editing ---------------------------------------------------------------
+
+function editPath() {
+  const name = $("edit-name").value.trim();
+  if (!name) throw new Error("a name is needed");
+  return `/${$("edit-kind").value}/${encodeURIComponent(name)}`;
+}
+
+async function editAction(action) {
+  $("edit-error").textContent = "";
+  $("edit-result").textContent = "";
+  try {
+    const path = editPath();
+    if (action === "load") {
+      const entry = await api(path);
+      $("edit-body").value = JSON.stringify(entry, null, 2);
+      return;
+    }
+    let result;
+    if (action === "delete") {
+      result = await api(path, { method: "DELETE" });
+    } else {
+      const text = $("edit-body").value;
+      const json = text.trim().startsWith("{");
+      result = await api(path, { method: "PUT", body: text, headers: { "Content-Type": json ? "application/json" : "application/yaml" } });
+    }
+    $("edit-result").textContent = `applied (generation ${result.generation ?? "-"}${result.revision ? ", etcd revision " + result.revision : ""})`;
+  } catch (e) {
+    $("edit-error").textContent = e.message;
+  }
+}
+
+// --- navigation and the token ----------------------------------------------
+
+function showLogin(message) {
+  stop();
+  for (const p of document.querySelectorAll(".page")) p.hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = message || "";
+  $("token").focus();
+}
+
+function stop() {
+  if (timer) clearTimeout(timer);
+  timer = null;
+}
+
+async function show() {
+  stop();
+  const page = (location.hash || "#overview").slice(1);
+  const render = pages[page] || pages.overview;
+  $("login").hidden = true;
+  for (const p of document.querySelectorAll(".page")) p.hidden = p.id !== "page-" + page;
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === page);
+  $("logout").hidden = !sessionStorage.getItem(TOKEN_KEY);
+  const tick = async () => {
+    try {
+      await render();
+      showError("");
+      document.body.dataset.loaded = page;
+    } catch (e) {
+      if (e.status === 401) return;
+      showError(e.message);
+    }
+    // The overview is live; the other pages refresh when opened (and the
+    // plugin table every few seconds), so that an open page costs little.
+    if (page === "overview" || page === "plugins") timer = setTimeout(tick, page === "overview" ? POLL_MS : 3 * POLL_MS);
+  };
+  await tick();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token").value);
+    $("token").value = "";
+    show();
+  });
+  $("logout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin("");
+  });
+  $("edit-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    editAction("apply");
+  });
+  $("edit-load").addEventListener("click", () => editAction("load"));
+  $("edit-delete").addEventListener("click", () => editAction("delete"));
+  $("profile-button").addEventListener("click", takeProfile);
+  window.addEventListener("hashchange", show);
+  show();
+});

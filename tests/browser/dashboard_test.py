@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""The web dashboard (docs/dashboard.md) in a real browser: Debian's Chromium,
+driven by Playwright for Python, against real `wasmgate run` processes with
+real traffic through a real upstream. Run by `make test`.
+
+Checks: every page loads; the overview's request counts are the ones
+/metrics reports; a route named `<script>...` shows as text and runs nothing;
+a route added through the edit form is served by the gateway; an invalid
+change shows the gateway's reason next to the editor and changes nothing; a
+plugin's last crash shows its stack; a CPU profile's flame graph appears in
+the page; with an admin token, the page asks for it, refuses a wrong one and
+works with the right one.
+
+DASHBOARD_SCREENSHOTS=docs/img saves docs/img/dashboard-*.png (the
+screenshots of docs/dashboard.md); otherwise they go to a temporary directory.
+"""
+
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WASMGATE = os.path.join(ROOT, "target/release/wasmgate")
+WASM = os.path.join(ROOT, "target/wasm")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SHOTS = os.environ.get("DASHBOARD_SCREENSHOTS") or tempfile.mkdtemp(prefix="wasmgate-dashboard-")
+XSS_ROUTE = "<script>alert('x')</script>"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Upstream(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"hello from upstream"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def start_upstream():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class Gateway:
+    """A `wasmgate run` on free ports with `config` (listen/admin added)."""
+
+    def __init__(self, config):
+        self.port, self.admin = free_port(), free_port()
+        self.dir = tempfile.mkdtemp(prefix="wasmgate-dashboard-gw-")
+        path = os.path.join(self.dir, "wasmgate.yaml")
+        with open(path, "w") as f:
+            f.write(f'listen: "127.0.0.1:{self.port}"\nadmin: "127.0.0.1:{self.admin}"\n{config}')
+        self.log = open(os.path.join(self.dir, "gateway.log"), "w")
+        self.proc = subprocess.Popen([WASMGATE, "run", "-c", path, "--no-watch"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while True:
+            try:
+                urllib.request.urlopen(self.admin_url("/healthz"), timeout=1)
+                break
+            except OSError:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("the gateway did not start:\n" + self.read_log())
+                time.sleep(0.05)
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def admin_url(self, path):
+        return f"http://127.0.0.1:{self.admin}{path}"
+
+    def get(self, path, method="GET", headers=None):
+        request = urllib.request.Request(self.url(path), method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def admin_get(self, path, headers=None):
+        request = urllib.request.Request(self.admin_url(path), headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def read_log(self):
+        with open(self.log.name) as f:
+            return f.read()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.log.close()
+
+
+def route_requests(gateway, route):
+    """The route's requests as /metrics counts them."""
+    _, text = gateway.admin_get("/metrics")
+    total = 0
+    for line in text.splitlines():
+        if line.startswith("wasmgate_route_requests_total{") and f'route="{route}"' in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+class DashboardTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.playwright = sync_playwright().start()
+        cls.browser = cls.playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        cls.upstream = start_upstream()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.browser.close()
+        cls.playwright.stop()
+        cls.upstream.shutdown()
+
+    def new_page(self):
+        page = self.browser.new_page(viewport={"width": 1280, "height": 900})
+        self.dialogs = []
+        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        # Uncaught exceptions in the page's script. (Console errors are not
+        # used: the browser logs every 4xx answer there, and some are the
+        # point of a test.)
+        self.page_errors = []
+        page.on("pageerror", lambda e: self.page_errors.append(str(e)))
+        return page
+
+    def open(self, page, gateway, name):
+        page.goto(gateway.admin_url(f"/#{name}"))
+        page.wait_for_selector(f'body[data-loaded="{name}"]', timeout=10000)
+
+    def test_pages_edit_errors_crash_and_profile(self):
+        gw = Gateway(f"""
+admin_writes: true
+upstreams:
+  - {{name: backend, nodes: [{{address: "127.0.0.1:{self.upstream.server_port}"}}]}}
+plugins:
+  - {{name: tag, wasm: "{WASM}/add_header.wasm"}}
+  - {{name: faults, wasm: "{WASM}/faults.wasm"}}
+routes:
+  - {{name: api, path: {{prefix: /api}}, plugins: [{{plugin: tag, conf: dashboard}}], upstream: backend}}
+  - {{name: "{XSS_ROUTE}", path: {{prefix: /xss}}, respond: {{status: 200, body: x}}}}
+  - {{name: functions, path: {{prefix: /f/}}, function: {{plugin: faults}}}}
+""")
+        try:
+            for _ in range(30):
+                self.assertEqual(gw.get("/api"), (200, "hello from upstream"))
+            for _ in range(3):
+                gw.get("/xss")
+            status, _ = gw.get("/f/trap", method="POST")
+            self.assertEqual(status, 500)
+            page = self.new_page()
+
+            # Overview, with traffic flowing: the live chart shows it.
+            self.open(page, gw, "overview")
+            stop = threading.Event()
+
+            def traffic():
+                while not stop.is_set():
+                    gw.get("/api")
+                    time.sleep(0.005)
+            load = threading.Thread(target=traffic)
+            load.start()
+            try:
+                # A chart line above zero: its top label (the scale) > 0.
+                page.wait_for_function(
+                    "() => [...document.querySelectorAll('#chart-rps text')]"
+                    ".some(t => parseFloat(t.textContent) > 0)", timeout=15000)
+                page.wait_for_function(
+                    "() => document.getElementById('chart-p50').querySelectorAll('path[stroke]').length >= 1")
+            finally:
+                stop.set()
+                load.join()
+            # Once traffic stops, the counts shown are /metrics' counts.
+            expected = route_requests(gw, "api")
+            self.assertGreater(expected, 30)
+            page.wait_for_function(
+                "n => { const r = document.querySelector('#route-totals tr[data-route=\"api\"]');"
+                " return r && r.children[1].textContent === String(n); }", arg=expected, timeout=10000)
+            api_row = page.locator('#route-totals tr[data-route="api"] td')
+            self.assertEqual(int(api_row.nth(2).text_content()), expected)  # all 2xx
+            functions_5xx = page.locator('#route-totals tr[data-route="functions"] td').nth(4)
+            self.assertEqual(functions_5xx.text_content(), "1")
+            self.assertIn("generation", page.locator("#facts").text_content())
+            # The <script> route: shown as its characters, nothing ran.
+            xss = page.locator("#route-totals tr td").filter(has_text="alert")
+            self.assertEqual(xss.first.text_content(), XSS_ROUTE)
+            self.assertEqual(page.evaluate("document.scripts.length"), 1)
+            self.assertEqual(self.dialogs, [])
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-overview.png"), full_page=True)
+
+            # Routes and upstreams.
+            self.open(page, gw, "routes")
+            api = page.locator('#routes-table tr[data-route="api"]').text_content()
+            self.assertIn("tag \"dashboard\"", api)
+            self.assertIn("upstream backend", api)
+            upstream_row = page.locator("#upstreams-table tbody tr").first.text_content()
+            self.assertIn(f"127.0.0.1:{self.upstream.server_port}", upstream_row)
+            self.assertEqual(page.locator('#routes-table td', has_text="alert").first.text_content(), XSS_ROUTE)
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-routes.png"), full_page=True)
+
+            # Plugins: the crash's stack, then a profile of live traffic.
+            self.open(page, gw, "plugins")
+            faults = page.locator('#plugins-table tr[data-plugin="faults"] td')
+            self.assertEqual(faults.nth(5).text_content(), "1")  # traps
+            faults.last.locator("button").click()
+            crash = page.locator("#plugin-crash").text_content()
+            self.assertIn("trap", crash)
+            self.assertIn("explode_on_purpose", crash)
+            self.assertRegex(crash, r"\.rs:\d+")
+            page.locator('#plugins-table tr[data-plugin="tag"] button').click()
+            stop = threading.Event()
+
+            def traffic():
+                while not stop.is_set():
+                    gw.get("/api")
+            load = threading.Thread(target=traffic)
+            load.start()
+            try:
+                page.click("#profile-button")
+                page.wait_for_selector("#flamegraph:not([hidden])", timeout=15000)
+                page.wait_for_function("() => document.getElementById('flamegraph').naturalWidth > 0")
+            finally:
+                stop.set()
+                load.join()
+            self.assertEqual(page.locator("#profile-status").text_content(), "done")
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-plugins.png"), full_page=True)
+
+            # Edit: a new route through the form, served at once.
+            self.open(page, gw, "edit")
+            page.select_option("#edit-kind", "routes")
+            page.fill("#edit-name", "added")
+            page.fill("#edit-body", json.dumps({"path": {"prefix": "/added"},
+                                                "respond": {"status": 200, "body": "from-dashboard"}}))
+            page.click("#edit-apply")
+            page.wait_for_function("() => document.getElementById('edit-result').textContent.startsWith('applied')")
+            self.assertEqual(gw.get("/added"), (200, "from-dashboard"))
+            # The same in YAML, through "Load current" and a change.
+            page.click("#edit-load")
+            page.wait_for_function("() => document.getElementById('edit-body').value.includes('from-dashboard')")
+            page.fill("#edit-body", "path: {prefix: /added}\nrespond: {status: 200, body: changed}\n")
+            page.click("#edit-apply")
+            page.wait_for_function("() => document.getElementById('edit-result').textContent.startsWith('applied')")
+            self.assertEqual(gw.get("/added"), (200, "changed"))
+            # An invalid change: the gateway's reason next to the editor,
+            # nothing applied.
+            page.fill("#edit-name", "broken")
+            page.fill("#edit-body", json.dumps({"path": {"prefix": "/broken"}, "upstream": "nowhere"}))
+            page.click("#edit-apply")
+            page.wait_for_function("() => document.getElementById('edit-error').textContent.length > 0")
+            error = page.locator("#edit-error").text_content()
+            self.assertIn("rejected", error)
+            self.assertIn("nowhere", error)
+            self.assertEqual(page.locator("#edit-result").text_content(), "")
+            self.assertEqual(gw.get("/broken")[0], 404)
+            self.assertEqual(gw.get("/added"), (200, "changed"))
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-edit.png"), full_page=True)
+            # Delete.
+            page.fill("#edit-name", "added")
+            page.click("#edit-delete")
+            page.wait_for_function("() => document.getElementById('edit-result').textContent.startsWith('applied')")
+            self.assertEqual(gw.get("/added")[0], 404)
+
+            # Cluster: this node has none, and says so.
+            self.open(page, gw, "cluster")
+            self.assertIn("not part of a cluster", page.locator("#cluster-note").text_content())
+            self.assertEqual(self.dialogs, [])
+            self.assertEqual(self.page_errors, [])
+        finally:
+            gw.stop()
+
+    def test_a_token_is_asked_for_once_and_kept_out_of_urls(self):
+        token = "dashboard-test-token"
+        gw = Gateway(f"""
+admin_token: "{token}"
+routes:
+  - {{name: home, path: {{prefix: /}}, respond: {{status: 200, body: home}}}}
+""")
+        try:
+            # The API refuses requests without the token; the page itself loads.
+            self.assertEqual(gw.admin_get("/status")[0], 401)
+            page = self.new_page()
+            page.goto(gw.admin_url("/"))
+            page.wait_for_selector("#login:not([hidden])")
+            page.fill("#token", "wrong")
+            page.click("#login-form button")
+            page.wait_for_function("() => document.getElementById('login-error').textContent.includes('refused')")
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-login.png"))
+            page.fill("#token", token)
+            page.click("#login-form button")
+            page.wait_for_selector('body[data-loaded="overview"]')
+            self.assertNotIn(token, page.url)
+            self.assertEqual(page.evaluate("sessionStorage.getItem('wasmgate-admin-token')"), token)
+            # Another page of the same tab needs no new sign-in.
+            self.open(page, gw, "routes")
+            self.assertIn("home", page.locator("#routes-table").text_content())
+            # "Forget token" returns to the sign-in.
+            page.click("#logout")
+            page.wait_for_selector("#login:not([hidden])")
+            self.assertIsNone(page.evaluate("sessionStorage.getItem('wasmgate-admin-token')"))
+            # The token never reached the gateway's log.
+            self.assertNotIn(token, gw.read_log())
+            self.assertEqual(self.page_errors, [])
+        finally:
+            gw.stop()
+
+    def test_assets_carry_a_strict_policy(self):
+        gw = Gateway("routes: []\n")
+        try:
+            with urllib.request.urlopen(gw.admin_url("/"), timeout=5) as r:
+                policy = r.headers["content-security-policy"]
+                self.assertIn("script-src 'self'", policy)
+                self.assertIn("frame-ancestors 'none'", policy)
+                self.assertEqual(r.headers["x-content-type-options"], "nosniff")
+            # A foreign Host (DNS rebinding) gets no page either.
+            status, _ = gw.admin_get("/", headers={"Host": "evil.example"})
+            self.assertEqual(status, 403)
+        finally:
+            gw.stop()
+
+
+if __name__ == "__main__":
+    print(f"screenshots: {SHOTS}", file=sys.stderr)
+    unittest.main(verbosity=2)
