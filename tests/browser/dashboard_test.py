@@ -18,6 +18,7 @@ screenshots of docs/dashboard.md); otherwise they go to a temporary directory.
 import http.server
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -263,10 +264,13 @@ routes:
             # The same in YAML, through "Load current" and a change.
             page.click("#edit-load")
             page.wait_for_function("() => document.getElementById('edit-body').value.includes('from-dashboard')")
-            page.fill("#edit-body", "path: {prefix: /added}\nrespond: {status: 200, body: changed}\n")
+            changed = "path: {prefix: /added}\nrespond: {status: 200, body: changed}\n"
+            page.locator("#edit-body").clear()
+            page.fill("#edit-body", changed)
+            self.assertEqual(page.input_value("#edit-body"), changed)
             page.click("#edit-apply")
             page.wait_for_function("() => document.getElementById('edit-result').textContent.startsWith('applied')")
-            self.assertEqual(gw.get("/added"), (200, "changed"))
+            self.assertEqual(gw.get("/added"), (200, "changed"), page.locator("#edit-result").text_content())
             # An invalid change: the gateway's reason next to the editor,
             # nothing applied.
             page.fill("#edit-name", "broken")
@@ -328,6 +332,50 @@ routes:
             self.assertEqual(self.page_errors, [])
         finally:
             gw.stop()
+
+    def test_the_cluster_page_lists_the_nodes_and_their_revisions(self):
+        etcd_dir = tempfile.mkdtemp(prefix="wasmgate-dashboard-etcd-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        client, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+        etcd = subprocess.Popen(["etcd", "--name", "ui", "--data-dir", etcd_dir, "--listen-client-urls", client,
+                                 "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                                 "--initial-advertise-peer-urls", peer, "--initial-cluster", f"ui={peer}",
+                                 "--log-level", "error", "--logger", "zap"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        nodes = []
+        try:
+            deadline = time.time() + 20
+            while True:
+                try:
+                    urllib.request.urlopen(client + "/health", timeout=1)
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.1)
+            pushed = os.path.join(etcd_dir, "cluster.yaml")
+            with open(pushed, "w") as f:
+                f.write("routes:\n  - {name: home, path: {prefix: /}, respond: {status: 200, body: home}}\n")
+            subprocess.run([WASMGATE, "config", "push", "-c", pushed, "--etcd", client], check=True,
+                           stdout=subprocess.DEVNULL)
+            for name in ("node-a", "node-b"):
+                nodes.append(Gateway(f'config: {{etcd: ["{client}"], node_name: {name}}}\n'))
+            page = self.new_page()
+            page.goto(nodes[0].admin_url("/#cluster"))
+            page.wait_for_function("() => document.querySelectorAll('#cluster-table tbody tr').length === 2",
+                                   timeout=15000)
+            table = page.locator("#cluster-table").text_content()
+            self.assertIn("node-a", table)
+            self.assertIn("node-b", table)
+            revision = json.loads(nodes[0].admin_get("/cluster")[1])["nodes"][0]["revision"]
+            self.assertIn(str(revision), page.locator("#cluster-table tbody tr").first.text_content())
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-cluster.png"))
+            self.assertEqual(self.page_errors, [])
+        finally:
+            for node in nodes:
+                node.stop()
+            etcd.terminate()
+            etcd.wait(10)
+            shutil.rmtree(etcd_dir, ignore_errors=True)
 
     def test_assets_carry_a_strict_policy(self):
         gw = Gateway("routes: []\n")
