@@ -26,11 +26,13 @@ use crate::config::{
     conf_bytes, ConfigError, ConfigErrors, FilterRef, FixedResponse, GatewayConfig, PluginConfig,
     PluginKind,
 };
-use crate::router::RouteMatcher;
+use crate::router::{RouteIndex, RouteMatcher};
 use crate::upstream::{OutboundBody, RequestHead, Upstream};
 
 pub struct Gateway {
     pub(crate) routes: Vec<Route>,
+    /// Finds a request's route without walking `routes`.
+    pub(crate) route_index: RouteIndex,
     pub(crate) upstreams: Arc<HashMap<String, Arc<Upstream>>>,
     pub(crate) config: GatewayConfig,
     /// What each declared plugin turned out to be, e.g. `proxy-wasm 0.2.1`.
@@ -40,6 +42,12 @@ pub struct Gateway {
     /// Host functions a plugin imports that wasmgate does not implement
     /// (calls to them fail), by plugin: what `wasmgate check` warns about.
     pub unimplemented_imports: Vec<(String, Vec<String>)>,
+}
+
+impl AsRef<RouteMatcher> for Route {
+    fn as_ref(&self) -> &RouteMatcher {
+        &self.matcher
+    }
 }
 
 pub(crate) struct Route {
@@ -292,6 +300,7 @@ impl Gateway {
         }
         if errors.is_empty() {
             Ok(Gateway {
+                route_index: RouteIndex::new(routes.iter().map(|r| &r.matcher)),
                 routes,
                 upstreams,
                 config,

@@ -49,10 +49,16 @@ impl Handler for Gateway {
             Duration::from_millis(self.config.limits.body_read_timeout_ms),
         );
         let host = crate::router::request_host(&parts.uri, &parts.headers).to_string();
-        let route = self.routes.iter().find(|r| {
-            r.matcher
-                .matches(&host, parts.uri.path(), &parts.method, &parts.headers)
-        });
+        let route = self
+            .route_index
+            .find(
+                &self.routes,
+                &host,
+                parts.uri.path(),
+                &parts.method,
+                &parts.headers,
+            )
+            .map(|i| &self.routes[i]);
         let Some(route) = route else {
             return body_response(error_response::simple(
                 StatusCode::NOT_FOUND,
