@@ -6,49 +6,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use common::{plugin, wasmgate};
+use common::plugin;
+use common::reference::run_both;
 use serde_json::Value;
-
-fn reference_binary() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../reference/extism-ref/target/release/extism-ref");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make reference` first",
-        path.display()
-    );
-    path
-}
-
-/// One JSON result line per call from each runtime.
-fn run_both(plugin_path: &str, function: &str, flags: &[&str]) -> (Vec<Value>, Vec<Value>) {
-    let parse = |out: std::process::Output, who: &str| -> Vec<Value> {
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{who} failed: {stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
-    let ours = wasmgate()
-        .args(["call", plugin_path, function, "--json"])
-        .args(flags)
-        .output()
-        .unwrap();
-    let theirs = Command::new(reference_binary())
-        .args(["call", plugin_path, function])
-        .args(flags)
-        .output()
-        .unwrap();
-    (parse(ours, "wasmgate"), parse(theirs, "extism-ref"))
-}
 
 /// The reference's error, classified like wasmgate's `kind`. The SDK shows
 /// host-function failures and traps alike ("error while executing at wasm

@@ -688,41 +688,8 @@ fn call_both(
     function: &str,
     flags: &[&str],
 ) -> Vec<(serde_json::Value, serde_json::Value)> {
-    let reference = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../reference/extism-ref/target/release/extism-ref");
-    assert!(
-        reference.exists(),
-        "{} is missing: run `make reference` first",
-        reference.display()
-    );
     let path = plugin(module);
-    let lines = |out: std::process::Output, who: &str| -> Vec<serde_json::Value> {
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{who}: {stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
-    let ours = wasmgate()
-        .arg("call")
-        .arg(&path)
-        .args([function, "--json"])
-        .args(flags)
-        .output()
-        .unwrap();
-    let theirs = std::process::Command::new(reference)
-        .arg("call")
-        .arg(&path)
-        .arg(function)
-        .args(flags)
-        .output()
-        .unwrap();
-    let (ours, theirs) = (lines(ours, "wasmgate"), lines(theirs, "extism-ref"));
+    let (ours, theirs) = common::reference::run_both(path.to_str().unwrap(), function, flags);
     assert_eq!(ours.len(), theirs.len());
     ours.into_iter().zip(theirs).collect()
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod gateway;
+pub mod reference;
 pub mod upstream;
 
 use std::path::PathBuf;
