@@ -40,6 +40,9 @@ command -v openssl >/dev/null || test_pkgs+=(openssl)
 command -v etcd >/dev/null || test_pkgs+=(etcd-server)
 command -v etcdctl >/dev/null || test_pkgs+=(etcd-client)
 command -v protoc >/dev/null || test_pkgs+=(protobuf-compiler)
+# etcd's protos import protobuf's own (google/protobuf/descriptor.proto, ...),
+# which Debian ships in libprotobuf-dev, not with protoc itself.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || test_pkgs+=(libprotobuf-dev)
 # Chromium for the dashboard's browser tests (tests/browser/, docs/dashboard.md),
 # driven by Playwright for Python (installed below, pinned), which uses this
 # Chromium instead of downloading its own browser.

@@ -261,7 +261,11 @@ routes:
             page.click("#edit-apply")
             page.wait_for_function("() => document.getElementById('edit-result').textContent.startsWith('applied')")
             self.assertEqual(gw.get("/added"), (200, "from-dashboard"))
-            # The same in YAML, through "Load current" and a change.
+            # The same in YAML, through "Load current" and a change. The
+            # editor is emptied first: it still holds the JSON typed above,
+            # and a wait on text it already shows would not wait for the
+            # load, whose late answer could then overwrite the change.
+            page.locator("#edit-body").clear()
             page.click("#edit-load")
             page.wait_for_function("() => document.getElementById('edit-body').value.includes('from-dashboard')")
             changed = "path: {prefix: /added}\nrespond: {status: 200, body: changed}\n"

@@ -1,9 +1,10 @@
 //! The engine: compiler settings, the instance allocator and the epoch ticker.
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -67,6 +68,14 @@ struct RuntimeInner {
     /// reload). See [`Runtime::forget_modules_unused_since`].
     loaded: Mutex<HashMap<[u8; 32], (Module, u64)>>,
     load_stamp: AtomicU64,
+    /// Hashes of the bytes being loaded right now, and the condition their
+    /// loaders signal when done. A gateway loads its plugins in parallel and
+    /// several plugins often name one file; without this each of them read,
+    /// verified and deserialized it (and later built its memory image) at
+    /// the same time: 20 plugins on 4 files did the work of 20
+    /// (docs/benchmarks.md, "Scale").
+    loading: Mutex<HashSet<[u8; 32]>>,
+    load_done: Condvar,
 }
 
 impl Runtime {
@@ -85,6 +94,8 @@ impl Runtime {
                 pooling,
                 loaded: Mutex::new(HashMap::new()),
                 load_stamp: AtomicU64::new(0),
+                loading: Mutex::new(HashSet::new()),
+                load_done: Condvar::new(),
             }),
         })
     }
@@ -159,6 +170,10 @@ impl Runtime {
         if let Some(module) = self.loaded_module(&key) {
             return Ok((module, key));
         }
+        let _turn = self.load_turn(key);
+        if let Some(module) = self.loaded_module(&key) {
+            return Ok((module, key)); // another thread loaded it meanwhile
+        }
         // New bytes. Hash what is compiled, not what was hashed above: the
         // file may have been replaced in between.
         let bytes = std::fs::read(path).map_err(cannot_read)?;
@@ -170,12 +185,22 @@ impl Runtime {
             _ => std::borrow::Cow::Borrowed(&bytes[..]),
         };
         let module = self
-            .load_module_keyed(&binary, key)
+            .load_new(&binary, key)
             .with_context(|| path.display().to_string())?;
         Ok((module, key))
     }
 
     fn load_module_keyed(&self, bytes: &[u8], key: [u8; 32]) -> Result<Module> {
+        if let Some(module) = self.loaded_module(&key) {
+            return Ok(module);
+        }
+        let _turn = self.load_turn(key);
+        self.load_new(bytes, key)
+    }
+
+    /// Compiles or deserializes `bytes` unless a module with `key` is
+    /// loaded by now, and keeps it.
+    fn load_new(&self, bytes: &[u8], key: [u8; 32]) -> Result<Module> {
         if let Some(module) = self.loaded_module(&key) {
             return Ok(module);
         }
@@ -187,6 +212,22 @@ impl Runtime {
             .unwrap()
             .insert(key, (module.clone(), stamp));
         Ok(module)
+    }
+
+    /// Waits until no other thread is loading the bytes with hash `key`,
+    /// then claims them until the returned turn is dropped. The caller
+    /// checks `loaded` again: the previous holder usually left the module
+    /// there (if it failed, this caller tries, and reports its own error).
+    fn load_turn(&self, key: [u8; 32]) -> LoadTurn<'_> {
+        let mut loading = self.inner.loading.lock().unwrap();
+        while loading.contains(&key) {
+            loading = self.inner.load_done.wait(loading).unwrap();
+        }
+        loading.insert(key);
+        LoadTurn {
+            inner: &self.inner,
+            key,
+        }
     }
 
     /// The module loaded before from bytes with this hash, marked as used now.
@@ -245,6 +286,21 @@ impl Runtime {
         self.engine()
             .precompile_module(bytes)
             .map_err(explain_compile_error)
+    }
+}
+
+/// A claim on loading one module's bytes; see [`Runtime::load_turn`].
+struct LoadTurn<'a> {
+    inner: &'a RuntimeInner,
+    key: [u8; 32],
+}
+
+impl Drop for LoadTurn<'_> {
+    fn drop(&mut self) {
+        // Also on an error or a panic, so that waiters never hang.
+        let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
+        loading.remove(&self.key);
+        self.inner.load_done.notify_all();
     }
 }
 
@@ -463,5 +519,40 @@ mod tests {
         std::fs::write(&path, "(module\n  (func (export \"f\"))\n  bad)").unwrap();
         let err = format!("{:#}", runtime.load_module_file(&path).unwrap_err());
         assert!(err.contains(&format!("{}:3:", path.display())), "{err}");
+    }
+
+    /// Plugins of one configuration load in parallel; those naming the same
+    /// file must share one load (one `Module`, one memory image), not race
+    /// to make one each.
+    #[test]
+    fn parallel_loads_of_one_file_share_one_module() {
+        let runtime = Runtime::new(RuntimeConfig {
+            pooling: false,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.wat");
+        // Enough functions that compiling takes a while, so the threads overlap.
+        let funcs: String = (0..400)
+            .map(|i| format!("(func (export \"f{i}\") (param i32) (result i32) local.get 0 i32.const {i} i32.add)"))
+            .collect();
+        std::fs::write(&path, format!("(module {funcs})")).unwrap();
+        let start = std::sync::Barrier::new(8);
+        let modules: Vec<Module> = std::thread::scope(|scope| {
+            let loads: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        runtime.load_module_file(&path).unwrap().0
+                    })
+                })
+                .collect();
+            loads.into_iter().map(|l| l.join().unwrap()).collect()
+        });
+        for module in &modules[1..] {
+            assert!(Module::same(&modules[0], module));
+        }
+        assert!(runtime.inner.loading.lock().unwrap().is_empty());
     }
 }
