@@ -159,9 +159,14 @@ class Slow(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class SlowServer(http.server.ThreadingHTTPServer):
+    # The class attribute is what listen() uses (the default backlog of 5
+    # refused some of 1,000 connections arriving at once).
+    request_queue_size = 2048
+
+
 def instances(count=1000):
-    slow = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    slow.request_queue_size = 2048
+    slow = SlowServer(("127.0.0.1", 0), Slow)
     threading.Thread(target=slow.serve_forever, daemon=True).start()
     port = free_port()
     server = subprocess.Popen([WASMGATE, "serve", f"{WASM}/c_hello.wasm", "fetch", "--port", str(port),
@@ -197,6 +202,9 @@ def instances(count=1000):
         for t in threads:
             t.join()
         ok = sum(1 for a in answers if a == b"ok")
+        failures = sorted({repr(a)[:200] for a in answers if a != b"ok"})
+        if failures:
+            print("failed calls:", failures, file=sys.stderr)
         time.sleep(2)
         after = rss_mb(server.pid)
         return {"instances": count, "answers_ok": ok, "idle_rss_mb": idle, "rss_mb_with_all_alive": peak,
@@ -207,14 +215,72 @@ def instances(count=1000):
         slow.shutdown()
 
 
+def plot(result):
+    """docs/img/scale.png: req/s and CPU per request by route count, RSS with
+    1,000 live instances, start-up times (whichever parts the result holds)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)", file=sys.stderr)
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    if "routes" in result:
+        summary = result["routes"]["summary"]
+        counts = [k for k in summary if k != "memory_per_route_kb"]
+        ax = axes[0]
+        ax.bar(range(len(counts)), [summary[c]["rps"] for c in counts], color="#3a7")
+        ax.set_xticks(range(len(counts)), [f"{int(c):,} routes" for c in counts])
+        ax.set_ylabel("req/s (higher is better)")
+        for i, c in enumerate(counts):
+            ax.annotate(f"{summary[c]['rps_vs_1_route']:.2f}x\n{summary[c]['cpu_us_per_request']:.1f} µs/req",
+                        (i, summary[c]["rps"]), ha="center", va="bottom", fontsize=8)
+        ax.set_ylim(0, max(summary[c]["rps"] for c in counts) * 1.3)
+        ax.set_title("matching the last route, one worker", fontsize=9)
+    if "instances" in result:
+        inst = result["instances"]
+        ax = axes[1]
+        bars = [inst["idle_rss_mb"], inst["rss_mb_with_all_alive"], inst["rss_mb_after"]]
+        ax.bar(range(3), bars, color=["#999", "#c44", "#44c"])
+        ax.axhline(200, color="k", linestyle="--", linewidth=1)
+        ax.set_xticks(range(3), ["idle", f"{inst['instances']:,} alive", "after"])
+        ax.set_ylabel("RSS, MB (dashed: the 200 MB target)")
+        for i, v in enumerate(bars):
+            ax.annotate(f"{v:.0f}", (i, v), ha="center", va="bottom", fontsize=8)
+        ax.set_title("serve c_hello: live pooled instances", fontsize=9)
+    if "startup" in result:
+        ax = axes[2]
+        ms = result["startup"]["ms"]
+        ax.bar(range(len(ms)), ms, color="#44c")
+        ax.axhline(200, color="k", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(ms)), [f"start {i + 1}" for i in range(len(ms))], fontsize=8)
+        ax.set_ylabel("ms to the first answer (dashed: target)")
+        ax.set_title(f"run with {result['startup']['plugins']} plugins, warm cache", fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.join(ROOT, "docs", "img"), exist_ok=True)
+    fig.savefig(os.path.join(ROOT, "docs", "img", "scale.png"), dpi=110)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=4)
     ap.add_argument("--only", choices=["routes", "startup", "instances"])
+    ap.add_argument("--plot-only", action="store_true",
+                    help="only draw docs/img/scale.png from bench/results/scale.json")
     args = ap.parse_args()
+    out = os.path.join(ROOT, "bench/results/scale.json")
+    if args.plot_only:
+        with open(out) as f:
+            plot(json.load(f))
+        return
     tmp = tempfile.mkdtemp(prefix="wasmgate-scale-")
     result = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+    if args.only and os.path.exists(out):
+        # One part re-run: keep the others' last figures.
+        with open(out) as f:
+            result = dict(json.load(f), **result)
     if args.only in (None, "routes"):
         result["routes"] = routes(tmp, args.rounds, args.seconds)
     if args.only in (None, "startup"):
@@ -222,8 +288,9 @@ def main():
     if args.only in (None, "instances"):
         result["instances"] = instances()
     os.makedirs(os.path.join(ROOT, "bench/results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench/results/scale.json"), "w") as f:
+    with open(out, "w") as f:
         json.dump(result, f, indent=1)
+    plot(result)
     shown = dict(result)
     if "routes" in shown:
         shown["routes"] = shown["routes"]["summary"]
