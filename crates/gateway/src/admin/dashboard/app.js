@@ -341,7 +341,11 @@ async function editAction(action) {
   try {
     const path = editPath();
     if (action === "load") {
+      // Typing while the answer is on its way wins: a late answer does not
+      // replace what the operator wrote meanwhile.
+      const before = $("edit-body").value;
       const entry = await api(path);
+      if ($("edit-body").value !== before) throw new Error("the editor changed while loading; it was left as it is");
       $("edit-body").value = JSON.stringify(entry, null, 2);
       return;
     }
