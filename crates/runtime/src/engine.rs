@@ -170,6 +170,8 @@ impl Runtime {
         if let Some(module) = self.loaded_module(&key) {
             return Ok((module, key));
         }
+        // Claimed under the streamed hash: if the file is replaced before it
+        // is read below, two loaders may compile it, which is only waste.
         let _turn = self.load_turn(key);
         if let Some(module) = self.loaded_module(&key) {
             return Ok((module, key)); // another thread loaded it meanwhile
@@ -453,13 +455,19 @@ mod tests {
         assert!(Runtime::new(RuntimeConfig::default()).unwrap().pooling());
     }
 
-    #[test]
-    fn rejects_files_that_are_not_wasm() {
-        let runtime = Runtime::new(RuntimeConfig {
+    /// A runtime without the pooling allocator: these tests load modules and
+    /// need no instance slots reserved.
+    fn unpooled_runtime() -> Runtime {
+        Runtime::new(RuntimeConfig {
             pooling: false,
             ..RuntimeConfig::default()
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn rejects_files_that_are_not_wasm() {
+        let runtime = unpooled_runtime();
         let err = runtime.load_module(b"PK\x03\x04 a zip file").unwrap_err();
         assert!(
             err.to_string().contains("not a WebAssembly module"),
@@ -478,11 +486,7 @@ mod tests {
     #[test]
     fn a_file_loaded_again_gives_the_same_module_and_its_hash() {
         use sha2::{Digest, Sha256};
-        let runtime = Runtime::new(RuntimeConfig {
-            pooling: false,
-            ..RuntimeConfig::default()
-        })
-        .unwrap();
+        let runtime = unpooled_runtime();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.wasm");
         // Bigger than the hashing chunk, so the file is hashed in pieces.
@@ -526,11 +530,7 @@ mod tests {
     /// to make one each.
     #[test]
     fn parallel_loads_of_one_file_share_one_module() {
-        let runtime = Runtime::new(RuntimeConfig {
-            pooling: false,
-            ..RuntimeConfig::default()
-        })
-        .unwrap();
+        let runtime = unpooled_runtime();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.wat");
         // Enough functions that compiling takes a while, so the threads overlap.
