@@ -507,6 +507,11 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    // Most requests carry none of them: one look at the names present is
+    // cheaper than hashing seven names to remove.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -536,7 +541,7 @@ fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &st
     if accepts_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
-    let client = peer.ip().to_string();
+    let client = ip_text(peer.ip());
     let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(earlier) => format!("{earlier}, {client}"),
         None => client,
@@ -553,6 +558,29 @@ fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &st
         }
     }
     headers.append(header::VIA, HeaderValue::from_static(VIA));
+}
+
+/// The client's address as text. IPv4, the common case, is written
+/// directly: through `Display` it took 1.3 k instructions, a tenth of the
+/// proxy's own work per request (bench/instructions.py).
+fn ip_text(ip: std::net::IpAddr) -> String {
+    let std::net::IpAddr::V4(v4) = ip else {
+        return ip.to_string();
+    };
+    let mut text = String::with_capacity(15);
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
 }
 
 fn prepare_downstream_headers(headers: &mut HeaderMap) {
@@ -713,6 +741,29 @@ async fn read_body(body: ClientBody, limit: usize) -> Result<Bytes, Response<Bod
                 "client_body",
                 format!("reading the request body failed: {e}"),
             )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_text_matches_display() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.0.100.9",
+            "192.168.1.255",
+            "255.255.255.255",
+            "1.20.200.99",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:10.0.0.1",
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_text(ip), ip.to_string());
         }
     }
 }
