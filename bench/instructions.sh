@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Instructions per request of every case of issue 15's table, counted by
+# callgrind (bench/instructions.py): the same number on a quiet or a busy
+# machine, so it can be run beside a build and compared across commits.
+# Usage: bench/instructions.sh [BINARY] [REQUESTS]
+# Output: bench/results/instructions.jsonl (one line per case), a table on stdout.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${1:-$root/target/release/wasmgate}" requests="${2:-2000}"
+cd "$root"
+command -v valgrind >/dev/null || { apt-get install -y valgrind || { apt-get update && apt-get install -y valgrind; }; }
+command -v nginx >/dev/null || { apt-get install -y nginx || { apt-get update && apt-get install -y nginx; }; }
+[ -x target/release/examples/native_hello ] || cargo build --release -p wasmgate-gateway --example native_hello
+
+tmp="$(mktemp -d /tmp/wasmgate-instr.XXXXXX)"
+upstream_pid=""
+trap '[ -n "$upstream_pid" ] && kill "$upstream_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+out=bench/results/instructions.jsonl
+mkdir -p bench/results
+: >"$out"
+
+# The upstream of the proxy cases: one nginx process, not counted.
+UP=18451
+mkdir -p "$tmp/nginx"
+cat >"$tmp/nginx/nginx.conf" <<EOF
+daemon off; master_process off; worker_processes 1;
+pid $tmp/nginx/nginx.pid; error_log $tmp/nginx/error.log warn;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000; client_body_temp_path $tmp/nginx/body;
+  proxy_temp_path $tmp/nginx/proxy; fastcgi_temp_path $tmp/nginx/f; uwsgi_temp_path $tmp/nginx/u;
+  scgi_temp_path $tmp/nginx/s;
+  server { listen 127.0.0.1:$UP; location / { return 200 "hello from upstream\n"; } } }
+EOF
+nginx -p "$tmp/nginx" -e "$tmp/nginx/error.log" -c "$tmp/nginx/nginx.conf" &
+upstream_pid=$!
+
+# The gateway of bench/gateway.sh (same plugins and confs), with the filters
+# also in front of `respond` routes: there only the gateway and its filters run.
+w="$root/target/wasm"
+cat >"$tmp/gateway.yaml" <<EOF
+listen: 127.0.0.1:{port}
+limits: {threads: 1}
+plugins:
+  - {name: add_header, wasm: $w/add_header.wasm}
+  - {name: go_add_header, wasm: $w/go_add_header.wasm}
+  - {name: add_header_2, wasm: $w/add_header.wasm}
+  - {name: fault_injection, wasm: $w/fault_injection.wasm}
+upstreams:
+  - {name: up, nodes: [{address: 127.0.0.1:$UP}]}
+routes:
+  - {name: proxy-none, path: {prefix: /proxy/none}, upstream: up}
+  - {name: proxy-rust, path: {prefix: /proxy/rust}, plugins: [{plugin: add_header, conf: bench}], upstream: up}
+  - {name: local-none, path: {prefix: /local/none}, respond: {status: 200, body: "hello world"}}
+  - {name: local-rust, path: {prefix: /local/rust}, plugins: [{plugin: add_header, conf: bench}], respond: {status: 200, body: "hello world"}}
+  - {name: local-go, path: {prefix: /local/go}, plugins: [{plugin: go_add_header, conf: bench}], respond: {status: 200, body: "hello world"}}
+  - name: local-chain
+    path: {prefix: /local/chain}
+    plugins:
+      - {plugin: add_header, conf: first}
+      - {plugin: go_add_header, conf: second}
+      - {plugin: add_header_2, conf: third}
+    respond: {status: 200, body: "hello world"}
+  - name: fault-wasm
+    path: {prefix: /fault}
+    plugins: [{plugin: fault_injection, conf: {body: "hello world", http_status: 200}}]
+    upstream: up # never reached: the filter answers
+EOF
+
+count() { # name, then instructions.py's options and command
+  python3 bench/instructions.py --requests "$requests" --components --json "$out" "$@" | grep -v "^sending"
+}
+for case in proxy/none proxy/rust local/none local/rust local/go local/chain fault; do
+  want="hello world"
+  case "$case" in proxy/*) want="hello from upstream" ;; esac
+  count "gateway $case" --path "/$case" --expect "$want" --config "$tmp/gateway.yaml" \
+    -- "$bin" run -c {config} --no-watch --log-level warn
+done
+# nginx as the proxy-path baseline: one process, the proxy config of bench/gateway.sh.
+mkdir -p "$tmp/proxy"
+cat >"$tmp/proxy.conf" <<EOF
+daemon off; master_process off; worker_processes 1;
+pid $tmp/proxy/nginx.pid; error_log $tmp/proxy/error.log warn;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000; client_body_temp_path $tmp/proxy/body;
+  proxy_temp_path $tmp/proxy/proxy; fastcgi_temp_path $tmp/proxy/f; uwsgi_temp_path $tmp/proxy/u;
+  scgi_temp_path $tmp/proxy/s;
+  upstream up { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 1000000; }
+  server { listen 127.0.0.1:{port}; location / { proxy_pass http://up; proxy_http_version 1.1;
+    proxy_set_header Connection ""; } } }
+EOF
+count "nginx proxy" --path / --expect "hello from upstream" --config "$tmp/proxy.conf" \
+  -- nginx -p "$tmp/proxy" -e "$tmp/proxy/error.log" -c {config}
+count "serve hello" --body "John Doe" --expect "Hello John Doe" \
+  -- "$bin" serve target/wasm/hello.wasm hello --threads 1 --port {port} --log-level warn
+count "native hello" --body "John Doe" --expect "Hello John Doe" \
+  -- target/release/examples/native_hello {port} 1
