@@ -54,6 +54,7 @@ COMPONENTS = [
     ("gateway (routing, chain, proxy)", r"wasmgate_gateway|wasmgate_cli"),
     ("hyper, http, httparse", r"hyper|\bhttp::|httparse|h2::"),
     ("tokio, mio", r"tokio|mio::"),
+    ("nginx", r"\[/usr/sbin/nginx\]"),
     ("libc, other", r""),
 ]
 
