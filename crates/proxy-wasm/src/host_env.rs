@@ -272,7 +272,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
     for (name, op) in [
         (
             "proxy_replace_header_map_value",
-            headers::replace as fn(&mut Pairs, &[u8], &[u8]),
+            headers::replace as fn(&mut Pairs, Vec<u8>, Vec<u8>),
         ),
         ("proxy_add_header_map_value", headers::add),
     ] {
@@ -288,7 +288,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
                   -> Result<i32> {
                 let key = read(&mut c, "header map edit", key_ptr, key_len)?;
                 let value = read(&mut c, "header map edit", value_ptr, value_len)?;
-                Ok(edit_map(&mut c, kind, |pairs| op(pairs, &key, &value)))
+                Ok(edit_map(&mut c, kind, |pairs| op(pairs, key, value)))
             },
         )?;
     }
