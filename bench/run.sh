@@ -14,3 +14,5 @@ ROUNDS=3 SECONDS=5 bench/gateway.sh
 bench/gateway_report.py
 ROUNDS=3 SECONDS=5 bench/db.sh
 bench/db_report.py
+bench/instructions.sh
+bench/instructions_report.py

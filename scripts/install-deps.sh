@@ -2,7 +2,7 @@
 # Everything a fresh machine needs beyond Rust (rustup) and Go: the pinned
 # toolchain's wasm targets, the Go modules of the plugins and the servers the
 # tests start (Redis, PostgreSQL). With `--bench` also the load generator and
-# nginx used by `make bench`.
+# nginx (and valgrind) used by `make bench`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 toolchain="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
@@ -76,7 +76,8 @@ python3 -c 'import playwright, importlib.metadata as m; assert m.version("playwr
 
 if [ "${1:-}" = "--bench" ]; then
   need=()
-  for tool in wrk nginx; do command -v "$tool" >/dev/null || need+=("$tool"); done
+  # valgrind: bench/instructions.sh counts instructions under callgrind.
+  for tool in wrk nginx valgrind; do command -v "$tool" >/dev/null || need+=("$tool"); done
   if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   fi
