@@ -19,18 +19,21 @@ out=bench/results/instructions.jsonl
 mkdir -p bench/results
 : >"$out"
 
+nginx_conf() { # directory (its conf is DIR/nginx.conf), the http block's own lines
+  mkdir -p "$1"
+  cat >"$1/nginx.conf" <<EOF
+daemon off; master_process off; worker_processes 1;
+pid $1/nginx.pid; error_log $1/error.log warn;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000; client_body_temp_path $1/body;
+  proxy_temp_path $1/proxy; fastcgi_temp_path $1/f; uwsgi_temp_path $1/u; scgi_temp_path $1/s;
+  $2 }
+EOF
+}
+
 # The upstream of the proxy cases: one nginx process, not counted.
 UP=18451
-mkdir -p "$tmp/nginx"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-daemon off; master_process off; worker_processes 1;
-pid $tmp/nginx/nginx.pid; error_log $tmp/nginx/error.log warn;
-events { worker_connections 1024; }
-http { access_log off; keepalive_requests 1000000; client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path $tmp/nginx/proxy; fastcgi_temp_path $tmp/nginx/f; uwsgi_temp_path $tmp/nginx/u;
-  scgi_temp_path $tmp/nginx/s;
-  server { listen 127.0.0.1:$UP; location / { return 200 "hello from upstream\n"; } } }
-EOF
+nginx_conf "$tmp/nginx" "server { listen 127.0.0.1:$UP; location / { return 200 \"hello from upstream\n\"; } }"
 nginx -p "$tmp/nginx" -e "$tmp/nginx/error.log" -c "$tmp/nginx/nginx.conf" &
 upstream_pid=$!
 
@@ -76,19 +79,10 @@ for case in proxy/none proxy/rust local/none local/rust local/go local/chain fau
     -- "$bin" run -c {config} --no-watch --log-level warn
 done
 # nginx as the proxy-path baseline: one process, the proxy config of bench/gateway.sh.
-mkdir -p "$tmp/proxy"
-cat >"$tmp/proxy.conf" <<EOF
-daemon off; master_process off; worker_processes 1;
-pid $tmp/proxy/nginx.pid; error_log $tmp/proxy/error.log warn;
-events { worker_connections 1024; }
-http { access_log off; keepalive_requests 1000000; client_body_temp_path $tmp/proxy/body;
-  proxy_temp_path $tmp/proxy/proxy; fastcgi_temp_path $tmp/proxy/f; uwsgi_temp_path $tmp/proxy/u;
-  scgi_temp_path $tmp/proxy/s;
-  upstream up { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 1000000; }
+nginx_conf "$tmp/proxy" "upstream up { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 1000000; }
   server { listen 127.0.0.1:{port}; location / { proxy_pass http://up; proxy_http_version 1.1;
-    proxy_set_header Connection ""; } } }
-EOF
-count "nginx proxy" --path / --expect "hello from upstream" --config "$tmp/proxy.conf" \
+    proxy_set_header Connection \"\"; } }"
+count "nginx proxy" --path / --expect "hello from upstream" --config "$tmp/proxy/nginx.conf" \
   -- nginx -p "$tmp/proxy" -e "$tmp/proxy/error.log" -c {config}
 count "serve hello" --body "John Doe" --expect "Hello John Doe" \
   -- "$bin" serve target/wasm/hello.wasm hello --threads 1 --port {port} --log-level warn
