@@ -128,23 +128,19 @@ def wait_listening(port, proc, seconds=300):
     raise RuntimeError("server did not start listening")
 
 
-def send_concurrently(port, args, count):
-    """`count` requests over `args.connections` keep-alive connections at once."""
-    if args.connections == 1:
-        return send(args.conn, args, count)
+def send_concurrently(conns, args, count):
+    """`count` requests shared over the keep-alive connections `conns`, each
+    on its own thread, all at once."""
     errors = []
 
-    def one(share):
+    def one(conn, share):
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
             send(conn, args, share)
-            conn.close()
         except Exception as error:  # reported below, after the other threads
             errors.append(error)
 
-    shares = [count // args.connections + (i < count % args.connections)
-              for i in range(args.connections)]
-    threads = [threading.Thread(target=one, args=(share,)) for share in shares]
+    shares = [count // len(conns) + (i < count % len(conns)) for i in range(len(conns))]
+    threads = [threading.Thread(target=one, args=pair) for pair in zip(conns, shares)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -215,14 +211,18 @@ def main():
         except RuntimeError:
             sys.stderr.write(open(f"{out}/valgrind.log").read()[-3000:])
             raise
-        args.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        send_concurrently(port, args, args.warmup)
+        # The same connections warm up and are measured: no connection is
+        # accepted inside the measured window.
+        conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                 for _ in range(args.connections)]
+        send_concurrently(conns, args, args.warmup)
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        send_concurrently(port, args, args.requests)
+        send_concurrently(conns, args, args.requests)
         subprocess.run(["callgrind_control", "-d", "measured", str(proc.pid)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        args.conn.close()
+        for conn in conns:
+            conn.close()
     finally:
         proc.terminate()
         proc.wait(timeout=120)
