@@ -2065,8 +2065,21 @@ const MAX_OPS: u32 = 16;
 const HANG: Duration = Duration::from_secs(30);
 const CALLBACK_DEADLINE: Duration = Duration::from_millis(300);
 
+/// The shared-data store, queues and metrics are one per process, and hostile
+/// scripts write to ids they guess, so a test that probes them must not run
+/// beside another that runs hostile scripts (the probe's counter was once set
+/// to i64::MAX by a concurrent test between its two reads). Held for a
+/// whole test; a test that failed does not poison it for the others
+/// (tokio's mutex: each test has its own runtime, and the guard is held across
+/// awaits.)
+async fn exclusive_store() -> tokio::sync::MutexGuard<'static, ()> {
+    static STORE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    STORE.lock().await
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn every_host_function_survives_hostile_calls() {
+    let _store = exclusive_store().await;
     let _ = tracing::subscriber::set_global_default(Sink);
     let seed = env_u64("WASMGATE_FUZZ_SEED", DEFAULT_SEED);
     let iterations = env_u64("WASMGATE_FUZZ_ITERS", 10_000);
@@ -2295,6 +2308,7 @@ async fn every_host_function_survives_hostile_calls() {
 /// next request is served. A bounded re-entry (3 levels) still works.
 #[tokio::test(flavor = "current_thread")]
 async fn an_allocator_that_reenters_the_host_is_stopped() {
+    let _store = exclusive_store().await;
     for pooling in [true, false] {
         reentry(pooling).await;
     }
@@ -2375,6 +2389,7 @@ async fn reentry(pooling: bool) {
 /// `PausedTooLong`, the instance is replaced, and the next request is served.
 #[tokio::test(flavor = "current_thread")]
 async fn a_stream_kept_paused_by_endless_calls_ends() {
+    let _store = exclusive_store().await;
     let mut rng = Rng(DEFAULT_SEED);
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let blob = fuzz_blob(&mut rng);
