@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::gateway::{get, send, GatewayProc};
@@ -982,4 +984,91 @@ routes:
         echo["trailers"]["x-checksum"], "req-42; seen-by=filter; trailers=1",
         "{echo}"
     );
+}
+
+/// A raw HTTP/1.1 upstream that counts its connections and, when
+/// `close_after_each` is set, closes each one right after its first answer
+/// (as a node whose keep-alive timeout is shorter than the gateway's does).
+/// Answers `/chunked` chunked, `/empty` with 204, anything else with a
+/// length.
+async fn counting_upstream(close_after_each: bool) -> (u16, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counter = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut pending = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => pending.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+                    pending.drain(..end + 4);
+                    let path = head.split(' ').nth(1).unwrap_or("/");
+                    let answer: &[u8] = match path {
+                        "/chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+                        "/empty" => b"HTTP/1.1 204 No Content\r\n\r\n",
+                        _ => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                    };
+                    if stream.write_all(answer).await.is_err() || close_after_each {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, connections)
+}
+
+/// Sequential requests share one upstream connection whatever the framing
+/// of their answers; a connection the node closes while it is idle is
+/// replaced without the next request failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused_and_replaced_when_the_node_closes_them() {
+    let (keeping, kept) = counting_upstream(false).await;
+    let (closing, closed) = counting_upstream(true).await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+upstreams:
+  - {{name: keeping, nodes: [{{address: "127.0.0.1:{keeping}"}}], retries: 0}}
+  - {{name: closing, nodes: [{{address: "127.0.0.1:{closing}"}}], retries: 0}}
+routes:
+  - {{name: closing, path: {{prefix: /closing/}}, upstream: closing}}
+  - {{name: keeping, upstream: keeping}}
+"#
+    ));
+    let c = client();
+    for round in 0..10 {
+        for (path, status, body) in [
+            ("/length", 200, "ok"),
+            ("/chunked", 200, "ok"),
+            ("/empty", 204, ""),
+        ] {
+            let reply = get(&c, &gw.url(path)).await;
+            assert_eq!(reply.status, status, "round {round} {path}");
+            assert_eq!(reply.text(), body, "round {round} {path}");
+        }
+    }
+    assert_eq!(
+        kept.load(Ordering::SeqCst),
+        1,
+        "30 requests, one connection"
+    );
+    for round in 0..5 {
+        let reply = get(&c, &gw.url("/closing/x")).await;
+        assert_eq!(reply.status, 200, "round {round}: {}", reply.text());
+        // The node's close reaches the gateway before the next request.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(closed.load(Ordering::SeqCst), 5);
 }

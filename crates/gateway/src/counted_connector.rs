@@ -1,6 +1,8 @@
 //! Upstream connections counted per node, for the
-//! `wasmgate_upstream_node_connections` gauge: the pool's connector opens
-//! them, and each one counts until it is closed (dropped by the pool).
+//! `wasmgate_upstream_node_connections` gauge: every node's pool
+//! (`node_pool`) opens them through it, and each one counts until it is
+//! closed. hyper-util's connector is kept for what it does well: name
+//! resolution, the connect timeout, `TCP_NODELAY`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use hyper::Uri;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -68,12 +70,6 @@ impl Drop for CountedConnection {
         if let Some(gauge) = &self.gauge {
             gauge.fetch_sub(1, Ordering::Relaxed);
         }
-    }
-}
-
-impl Connection for CountedConnection {
-    fn connected(&self) -> Connected {
-        self.io.connected()
     }
 }
 

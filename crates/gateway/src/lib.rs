@@ -19,6 +19,7 @@ mod function_route;
 mod gateway;
 mod head_deadline;
 pub mod listener;
+mod node_pool;
 mod plugin_fetch;
 mod proxy;
 pub mod reload;

@@ -1,6 +1,6 @@
 //! Upstreams: weighted nodes, the balancer that picks one, pooled
-//! connections to them, retries to the next node, and the health state
-//! active probes and passive failures keep.
+//! connections to them (`node_pool`), retries to the next node, and the
+//! health state active probes and passive failures keep.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -8,18 +8,22 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::body::Incoming;
-use hyper::http::uri::{Authority, PathAndQuery, Scheme};
+use http_body_util::BodyExt;
+use hyper::header::{HeaderValue, HOST};
+use hyper::http::uri::PathAndQuery;
 use hyper::{HeaderMap, Method, Request, Response, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use wasmgate_runtime::LatencyHistogram;
 
 use crate::body::{self, Body, ClientBodyError};
 use crate::config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
 use crate::counted_connector::CountedConnector;
+use crate::node_pool::{NodePool, PooledBody};
+
+/// Idle keep-alive connections per node, and how long one may stay idle.
+const MAX_IDLE_PER_NODE: usize = 256;
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Virtual points per unit of weight on the consistent-hash ring.
 const RING_POINTS_PER_WEIGHT: u32 = 40;
@@ -39,7 +43,6 @@ pub struct Upstream {
     current_weights: Mutex<Vec<i64>>,
     /// (point, node index), sorted by point.
     ring: Vec<(u64, usize)>,
-    client: Client<CountedConnector, Body>,
     read_timeout: Duration,
     retries: u32,
     passive: Option<PassiveCheck>,
@@ -47,9 +50,10 @@ pub struct Upstream {
 
 pub struct Node {
     pub address: String,
-    /// `address` parsed once, for the request URIs (None: not `host:port`,
-    /// and every request to the node fails with the parser's reason).
-    authority: Option<Authority>,
+    /// `Host` for requests that bring none (probes, calls without `:authority`).
+    default_host: Option<HeaderValue>,
+    /// Its keep-alive connections.
+    pool: Arc<NodePool>,
     weight: u32,
     /// Cleared by active probes.
     healthy: AtomicBool,
@@ -119,12 +123,26 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
         connector.set_nodelay(true);
+        let gauges: crate::counted_connector::ConnectionGauges = Arc::new(
+            config
+                .nodes
+                .iter()
+                .map(|n| (n.address.clone(), Arc::default()))
+                .collect(),
+        );
+        let connector = CountedConnector::new(connector, gauges.clone());
         let nodes: Vec<Node> = config
             .nodes
             .iter()
             .map(|n| Node {
                 address: n.address.clone(),
-                authority: n.address.parse().ok(),
+                default_host: HeaderValue::from_str(&n.address).ok(),
+                pool: NodePool::new(
+                    &n.address,
+                    connector.clone(),
+                    MAX_IDLE_PER_NODE,
+                    IDLE_TIMEOUT,
+                ),
                 weight: n.weight.max(1),
                 healthy: AtomicBool::new(true),
                 probe_streak: AtomicU32::new(0),
@@ -133,18 +151,10 @@ impl Upstream {
                 requests: AtomicU64::new(0),
                 retries: AtomicU64::new(0),
                 waiting: AtomicU64::new(0),
-                connections: Arc::default(),
+                connections: gauges[&n.address].clone(),
                 latency: LatencyHistogram::default(),
             })
             .collect();
-        let gauges = nodes
-            .iter()
-            .map(|n| (n.address.clone(), n.connections.clone()))
-            .collect();
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(256)
-            .build(CountedConnector::new(connector, Arc::new(gauges)));
         let mut ring = Vec::new();
         for (i, node) in nodes.iter().enumerate() {
             for point in 0..node.weight * RING_POINTS_PER_WEIGHT {
@@ -161,7 +171,6 @@ impl Upstream {
             hash_on: config.hash_on,
             hash_header: config.hash_header.clone(),
             ring,
-            client,
             read_timeout: Duration::from_millis(config.read_timeout_ms),
             retries: config.retries,
             passive: config.health_check.passive.clone(),
@@ -169,6 +178,7 @@ impl Upstream {
         if let Some(active) = &config.health_check.active {
             tokio::spawn(probe_forever(Arc::downgrade(&upstream), active.clone()));
         }
+        tokio::spawn(close_idle_forever(Arc::downgrade(&upstream)));
         upstream
     }
 
@@ -249,7 +259,7 @@ impl Upstream {
         head: &RequestHead,
         body: OutboundBody,
         key: Option<u64>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<PooledBody>, UpstreamError> {
         let mut tried = Vec::new();
         let mut body = Some(body);
         // Whether a streamed request body has been sent whole (a replayable
@@ -287,8 +297,7 @@ impl Upstream {
             };
             node.waiting.fetch_add(1, Ordering::Relaxed);
             let sent_at = Instant::now();
-            let answer =
-                tokio::time::timeout(self.read_timeout, self.client.request(request)).await;
+            let answer = tokio::time::timeout(self.read_timeout, node.pool.send(request)).await;
             node.waiting.fetch_sub(1, Ordering::Relaxed);
             node.latency.record(sent_at.elapsed());
             match answer {
@@ -297,7 +306,7 @@ impl Upstream {
                     return Ok(response);
                 }
                 Ok(Err(e)) => {
-                    if let Some(client) = ClientBodyError::find(&e) {
+                    if let Some(client) = ClientBodyError::find(e.as_ref()) {
                         // Not the node's fault: no health penalty, no retry.
                         return Err(UpstreamError::ClientBody {
                             status: client.status(),
@@ -305,7 +314,7 @@ impl Upstream {
                         });
                     }
                     self.report(i, false);
-                    last = format!("{}: {}", node.address, error_chain(&e));
+                    last = format!("{}: {}", node.address, error_chain(e.as_ref()));
                     // A request whose streamed body was (partly) sent cannot
                     // be sent again; a refused connection consumed nothing
                     // hyper gives back, so it is retried only when replayable.
@@ -403,30 +412,32 @@ impl hyper::body::Body for EndTracked {
 }
 
 fn build_request(head: &RequestHead, node: &Node, body: Body) -> Result<Request<Body>, String> {
-    let uri = upstream_uri(head, node).map_err(|e| format!("bad upstream URI: {e}"))?;
+    let uri = request_target(&head.path)?;
     let mut request = Request::new(body);
     *request.method_mut() = head.method.clone();
     *request.uri_mut() = uri;
     // Upstream connections are HTTP/1.1 whatever the client spoke.
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = head.headers.clone();
+    if !request.headers().contains_key(HOST) {
+        if let Some(host) = &node.default_host {
+            request.headers_mut().insert(HOST, host.clone());
+        }
+    }
     Ok(request)
 }
 
-/// `http://` + the node + the path. From the node's parsed authority when
-/// the path is a plain one: formatting and parsing the whole URI for every
-/// request cost about 1 k instructions (bench/instructions.py).
-fn upstream_uri(head: &RequestHead, node: &Node) -> Result<Uri, hyper::http::Error> {
-    match &node.authority {
-        Some(authority) if head.path.starts_with('/') => {
-            let mut parts = hyper::http::uri::Parts::default();
-            parts.scheme = Some(Scheme::HTTP);
-            parts.authority = Some(authority.clone());
-            parts.path_and_query = Some(PathAndQuery::try_from(head.path.as_str())?);
-            Ok(Uri::from_parts(parts)?)
-        }
-        _ => Ok(format!("http://{}{}", node.address, head.path).parse::<Uri>()?),
+/// The path as the request line's target (origin form; empty is `/`).
+fn request_target(path: &str) -> Result<Uri, String> {
+    if path.is_empty() {
+        return Ok(Uri::from_static("/"));
     }
+    if !path.starts_with('/') {
+        return Err(format!("bad upstream path `{path}`: not origin-form"));
+    }
+    PathAndQuery::try_from(path)
+        .map(Uri::from)
+        .map_err(|e| format!("bad upstream path `{path}`: {e}"))
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
@@ -440,6 +451,21 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// Closes idle connections past their timeout until the upstream is dropped.
+async fn close_idle_forever(upstream: Weak<Upstream>) {
+    let mut interval = tokio::time::interval(IDLE_TIMEOUT / 4);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(upstream) = upstream.upgrade() else {
+            return;
+        };
+        for node in &upstream.nodes {
+            node.pool.close_expired();
+        }
+    }
+}
+
 /// Probes every node until the upstream is dropped.
 async fn probe_forever(upstream: Weak<Upstream>, check: ActiveCheck) {
     let mut interval = tokio::time::interval(Duration::from_millis(check.interval_ms.max(10)));
@@ -450,7 +476,7 @@ async fn probe_forever(upstream: Weak<Upstream>, check: ActiveCheck) {
             return;
         };
         for node in &upstream.nodes {
-            let ok = probe(&upstream, node, &check).await;
+            let ok = probe(node, &check).await;
             let streak = &node.probe_streak;
             let healthy = node.healthy.load(Ordering::Relaxed);
             if ok == healthy {
@@ -472,7 +498,7 @@ async fn probe_forever(upstream: Weak<Upstream>, check: ActiveCheck) {
     }
 }
 
-async fn probe(upstream: &Upstream, node: &Node, check: &ActiveCheck) -> bool {
+async fn probe(node: &Node, check: &ActiveCheck) -> bool {
     let head = RequestHead {
         method: Method::GET,
         path: check.path.clone(),
@@ -481,11 +507,21 @@ async fn probe(upstream: &Upstream, node: &Node, check: &ActiveCheck) -> bool {
     let Ok(request) = build_request(&head, node, body::empty()) else {
         return false;
     };
+    let exchange = async {
+        let response = node.pool.send(request).await.ok()?;
+        let healthy = response.status().as_u16() < 500;
+        // Read to the end, so the connection is kept for the next probe.
+        let mut body = response.into_body();
+        while let Some(frame) = body.frame().await {
+            frame.ok()?;
+        }
+        Some(healthy)
+    };
     let timeout = Duration::from_millis(check.timeout_ms);
-    match tokio::time::timeout(timeout, upstream.client.request(request)).await {
-        Ok(Ok(response)) => response.status().as_u16() < 500,
-        _ => false,
-    }
+    matches!(
+        tokio::time::timeout(timeout, exchange).await,
+        Ok(Some(true))
+    )
 }
 
 #[cfg(test)]
@@ -514,32 +550,25 @@ mod tests {
         })
     }
 
-    /// The URI built from the node's parsed authority is the one formatting
-    /// and parsing the whole text gave, for every kind of path.
-    #[tokio::test]
-    async fn upstream_uris_match_the_formatted_ones() {
-        let u = upstream(Balance::RoundRobin, &[1]);
-        let node = &u.nodes()[0];
-        for path in [
-            "/",
-            "/a/b?x=1&y=%20z",
-            "/%E2%82%AC",
-            "//double",
-            "/?",
-            "*",
-            "",
-        ] {
-            let head = RequestHead {
-                method: Method::GET,
-                path: path.to_string(),
-                headers: HeaderMap::new(),
-            };
-            let formatted = format!("http://{}{}", node.address, path).parse::<Uri>();
-            match (upstream_uri(&head, node), formatted) {
-                (Ok(built), Ok(formatted)) => assert_eq!(built, formatted, "{path:?}"),
-                (Err(_), Err(_)) => {}
-                (built, formatted) => panic!("{path:?}: {built:?} vs {formatted:?}"),
-            }
+    /// The request line's target is the path and query of the absolute URI
+    /// the node and the path make, for every kind of path; what is not a
+    /// path is refused.
+    #[test]
+    fn request_targets_are_the_paths_of_the_absolute_uris() {
+        for path in ["/", "/a/b?x=1&y=%20z", "/%E2%82%AC", "//double", "/?", ""] {
+            let absolute = format!("http://127.0.0.1:1000{path}")
+                .parse::<Uri>()
+                .unwrap();
+            let target = request_target(path).unwrap();
+            assert_eq!(
+                target.path_and_query(),
+                absolute.path_and_query(),
+                "{path:?}"
+            );
+            assert_eq!(target.authority(), None, "{path:?}");
+        }
+        for path in ["*", "x", "http://elsewhere/", "/bad path"] {
+            assert!(request_target(path).is_err(), "{path:?}");
         }
     }
 
