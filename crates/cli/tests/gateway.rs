@@ -386,6 +386,66 @@ routes:
     assert_eq!(up.hits(), 2, "only valid payloads reach the upstream");
 }
 
+/// A filter that buffers the body and refuses it: the upstream never hears
+/// of the request, not even its head while the client is still sending the
+/// body (the gateway holds the head back until the filters let body through).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_a_filter_refuses_never_reaches_the_upstream() {
+    let up = Upstream::start("backend").await;
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+plugins:
+  - {{name: rust_json, wasm: "{{wasm:json_validation}}"}}
+  - {{name: go_json, wasm: "{{wasm:go_json_validation}}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+routes:
+  - {{name: rust, path: {{prefix: /rust}}, plugins: [{{plugin: rust_json}}], upstream: backend}}
+  - {{name: go, path: {{prefix: /go}}, plugins: [{{plugin: go_json, conf: {{requiredKeys: [name]}}}}], upstream: backend}}
+"#,
+        up.address()
+    ));
+    let port = gw.port;
+    for path in ["/rust", "/go"] {
+        let answer = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                 Content-Length: 8\r\nConnection: close\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            // Long enough for a head sent on at once to reach the upstream.
+            std::thread::sleep(Duration::from_millis(300));
+            stream.write_all(b"not json").unwrap();
+            let mut answer = String::new();
+            let _ = stream.read_to_string(&mut answer);
+            answer
+        })
+        .await
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
+        assert_eq!(
+            up.hits(),
+            0,
+            "{path}: the refused request reached the upstream"
+        );
+    }
+    let reply = send(
+        &client(),
+        "POST",
+        &gw.url("/go"),
+        &[("content-type", "application/json")],
+        r#"{"name":"ada"}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(up.hits(), 1);
+}
+
 fn number(reply: &common::Reply, name: &str) -> u64 {
     header(reply, name)
         .unwrap_or_else(|| panic!("no {name} header"))

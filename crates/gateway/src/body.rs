@@ -39,13 +39,27 @@ where
 /// [`ClientBodyError::Malformed`] (400). Both are the client's fault, so
 /// they are told apart from upstream failures (502) wherever the body goes
 /// and never count against an upstream node's health.
+///
+/// Dropped before its end (the gateway answered early: a filter refused the
+/// request, 413, a dead upstream), the rest is read and thrown away for a
+/// while by a task of its own, as nginx's lingering close does: a server
+/// that closes a connection with unread bytes resets it, and the reset can
+/// overtake its answer, so the client would see a broken connection
+/// instead of its 403 or 413.
 pub struct ClientBody {
-    inner: hyper::body::Incoming,
+    /// Taken only by `Drop`.
+    inner: Option<hyper::body::Incoming>,
     idle: Duration,
     /// Allocated at the first wait, re-armed after each frame.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     armed: bool,
+    /// The body failed (stalled, malformed): nothing more to read.
+    failed: bool,
 }
+
+/// How long, and how much, an abandoned body is read on (`ClientBody`).
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 8 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientBodyError {
@@ -79,12 +93,45 @@ impl ClientBodyError {
 impl ClientBody {
     pub fn new(inner: hyper::body::Incoming, idle: Duration) -> ClientBody {
         ClientBody {
-            inner,
+            inner: Some(inner),
             idle,
             deadline: None,
             armed: false,
+            failed: false,
         }
     }
+
+    fn inner(&self) -> &hyper::body::Incoming {
+        self.inner.as_ref().expect("taken only by drop")
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        if self.failed || hyper::body::Body::is_end_stream(&inner) {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(linger(inner));
+        }
+    }
+}
+
+/// Reads and drops what is left of an abandoned body (see `ClientBody`).
+async fn linger(mut body: hyper::body::Incoming) {
+    let drain = async {
+        let mut read = 0;
+        while let Some(Ok(frame)) = body.frame().await {
+            read += frame.data_ref().map_or(0, Bytes::len);
+            if read > LINGER_BYTES {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, drain).await;
 }
 
 impl hyper::body::Body for ClientBody {
@@ -96,11 +143,17 @@ impl hyper::body::Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, ClientBodyError>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let inner = this.inner.as_mut().expect("taken only by drop");
+        match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 // Progress: the idle clock starts again at the next wait.
                 this.armed = false;
-                Poll::Ready(frame.map(|f| f.map_err(|e| ClientBodyError::Malformed(e.to_string()))))
+                Poll::Ready(frame.map(|f| {
+                    f.map_err(|e| {
+                        this.failed = true;
+                        ClientBodyError::Malformed(e.to_string())
+                    })
+                }))
             }
             Poll::Pending => {
                 let idle = this.idle;
@@ -111,7 +164,10 @@ impl hyper::body::Body for ClientBody {
                     deadline.as_mut().reset(tokio::time::Instant::now() + idle);
                 }
                 match deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(ClientBodyError::Stalled(idle)))),
+                    Poll::Ready(()) => {
+                        this.failed = true;
+                        Poll::Ready(Some(Err(ClientBodyError::Stalled(idle))))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }
@@ -119,10 +175,10 @@ impl hyper::body::Body for ClientBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        hyper::body::Body::is_end_stream(self.inner())
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
+        hyper::body::Body::size_hint(self.inner())
     }
 }

@@ -330,18 +330,23 @@ pub fn header_map(pairs: &Pairs) -> HeaderMap {
 
 /// A body fed by a channel (what `Chain::pump` writes into).
 pub fn channel_body(rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>) -> Body {
+    channel_body_after(None, rx)
+}
+
+/// The same, with a frame already taken from the channel in front.
+pub fn channel_body_after(
+    first: Option<Result<Frame<Bytes>, BoxError>>,
+    rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+) -> Body {
     use http_body_util::BodyExt;
-    http_body_util::StreamBody::new(tokio_stream_adapter(rx)).boxed_unsync()
+    http_body_util::StreamBody::new(ReceiverStream { first, rx }).boxed_unsync()
 }
 
 /// An mpsc receiver as a `futures::Stream`, without pulling in a stream crate.
-fn tokio_stream_adapter(
+struct ReceiverStream {
+    first: Option<Result<Frame<Bytes>, BoxError>>,
     rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
-) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, BoxError>> {
-    ReceiverStream(rx)
 }
-
-struct ReceiverStream(mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
 
 impl futures_core::Stream for ReceiverStream {
     type Item = Result<Frame<Bytes>, BoxError>;
@@ -349,6 +354,9 @@ impl futures_core::Stream for ReceiverStream {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
+        if let Some(first) = self.first.take() {
+            return std::task::Poll::Ready(Some(first));
+        }
+        self.rx.poll_recv(cx)
     }
 }

@@ -12,7 +12,7 @@
 //! Routes without filters skip the Proxy-Wasm work entirely.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -27,7 +27,9 @@ use wasmgate_proxy_wasm::pairs::Pairs;
 use wasmgate_proxy_wasm::{headers, HttpExchange, LocalResponse, RequestInfo};
 
 use crate::body::{self, Body, ClientBody, ClientBodyError};
-use crate::chain::{channel_body, header_map, header_pairs, Chain, Direction, Stop};
+use crate::chain::{
+    channel_body, channel_body_after, header_map, header_pairs, Chain, Direction, Stop,
+};
 use crate::config::HashOn;
 use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
@@ -232,15 +234,29 @@ impl Gateway {
                 .send(&head, OutboundBody::Replayable(Bytes::new()), key)
                 .await
         } else {
-            let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
-            let send = upstream.send(&head, OutboundBody::Streaming(channel_body(rx)), key);
+            let (tx, mut rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
+            let stopped = AtomicBool::new(false);
+            // The upstream hears of the request once the filters have let
+            // the first of its body through (or its end): a request a
+            // filter refuses while it buffers the body (a JSON or WAF check)
+            // never reaches the upstream, not even its head.
+            let send = async {
+                let first = rx.recv().await;
+                if stopped.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let body = OutboundBody::Streaming(channel_body_after(first, rx));
+                Some(upstream.send(&head, body, key).await)
+            };
             let limit = self.config.limits.max_body_bytes;
             let pump = async {
                 let result = chain
                     .pump(Direction::Request, exchange, body, None, &tx, limit)
                     .await;
                 if result.is_err() {
-                    // Abort the upstream request: its body will not be complete.
+                    stopped.store(true, Ordering::Relaxed);
+                    // Abort the upstream request if it started: its body
+                    // will not be complete.
                     let _ = tx.send(Err("stopped by a filter".into())).await;
                 }
                 drop(tx);
@@ -248,7 +264,7 @@ impl Gateway {
             };
             let (sent, pumped) = tokio::join!(send, pump);
             pumped?;
-            sent
+            sent.expect("the pump ended well, so the request was sent")
         };
         match result {
             Ok(response) => {
