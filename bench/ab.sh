@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
-# A/B of two wasmgate binaries, interleaved in one run: `serve hello` and a
-# gateway route through the Rust add_header filter; server on core 0, wrk on
-# core 1. Usage: bench/ab.sh OLD_BINARY NEW_BINARY [ROUNDS]
+# A/B of two wasmgate binaries, interleaved in one run: `serve hello`, a
+# gateway route through the Rust add_header filter, and a route proxied to an
+# nginx upstream without filters; servers on core 0, wrk on core 1.
+# Usage: bench/ab.sh OLD_BINARY NEW_BINARY [ROUNDS]
 # (build an older commit with its own target dir, e.g.
 #  git worktree add /tmp/old <commit> && (cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo build --release -p wasmgate-cli))
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 old="$1" new="$2" rounds="${3:-4}"
 tmp="$(mktemp -d /tmp/wasmgate-ab.XXXXXX)"
-pid=""
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+pid="" upstream=""
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; [ -n "$upstream" ] && kill "$upstream" 2>/dev/null; rm -rf "$tmp"' EXIT
+# The proxied route's upstream: one nginx process answering a fixed body.
+mkdir -p "$tmp/nginx"
+cat >"$tmp/nginx/nginx.conf" <<EOF
+daemon off; master_process off; worker_processes 1;
+pid $tmp/nginx/nginx.pid; error_log $tmp/nginx/error.log warn;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000; client_body_temp_path $tmp/nginx/b;
+  proxy_temp_path $tmp/nginx/p; fastcgi_temp_path $tmp/nginx/f; uwsgi_temp_path $tmp/nginx/u;
+  scgi_temp_path $tmp/nginx/s;
+  server { listen 127.0.0.1:18703; location / { return 200 "hello from upstream\n"; } } }
+EOF
+taskset -c 0 nginx -p "$tmp/nginx" -e "$tmp/nginx/error.log" -c "$tmp/nginx/nginx.conf" &
+upstream=$!
 cat >"$tmp/gw.yaml" <<YAML
 listen: 127.0.0.1:18701
 limits: {threads: 1}
 plugins:
   - {name: tag, wasm: $root/target/wasm/add_header.wasm}
+upstreams:
+  - {name: up, nodes: [{address: 127.0.0.1:18703}]}
 routes:
   - {name: tagged, path: {prefix: /tag}, plugins: [{plugin: tag}], respond: {status: 200, body: ok}}
+  - {name: proxied, path: {prefix: /proxy}, upstream: up}
 YAML
 printf 'wrk.method = "POST"\nwrk.body = "John Doe"\n' >"$tmp/post.lua"
 measure() { # url [script]
@@ -30,10 +47,13 @@ round() { # binary label
   taskset -c 0 "$1" run -c "$tmp/gw.yaml" --no-watch --log-level warn 2>/dev/null &
   pid=$!; sleep 1.5
   local gateway; gateway="$(measure http://127.0.0.1:18701/tag)"
+  local proxied; proxied="$(measure http://127.0.0.1:18701/proxy)"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   pid=""
-  echo "$2 serve=$serve gateway_filter=$gateway"
+  echo "$2 serve=$serve gateway_filter=$gateway proxied=$proxied"
 }
 for _ in $(seq "$rounds"); do round "$old" old; round "$new" new; done | tee "$tmp/out"
-awk -F'[ =]' '{s[$1]+=$3; g[$1]+=$5; n[$1]++}
-  END {printf "serve: new/old %.3f   gateway_filter: new/old %.3f\n", (s["new"]/n["new"])/(s["old"]/n["old"]), (g["new"]/n["new"])/(g["old"]/n["old"])}' "$tmp/out"
+awk -F'[ =]' '{s[$1]+=$3; g[$1]+=$5; p[$1]+=$7; n[$1]++}
+  END {printf "serve: new/old %.3f   gateway_filter: new/old %.3f   proxied: new/old %.3f\n",
+    (s["new"]/n["new"])/(s["old"]/n["old"]), (g["new"]/n["new"])/(g["old"]/n["old"]),
+    (p["new"]/n["new"])/(p["old"]/n["old"])}' "$tmp/out"
