@@ -684,11 +684,13 @@ routes:
     }
 
     // The dead node is retried on the next one, then ejected (passive check).
+    // A retried request carries the client's headers as the first attempt did.
     let before = b.hits();
     for _ in 0..6 {
-        let reply = get(&c, &gw.url("/d")).await;
+        let reply = send(&c, "GET", &gw.url("/d"), &[("x-client", "kept")], "").await;
         assert_eq!(reply.status, 200, "{}", reply.text());
         assert_eq!(reply.json()["upstream"], "b");
+        assert_eq!(reply.json()["headers"]["x-client"], "kept");
     }
     assert_eq!(b.hits() - before, 6);
 

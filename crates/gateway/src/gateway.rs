@@ -531,7 +531,7 @@ impl HttpCaller for UpstreamCaller {
             };
             let body = OutboundBody::Replayable(Bytes::from(request.body));
             let response = upstream
-                .send(&head, body, None)
+                .send(head, body, None)
                 .await
                 .map_err(|e| e.to_string())?;
             let status = response.status().as_u16().to_string();

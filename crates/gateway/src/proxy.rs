@@ -131,7 +131,7 @@ impl Gateway {
                     path: path_and_query(&parts.uri),
                     headers: parts.headers,
                 };
-                match upstream.send(&head, outbound, key).await {
+                match upstream.send(head, outbound, key).await {
                     Ok(response) => {
                         let (mut parts, body) = response.into_parts();
                         prepare_downstream_headers(&mut parts.headers);
@@ -231,7 +231,7 @@ impl Gateway {
         let key = exchange_hash_key(upstream, exchange, peer);
         let result = if request_ends {
             upstream
-                .send(&head, OutboundBody::Replayable(Bytes::new()), key)
+                .send(head, OutboundBody::Replayable(Bytes::new()), key)
                 .await
         } else {
             let (tx, mut rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
@@ -246,7 +246,7 @@ impl Gateway {
                     return None;
                 }
                 let body = OutboundBody::Streaming(channel_body_after(first, rx));
-                Some(upstream.send(&head, body, key).await)
+                Some(upstream.send(head, body, key).await)
             };
             let limit = self.config.limits.max_body_bytes;
             let pump = async {

@@ -202,15 +202,20 @@ impl Upstream {
         }
     }
 
-    /// The node for this attempt, skipping `tried`. When every node is down
-    /// the gateway tries them anyway ("panic mode", as Envoy): a wrong health
-    /// verdict must not take the whole upstream out.
     /// True when nodes are picked by a request's hash key (consistent hashing).
     pub fn hashes(&self) -> bool {
         self.balance == Balance::ConsistentHash
     }
 
+    /// The node for this attempt, skipping `tried`. When every node is down
+    /// the gateway tries them anyway ("panic mode", as Envoy): a wrong health
+    /// verdict must not take the whole upstream out.
     pub fn pick(&self, key: Option<u64>, tried: &[usize]) -> Option<usize> {
+        if self.nodes.len() == 1 {
+            // Healthy or not, the only node is the one (panic mode), and the
+            // balancer has nothing to weigh: no lock, no list.
+            return tried.is_empty().then_some(0);
+        }
         let candidates: Vec<usize> = (0..self.nodes.len())
             .filter(|i| !tried.contains(i) && self.available(*i))
             .collect();
@@ -256,7 +261,7 @@ impl Upstream {
     /// when the body can be replayed, on any failure before a response).
     pub async fn send(
         &self,
-        head: &RequestHead,
+        mut head: RequestHead,
         body: OutboundBody,
         key: Option<u64>,
     ) -> Result<Response<PooledBody>, UpstreamError> {
@@ -288,7 +293,15 @@ impl Upstream {
                 }
                 None => break,
             };
-            let request = match build_request(head, node, outbound) {
+            // The headers are copied only when another attempt may follow
+            // (retries left and a node not tried yet); the last one takes them.
+            let may_retry = tried.len() <= self.retries as usize && tried.len() < self.nodes.len();
+            let headers = if may_retry {
+                head.headers.clone()
+            } else {
+                std::mem::take(&mut head.headers)
+            };
+            let request = match build_request(&head, headers, node, outbound) {
                 Ok(request) => request,
                 Err(e) => {
                     last = e;
@@ -411,14 +424,19 @@ impl hyper::body::Body for EndTracked {
     }
 }
 
-fn build_request(head: &RequestHead, node: &Node, body: Body) -> Result<Request<Body>, String> {
+fn build_request(
+    head: &RequestHead,
+    headers: HeaderMap,
+    node: &Node,
+    body: Body,
+) -> Result<Request<Body>, String> {
     let uri = request_target(&head.path)?;
     let mut request = Request::new(body);
     *request.method_mut() = head.method.clone();
     *request.uri_mut() = uri;
     // Upstream connections are HTTP/1.1 whatever the client spoke.
     *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = head.headers.clone();
+    *request.headers_mut() = headers;
     if !request.headers().contains_key(HOST) {
         if let Some(host) = &node.default_host {
             request.headers_mut().insert(HOST, host.clone());
@@ -504,7 +522,7 @@ async fn probe(node: &Node, check: &ActiveCheck) -> bool {
         path: check.path.clone(),
         headers: HeaderMap::new(),
     };
-    let Ok(request) = build_request(&head, node, body::empty()) else {
+    let Ok(request) = build_request(&head, HeaderMap::new(), node, body::empty()) else {
         return false;
     };
     let exchange = async {
@@ -604,5 +622,20 @@ mod tests {
         }
         assert!(u.pick(None, &[]).is_some());
         assert_eq!(u.pick(None, &[0, 1]), None);
+    }
+
+    /// A single node is picked once per request, healthy, ejected or not,
+    /// whatever the balance.
+    #[tokio::test]
+    async fn a_single_node_is_picked_once_whatever_its_state() {
+        for balance in [Balance::RoundRobin, Balance::ConsistentHash] {
+            let u = upstream(balance, &[3]);
+            for healthy in [true, false] {
+                u.nodes[0].healthy.store(healthy, Ordering::Relaxed);
+                assert_eq!(u.pick(Some(7), &[]), Some(0));
+                assert_eq!(u.pick(None, &[]), Some(0));
+                assert_eq!(u.pick(None, &[0]), None);
+            }
+        }
     }
 }
