@@ -434,16 +434,31 @@ routes:
             "{path}: the refused request reached the upstream"
         );
     }
+    // A filter that only reads the headers: the request's and the
+    // response's header maps go on as they came (not rebuilt from the ABI's
+    // pairs), repeated headers in their order, hop-by-hop ones removed.
     let reply = send(
         &client(),
         "POST",
         &gw.url("/go"),
-        &[("content-type", "application/json")],
+        &[
+            ("content-type", "application/json"),
+            ("x-multi", "a"),
+            ("x-multi", "b"),
+            ("keep-alive", "timeout=5"),
+        ],
         r#"{"name":"ada"}"#,
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(up.hits(), 1);
+    let seen = &reply.json()["headers"];
+    assert_eq!(seen["x-multi"], "a, b");
+    assert_eq!(seen["content-type"], "application/json");
+    assert!(seen["keep-alive"].is_null(), "{seen}");
+    assert!(seen["x-forwarded-for"].is_string(), "{seen}");
+    assert_eq!(header(&reply, "x-upstream"), Some("backend"));
+    assert!(header(&reply, "via").is_some());
 }
 
 fn number(reply: &common::Reply, name: &str) -> u64 {

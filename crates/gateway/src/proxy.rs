@@ -160,6 +160,8 @@ impl Gateway {
     ) -> Response<Body> {
         let peer = connection.peer;
         let mut exchange = exchange_for(&parts, connection, &host, route);
+        // Kept to be sent on as it is if no filter edits the request's headers.
+        let request_header_map = parts.headers;
         let mut chain = match Chain::start(&route.filters).await {
             Ok(chain) => chain,
             Err(stop) => return stopped(&route.name, stop, &mut exchange),
@@ -180,7 +182,7 @@ impl Gateway {
                     upstream,
                     &mut chain,
                     &mut exchange,
-                    body,
+                    (request_header_map, body),
                     peer,
                     request_ends,
                 )
@@ -223,11 +225,11 @@ impl Gateway {
         upstream: &Upstream,
         chain: &mut Chain,
         exchange: &mut HttpExchange,
-        body: ClientBody,
+        (header_map, body): (HeaderMap, ClientBody),
         peer: SocketAddr,
         request_ends: bool,
     ) -> Result<Response<Body>, Stop> {
-        let head = upstream_head(exchange, peer);
+        let head = upstream_head(exchange, header_map, peer);
         let key = exchange_hash_key(upstream, exchange, peer);
         let result = if request_ends {
             upstream
@@ -308,7 +310,13 @@ impl Gateway {
             .and_then(|s| StatusCode::from_u16(s).ok())
             .unwrap_or(parts.status);
         let mut builder = Response::builder().status(status);
-        *builder.headers_mut().expect("fresh builder") = header_map(&exchange.response_headers);
+        // Rebuilt from the pairs only when a filter edited them (most
+        // filters only read the response, or never look at it).
+        *builder.headers_mut().expect("fresh builder") = if exchange.response_headers_edited {
+            header_map(&exchange.response_headers)
+        } else {
+            parts.headers
+        };
         if response_ends {
             chain.finish(&mut exchange).await;
             return builder.body(body::empty()).expect("valid parts");
@@ -485,10 +493,15 @@ fn request_authority(parts: &Parts) -> Option<String> {
         })
 }
 
-/// What goes upstream after the filters: their pseudo-headers and headers.
-fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> RequestHead {
+/// What goes upstream after the filters: their pseudo-headers and headers
+/// (`received`, the request's own header map, when no filter edited them).
+fn upstream_head(exchange: &HttpExchange, received: HeaderMap, peer: SocketAddr) -> RequestHead {
     let get = |name: &[u8]| headers::get(&exchange.request_headers, name).map(|v| v.to_vec());
-    let mut headers = header_map(&exchange.request_headers);
+    let mut headers = if exchange.request_headers_edited {
+        header_map(&exchange.request_headers)
+    } else {
+        received
+    };
     let authority = get(b":authority").unwrap_or_default();
     if let Ok(value) = HeaderValue::from_bytes(&authority) {
         headers.insert(header::HOST, value);

@@ -25,6 +25,11 @@ pub struct HttpExchange {
     pub properties: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Set by `proxy_send_local_response`: answer with this, skip the upstream.
     pub local_response: Option<LocalResponse>,
+    /// Whether a filter changed the request's or the response's header map.
+    /// An embedder that built the pairs from a header map of its own can send
+    /// that map on when nothing changed, instead of rebuilding it from pairs.
+    pub request_headers_edited: bool,
+    pub response_headers_edited: bool,
 }
 
 /// Facts about a request that are not in its headers. Properties

@@ -197,15 +197,23 @@ fn map(state: &mut FilterState, kind: MapType) -> Option<&mut Pairs> {
     }
 }
 
-/// Runs `edit` on the map `kind` names; BadArgument for maps this context lacks.
+/// Runs `edit` on the map `kind` names, and notes that the request's or the
+/// response's headers changed; BadArgument for maps this context lacks.
 fn edit_map(c: &mut Ctx, kind: i32, edit: impl FnOnce(&mut Pairs)) -> i32 {
-    match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
-        Some(pairs) => {
-            edit(pairs);
-            OK
-        }
-        None => BAD_ARGUMENT,
+    let Some(kind) = MapType::from_code(kind) else {
+        return BAD_ARGUMENT;
+    };
+    let state = c.data_mut();
+    let Some(pairs) = map(state, kind) else {
+        return BAD_ARGUMENT;
+    };
+    edit(pairs);
+    match kind {
+        MapType::RequestHeaders => state.exchange.request_headers_edited = true,
+        MapType::ResponseHeaders => state.exchange.response_headers_edited = true,
+        _ => {}
     }
+    OK
 }
 
 fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {

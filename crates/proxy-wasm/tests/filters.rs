@@ -103,6 +103,35 @@ async fn header_filter_edits_both_directions(module: &str, abi: AbiVersion) {
     }
 }
 
+/// The host notes which header maps a filter edited, so the gateway can
+/// send on a map no filter touched instead of rebuilding it from pairs: the
+/// metrics filter reads the request's headers and adds a response header;
+/// the header filter edits both.
+#[tokio::test]
+async fn edited_header_maps_are_noted_and_read_ones_are_not() {
+    let rt = runtime();
+    for (module, request_edited) in [("metrics", false), ("add_header", true)] {
+        let filter = FilterPlugin::new(&rt, &wasm(module), config(module, "from-test"))
+            .await
+            .unwrap();
+        let mut exchange = request("/edits");
+        let mut stream = filter.stream().await.unwrap();
+        stream
+            .on_request_headers(&mut exchange, true)
+            .await
+            .unwrap();
+        assert_eq!(exchange.request_headers_edited, request_edited, "{module}");
+        assert!(!exchange.response_headers_edited, "{module}");
+        stream
+            .on_response_headers(&mut exchange, false)
+            .await
+            .unwrap();
+        assert_eq!(exchange.request_headers_edited, request_edited, "{module}");
+        assert!(exchange.response_headers_edited, "{module}");
+        stream.finish(&mut exchange).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn each_configuration_is_its_own_root_context() {
     let rt = runtime();

@@ -1580,6 +1580,8 @@ fn fuzz_exchange(rng: &mut Rng) -> HttpExchange {
         info: request_info(),
         properties: BTreeMap::new(),
         local_response: None,
+        request_headers_edited: false,
+        response_headers_edited: false,
     }
 }
 
@@ -2016,6 +2018,8 @@ impl Probe {
         let header = |map: &wasmgate_proxy_wasm::pairs::Pairs, name: &str| {
             wasmgate_proxy_wasm::headers::get(map, name.as_bytes()).map(<[u8]>::to_vec)
         };
+        // The probe edits both header maps, and the host says so.
+        assert!(exchange.request_headers_edited && exchange.response_headers_edited);
         let request = &exchange.request_headers;
         assert_eq!(header(request, "x-echo"), Some(token.clone().into_bytes()));
         assert_eq!(header(request, "x-path"), Some(b"/probe?x=1".to_vec()));
