@@ -334,8 +334,9 @@ routes:
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_validation_rust_and_go() {
+/// An upstream behind `/rust` and `/go`, each with its SDK's JSON
+/// validation filter (the Go one requires the key `name`).
+async fn json_validation_gateway() -> (Upstream, GatewayProc) {
     let up = Upstream::start("backend").await;
     let gw = GatewayProc::start(&format!(
         r#"
@@ -350,6 +351,12 @@ routes:
 "#,
         up.address()
     ));
+    (up, gw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_validation_rust_and_go() {
+    let (up, gw) = json_validation_gateway().await;
     let c = client();
     let json = [("content-type", "application/json")];
     let text = [("content-type", "text/plain")];
@@ -391,20 +398,7 @@ routes:
 /// body (the gateway holds the head back until the filters let body through).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_a_filter_refuses_never_reaches_the_upstream() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
-listen: "{{listen}}"
-plugins:
-  - {{name: rust_json, wasm: "{{wasm:json_validation}}"}}
-  - {{name: go_json, wasm: "{{wasm:go_json_validation}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
-routes:
-  - {{name: rust, path: {{prefix: /rust}}, plugins: [{{plugin: rust_json}}], upstream: backend}}
-  - {{name: go, path: {{prefix: /go}}, plugins: [{{plugin: go_json, conf: {{requiredKeys: [name]}}}}], upstream: backend}}
-"#,
-        up.address()
-    ));
+    let (up, gw) = json_validation_gateway().await;
     let port = gw.port;
     for path in ["/rust", "/go"] {
         let answer = tokio::task::spawn_blocking(move || {

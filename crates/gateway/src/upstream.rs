@@ -469,15 +469,27 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// Waits for the next tick of `interval`, then gives the upstream if it
+/// still exists (the background tasks hold only a `Weak`, so a reload that
+/// drops the upstream ends them).
+async fn next_tick(
+    interval: &mut tokio::time::Interval,
+    upstream: &Weak<Upstream>,
+) -> Option<Arc<Upstream>> {
+    interval.tick().await;
+    upstream.upgrade()
+}
+
+fn interval_of(period: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
 /// Closes idle connections past their timeout until the upstream is dropped.
 async fn close_idle_forever(upstream: Weak<Upstream>) {
-    let mut interval = tokio::time::interval(IDLE_TIMEOUT / 4);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        interval.tick().await;
-        let Some(upstream) = upstream.upgrade() else {
-            return;
-        };
+    let mut interval = interval_of(IDLE_TIMEOUT / 4);
+    while let Some(upstream) = next_tick(&mut interval, &upstream).await {
         for node in &upstream.nodes {
             node.pool.close_expired();
         }
@@ -486,13 +498,8 @@ async fn close_idle_forever(upstream: Weak<Upstream>) {
 
 /// Probes every node until the upstream is dropped.
 async fn probe_forever(upstream: Weak<Upstream>, check: ActiveCheck) {
-    let mut interval = tokio::time::interval(Duration::from_millis(check.interval_ms.max(10)));
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        interval.tick().await;
-        let Some(upstream) = upstream.upgrade() else {
-            return;
-        };
+    let mut interval = interval_of(Duration::from_millis(check.interval_ms.max(10)));
+    while let Some(upstream) = next_tick(&mut interval, &upstream).await {
         for node in &upstream.nodes {
             let ok = probe(node, &check).await;
             let streak = &node.probe_streak;
