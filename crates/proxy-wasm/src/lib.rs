@@ -8,6 +8,7 @@
 //! The host functions are all in [`host_env`].
 
 pub mod abi;
+mod batch;
 mod callout;
 mod exchange;
 pub mod headers;

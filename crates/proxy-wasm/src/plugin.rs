@@ -19,6 +19,7 @@ use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolS
 use wasmtime::{Instance, InstancePre, Linker, Module, Store, TypedFunc, WasmParams, WasmResults};
 
 use crate::abi::AbiVersion;
+use crate::batch::{self, Batched};
 use crate::callout::{Answer, CallsInFlight};
 use crate::exchange::HttpExchange;
 use crate::host_env;
@@ -70,6 +71,8 @@ pub struct FilterPlugin {
     pub(crate) shared: Arc<FilterShared>,
     runtime: Runtime,
     pre: InstancePre<FilterState>,
+    /// Linked to each instance's exports (`batch.rs`).
+    batch: Module,
     abi: AbiVersion,
     pub(crate) pool: InstancePool<FilterInstance>,
     /// Tells the root-context task (if any) that the plugin is gone.
@@ -175,6 +178,9 @@ pub(crate) struct Exports {
     pub queue_ready: Option<TypedFunc<(u32, u32), ()>>,
     pub http_call_response: CallResponseCallback,
     pub redis_call_response: RedisResponseCallback,
+    /// The calls the host makes back to back, each pair or triple as one
+    /// guest call (`batch.rs`); `None` if the filter lacks one of them.
+    pub batched: Option<Batched>,
 }
 
 /// Why a callback failed: the guest trapped, ran out of time or memory, or
@@ -250,6 +256,7 @@ impl FilterPlugin {
             }),
             runtime: runtime.clone(),
             pre,
+            batch: batch::module(runtime)?,
             abi,
             root_stop: Arc::new(Notify::new()),
         };
@@ -338,7 +345,11 @@ impl FilterPlugin {
         self.start(&mut store, &instance)
             .await
             .map_err(|e| self.start_failure("start-up", e))?;
-        let exports = Arc::new(Exports::find(&mut store, &instance)?);
+        let mut exports = Exports::find(&mut store, &instance)?;
+        exports.batched = batch::link(&mut store, &self.batch, &exports)
+            .await
+            .map_err(|e| self.start_failure("linking the batched callbacks", e))?;
+        let exports = Arc::new(exports);
         Ok(FilterInstance {
             store: Some(store),
             exports,
@@ -464,6 +475,7 @@ impl Exports {
                 queue_ready: typed(&*store, queue_ready)?,
                 http_call_response: typed(&*store, call_response)?,
                 redis_call_response: typed(&*store, redis_response)?,
+                batched: None,
             })
         })();
         exports

@@ -66,11 +66,12 @@ impl FilterStream {
         })
     }
 
-    /// `call`, preceded by `proxy_on_context_create` in the same guest call
+    /// `call`, preceded by `proxy_on_context_create` in the same hand-off
     /// if the stream's context does not exist yet. Envoy creates the context
     /// right before the first stream callback too; making it part of that
-    /// call saves a guest call per filter and request (a fiber, the budget
-    /// and slow-lane bookkeeping: about a tenth of a header filter's cost).
+    /// call saves the budget and slow-lane bookkeeping of a call per filter
+    /// and request. (When the first callback is the request's headers,
+    /// `stream_callback` makes both one guest call, on one fiber: batch.rs.)
     async fn run<C: Callback>(
         &mut self,
         exchange: &mut HttpExchange,
@@ -211,13 +212,28 @@ impl FilterStream {
         if pick(&instance.exports).is_none() {
             return Ok(Flow::Continue);
         }
-        let call = ExportCall {
-            exports: instance.exports.clone(),
-            pick,
-            params: (self.context_id, size, end_of_stream as u32),
-        };
+        let exports = instance.exports.clone();
         self.reset_signals();
-        let code = self.run(exchange, phase.name, call).await?;
+        let is_request_headers = phase.direction == StreamType::Request && !phase.body;
+        let code = if !self.created && is_request_headers && exports.batched.is_some() {
+            // The usual first callback: the context is created in the same
+            // guest call (batch.rs).
+            self.created = true;
+            let call = ExportCall {
+                exports,
+                pick: |e| e.batched.as_ref().map(|b| &b.create_then_request_headers),
+                params: (self.context_id, ROOT_CONTEXT_ID, size, end_of_stream as u32),
+            };
+            let instance = self.lease.instance();
+            instance.run_with(exchange, phase.name, call).await?
+        } else {
+            let call = ExportCall {
+                exports,
+                pick,
+                params: (self.context_id, size, end_of_stream as u32),
+            };
+            self.run(exchange, phase.name, call).await?
+        };
         self.after_callback(phase, Action::from_code(code), exchange, end_of_stream)
             .await
     }
@@ -349,7 +365,8 @@ impl<C: Callback> Callback for CreateThen<C> {
     }
 }
 
-/// `proxy_on_log`, `proxy_on_done` and `proxy_on_delete`, in one guest call.
+/// `proxy_on_log`, `proxy_on_done` and `proxy_on_delete`, in one hand-off
+/// (and one guest call where the filter has all three, see batch.rs).
 struct EndOfStream {
     exports: Arc<Exports>,
     context_id: u32,
@@ -359,6 +376,9 @@ impl Callback for EndOfStream {
     type Output = ();
     async fn call(self, store: &mut Store<FilterState>) -> wasmtime::Result<()> {
         let id = self.context_id;
+        if let Some(batched) = &self.exports.batched {
+            return batched.end_of_stream.call_async(&mut *store, id).await;
+        }
         if let Some(f) = &self.exports.log {
             f.call_async(&mut *store, id).await?;
         }
