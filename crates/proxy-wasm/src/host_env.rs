@@ -15,9 +15,13 @@ use crate::http_call::HttpCallRequest;
 use crate::pairs::{self, Pairs};
 use crate::redis_call::{base_cluster, RedisCallRequest, RedisInit};
 use crate::shared::{shared, MetricKind};
-use crate::state::{give, read, write, write_u32, FilterState};
+use crate::state::{give, give_then, read, write, write_u32, FilterState};
 
 pub const MODULE: &str = "env";
+/// Where the functions that hand the guest a value are linked: the guest
+/// reaches them through `giving.rs`'s module, which calls its allocator
+/// after them; the guest itself may not import from here.
+pub(crate) const GIVING_MODULE: &str = "wasmgate:giving";
 
 type Ctx<'a> = Caller<'a, FilterState>;
 type Result<T> = wasmtime::Result<T>;
@@ -36,6 +40,26 @@ pub fn add_to_linker(linker: &mut Linker<FilterState>) -> Result<()> {
     add_metrics(linker)?;
     add_redis(linker)?;
     add_unimplemented(linker)?;
+    add_giving_placeholders(linker)?;
+    crate::giving::add_to_linker(linker)?;
+    Ok(())
+}
+
+/// The giving functions (`giving.rs`) as `env` knows them: a filter imports
+/// them from the giving module, never from here, but with these in place
+/// the linker checks a module's imports of them (their signatures) like any
+/// other, and they are not taken for unknown imports.
+fn add_giving_placeholders(linker: &mut Linker<FilterState>) -> Result<()> {
+    for &(name, i32s) in crate::giving::GIVING {
+        let ty = FuncType::new(
+            linker.engine(),
+            std::iter::repeat_n(ValType::I32, i32s),
+            [ValType::I32],
+        );
+        linker.func_new(MODULE, name, ty, move |_, _, _| {
+            wasmtime::bail!("{name} was linked to the host instead of the giving module")
+        })?;
+    }
     Ok(())
 }
 
@@ -127,42 +151,33 @@ fn buffer(state: &mut FilterState, kind: BufferType) -> Option<&mut Vec<u8>> {
 }
 
 fn add_buffers(linker: &mut Linker<FilterState>) -> Result<()> {
-    linker.func_wrap_async(
-        MODULE,
+    linker.func_wrap(
+        GIVING_MODULE,
         "proxy_get_buffer_bytes",
-        |mut c: Ctx, (kind, start, max, ptr_out, len_out): (i32, u32, u32, u32, u32)| {
-            Box::new(async move {
-                let Some(kind) = BufferType::from_code(kind) else {
-                    return Ok(BAD_ARGUMENT);
-                };
-                let bytes = match kind {
-                    BufferType::VmConfiguration => c.data().plugin.config.vm_configuration.clone(),
-                    BufferType::PluginConfiguration => {
-                        c.data().plugin.config.plugin_configuration.clone()
-                    }
-                    other => match buffer(c.data_mut(), other) {
-                        Some(bytes) => bytes.clone(),
-                        None => return Ok(NOT_FOUND),
-                    },
-                };
-                let start = (start as usize).min(bytes.len());
-                let end = start.saturating_add(max as usize).min(bytes.len());
-                // Nothing to read: Ok, and nothing written, as Envoy's host
-                // does. (The AssemblyScript SDK decodes whatever its out
-                // pointer held before; written as 0 it traps.)
-                if start == end {
-                    return Ok(OK);
-                }
-                give(
-                    &mut c,
-                    "proxy_get_buffer_bytes",
-                    &bytes[start..end],
-                    ptr_out,
-                    len_out,
-                )
-                .await?;
-                Ok(OK)
-            })
+        |mut c: Ctx, kind: i32, start: u32, max: u32, ptr_out: u32, len_out: u32| -> Result<i32> {
+            let Some(kind) = BufferType::from_code(kind) else {
+                return Ok(BAD_ARGUMENT);
+            };
+            let state = c.data_mut();
+            let bytes: &[u8] = match kind {
+                BufferType::VmConfiguration => &state.plugin.config.vm_configuration,
+                BufferType::PluginConfiguration => &state.plugin.config.plugin_configuration,
+                other => match buffer(state, other) {
+                    Some(bytes) => bytes,
+                    None => return Ok(NOT_FOUND),
+                },
+            };
+            let start = (start as usize).min(bytes.len());
+            let end = start.saturating_add(max as usize).min(bytes.len());
+            // Nothing to read: Ok, and nothing written, as Envoy's host
+            // does. (The AssemblyScript SDK decodes whatever its out
+            // pointer held before; written as 0 it traps.)
+            if start == end {
+                return Ok(OK);
+            }
+            let bytes = bytes[start..end].to_vec();
+            give(&mut c, "proxy_get_buffer_bytes", bytes, ptr_out, len_out)?;
+            Ok(OK)
         },
     )?;
     linker.func_wrap(
@@ -217,25 +232,22 @@ fn edit_map(c: &mut Ctx, kind: i32, edit: impl FnOnce(&mut Pairs)) -> i32 {
 }
 
 fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
-    linker.func_wrap_async(
-        MODULE,
+    linker.func_wrap(
+        GIVING_MODULE,
         "proxy_get_header_map_pairs",
-        |mut c: Ctx, (kind, ptr_out, len_out): (i32, u32, u32)| {
-            Box::new(async move {
-                let encoded = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
-                    Some(pairs) => pairs::encode(pairs),
-                    None => return Ok(BAD_ARGUMENT),
-                };
-                give(
-                    &mut c,
-                    "proxy_get_header_map_pairs",
-                    &encoded,
-                    ptr_out,
-                    len_out,
-                )
-                .await?;
-                Ok(OK)
-            })
+        |mut c: Ctx, kind: i32, ptr_out: u32, len_out: u32| -> Result<i32> {
+            let encoded = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
+                Some(pairs) => pairs::encode(pairs),
+                None => return Ok(BAD_ARGUMENT),
+            };
+            give(
+                &mut c,
+                "proxy_get_header_map_pairs",
+                encoded,
+                ptr_out,
+                len_out,
+            )?;
+            Ok(OK)
         },
     )?;
     linker.func_wrap(
@@ -252,29 +264,32 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
             }))
         },
     )?;
-    linker.func_wrap_async(
-        MODULE,
+    linker.func_wrap(
+        GIVING_MODULE,
         "proxy_get_header_map_value",
-        |mut c: Ctx, (kind, key_ptr, key_len, ptr_out, len_out): (i32, u32, u32, u32, u32)| {
-            Box::new(async move {
-                let key = read(&mut c, "proxy_get_header_map_value", key_ptr, key_len)?;
-                let value = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
-                    Some(pairs) => headers::get(pairs, &key).map(<[u8]>::to_vec),
-                    None => return Ok(BAD_ARGUMENT),
-                };
-                let Some(value) = value else {
-                    return Ok(NOT_FOUND);
-                };
-                give(
-                    &mut c,
-                    "proxy_get_header_map_value",
-                    &value,
-                    ptr_out,
-                    len_out,
-                )
-                .await?;
-                Ok(OK)
-            })
+        |mut c: Ctx,
+         kind: i32,
+         key_ptr: u32,
+         key_len: u32,
+         ptr_out: u32,
+         len_out: u32|
+         -> Result<i32> {
+            let key = read(&mut c, "proxy_get_header_map_value", key_ptr, key_len)?;
+            let value = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
+                Some(pairs) => headers::get(pairs, &key).map(<[u8]>::to_vec),
+                None => return Ok(BAD_ARGUMENT),
+            };
+            let Some(value) = value else {
+                return Ok(NOT_FOUND);
+            };
+            give(
+                &mut c,
+                "proxy_get_header_map_value",
+                value,
+                ptr_out,
+                len_out,
+            )?;
+            Ok(OK)
         },
     )?;
     for (name, op) in [
@@ -324,18 +339,16 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
 }
 
 fn add_properties(linker: &mut Linker<FilterState>) -> Result<()> {
-    linker.func_wrap_async(
-        MODULE,
+    linker.func_wrap(
+        GIVING_MODULE,
         "proxy_get_property",
-        |mut c: Ctx, (path_ptr, path_len, ptr_out, len_out): (u32, u32, u32, u32)| {
-            Box::new(async move {
-                let path = read(&mut c, "proxy_get_property", path_ptr, path_len)?;
-                let Some(value) = crate::properties::get(c.data(), &path) else {
-                    return Ok(NOT_FOUND);
-                };
-                give(&mut c, "proxy_get_property", &value, ptr_out, len_out).await?;
-                Ok(OK)
-            })
+        |mut c: Ctx, path_ptr: u32, path_len: u32, ptr_out: u32, len_out: u32| -> Result<i32> {
+            let path = read(&mut c, "proxy_get_property", path_ptr, path_len)?;
+            let Some(value) = crate::properties::get(c.data(), &path) else {
+                return Ok(NOT_FOUND);
+            };
+            give(&mut c, "proxy_get_property", value, ptr_out, len_out)?;
+            Ok(OK)
         },
     )?;
     linker.func_wrap(
@@ -472,42 +485,49 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
     linker.func_wrap(MODULE, "proxy_done", |_: Ctx| OK)?;
     // The one status this host has: the outcome of the last http call
     // (0 when it was answered, 14 UNAVAILABLE with the reason when not).
-    linker.func_wrap_async(
-        MODULE,
+    linker.func_wrap(
+        GIVING_MODULE,
         "proxy_get_status",
-        |mut c: Ctx, (code_out, ptr_out, len_out): (u32, u32, u32)| {
-            Box::new(async move {
-                let (code, message) = c.data().last_call_status.clone();
-                write_u32(&mut c, "proxy_get_status", code_out, code)?;
-                give(
-                    &mut c,
-                    "proxy_get_status",
-                    message.as_bytes(),
-                    ptr_out,
-                    len_out,
-                )
-                .await?;
-                Ok(OK)
-            })
+        |mut c: Ctx, code_out: u32, ptr_out: u32, len_out: u32| -> Result<i32> {
+            let (code, message) = c.data().last_call_status.clone();
+            write_u32(&mut c, "proxy_get_status", code_out, code)?;
+            give(
+                &mut c,
+                "proxy_get_status",
+                message.into_bytes(),
+                ptr_out,
+                len_out,
+            )?;
+            Ok(OK)
         },
     )?;
     Ok(())
 }
 
 fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
-    linker.func_wrap_async(
-        MODULE,
+    linker.func_wrap(
+        GIVING_MODULE,
         "proxy_get_shared_data",
-        |mut c: Ctx, (key_ptr, key_len, ptr_out, len_out, cas_out): (u32, u32, u32, u32, u32)| {
-            Box::new(async move {
-                let key = read(&mut c, "proxy_get_shared_data", key_ptr, key_len)?;
-                let Some((value, cas)) = shared().get(&c.data().plugin.config.vm_id, &key) else {
-                    return Ok(NOT_FOUND);
-                };
-                give(&mut c, "proxy_get_shared_data", &value, ptr_out, len_out).await?;
-                write_u32(&mut c, "proxy_get_shared_data", cas_out, cas)?;
-                Ok(OK)
-            })
+        |mut c: Ctx,
+         key_ptr: u32,
+         key_len: u32,
+         ptr_out: u32,
+         len_out: u32,
+         cas_out: u32|
+         -> Result<i32> {
+            let key = read(&mut c, "proxy_get_shared_data", key_ptr, key_len)?;
+            let Some((value, cas)) = shared().get(&c.data().plugin.config.vm_id, &key) else {
+                return Ok(NOT_FOUND);
+            };
+            let outs = (ptr_out, len_out);
+            give_then(
+                &mut c,
+                "proxy_get_shared_data",
+                value,
+                outs,
+                Some((cas_out, cas)),
+            )?;
+            Ok(OK)
         },
     )?;
     linker.func_wrap(
@@ -572,26 +592,23 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
             Ok(shared().enqueue(id, value) as i32)
         },
     )?;
-    linker.func_wrap_async(
-        MODULE,
+    linker.func_wrap(
+        GIVING_MODULE,
         "proxy_dequeue_shared_queue",
-        |mut c: Ctx, (id, ptr_out, len_out): (u32, u32, u32)| {
-            Box::new(async move {
-                match shared().dequeue(id) {
-                    Ok(value) => {
-                        give(
-                            &mut c,
-                            "proxy_dequeue_shared_queue",
-                            &value,
-                            ptr_out,
-                            len_out,
-                        )
-                        .await?;
-                        Ok(OK)
-                    }
-                    Err(status) => Ok(status as i32),
+        |mut c: Ctx, id: u32, ptr_out: u32, len_out: u32| -> Result<i32> {
+            match shared().dequeue(id) {
+                Ok(value) => {
+                    give(
+                        &mut c,
+                        "proxy_dequeue_shared_queue",
+                        value,
+                        ptr_out,
+                        len_out,
+                    )?;
+                    Ok(OK)
                 }
-            })
+                Err(status) => Ok(status as i32),
+            }
         },
     )?;
     Ok(())

@@ -11,6 +11,7 @@ pub mod abi;
 mod batch;
 mod callout;
 mod exchange;
+mod giving;
 pub mod headers;
 pub mod host_env;
 pub mod http_call;

@@ -16,12 +16,15 @@ use wasmgate_runtime::guest_log::LogStream;
 use wasmgate_runtime::limits::install_epoch_policy;
 use wasmgate_runtime::slow_lane;
 use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolStats, Runtime};
-use wasmtime::{Instance, InstancePre, Linker, Module, Store, TypedFunc, WasmParams, WasmResults};
+use wasmtime::{
+    Extern, Instance, InstancePre, Linker, Module, Store, TypedFunc, WasmParams, WasmResults,
+};
 
 use crate::abi::AbiVersion;
 use crate::batch::{self, Batched};
 use crate::callout::{Answer, CallsInFlight};
 use crate::exchange::HttpExchange;
+use crate::giving::{self, Giving};
 use crate::host_env;
 use crate::http_call::{HttpCallResponse, HttpCaller};
 use crate::redis_call::{REDIS_NETWORK_ERROR, REDIS_OK};
@@ -70,7 +73,12 @@ pub(crate) struct FilterShared {
 pub struct FilterPlugin {
     pub(crate) shared: Arc<FilterShared>,
     runtime: Runtime,
-    pre: InstancePre<FilterState>,
+    linker: Linker<FilterState>,
+    module: Module,
+    /// Where each of the module's imports comes from, in their order.
+    imports: Vec<ImportSource>,
+    /// Instantiated before each instance, for the imports it answers.
+    giving: InstancePre<FilterState>,
     /// Linked to each instance's exports (`batch.rs`).
     batch: Module,
     abi: AbiVersion,
@@ -243,10 +251,16 @@ impl FilterPlugin {
         // Reported by the embedder (`host_env::unimplemented_imports`): the
         // gateway warns once per plugin, `wasmgate check` lists them.
         host_env::stub_unknown_imports(&mut linker, module);
-        let pre = linker
+        // Checks every import now (the giving functions against their
+        // placeholders, see host_env), so that a module that cannot link is
+        // refused with the name of what is missing.
+        linker
             .instantiate_pre(module)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("linking filter `{}`", config.name))?;
+        let imports =
+            import_sources(module).with_context(|| format!("linking filter `{}`", config.name))?;
+        let giving = giving::prepare(runtime, &linker)?;
         let plugin = FilterPlugin {
             pool: InstancePool::new(config.pool.clone()),
             shared: Arc::new(FilterShared {
@@ -255,7 +269,10 @@ impl FilterPlugin {
                 stats: Arc::default(),
             }),
             runtime: runtime.clone(),
-            pre,
+            linker,
+            module: module.clone(),
+            imports,
+            giving,
             batch: batch::module(runtime)?,
             abi,
             root_stop: Arc::new(Notify::new()),
@@ -337,8 +354,7 @@ impl FilterPlugin {
         store.set_epoch_deadline(ticks);
 
         let instance = self
-            .pre
-            .instantiate_async(&mut store)
+            .link(&mut store)
             .await
             .map_err(|e| self.start_failure("instantiation", e))?;
         store.data_mut().guest = Some(guest_memory(&mut store, &instance)?);
@@ -355,6 +371,31 @@ impl FilterPlugin {
             exports,
             next_context_id: ROOT_CONTEXT_ID,
         })
+    }
+
+    /// Instantiates the module in `store`, with the giving module (its
+    /// allocator set once the module exists) for the imports it answers.
+    async fn link(&self, store: &mut Store<FilterState>) -> wasmtime::Result<Instance> {
+        let giving = Giving::instantiate(&self.giving, store).await?;
+        let mut imports = Vec::with_capacity(self.imports.len());
+        for source in &self.imports {
+            imports.push(match source {
+                ImportSource::Giving(name) => Extern::Func(
+                    giving
+                        .import(store, name)
+                        .expect("the giving module has every giving function"),
+                ),
+                ImportSource::Linker { module, name } => {
+                    self.linker.get(&mut *store, module, name)?
+                }
+            });
+        }
+        let instance = Instance::new_async(&mut *store, &self.module, &imports).await?;
+        let allocate = guest_memory(store, &instance)
+            .map_err(|e| wasmtime::format_err!("{e}"))?
+            .allocate;
+        giving.set_allocator(store, *allocate.func())?;
+        Ok(instance)
     }
 
     /// Runs the module's start-up code, creates the root context, and
@@ -406,6 +447,37 @@ impl FilterPlugin {
     fn start_failure(&self, stage: &str, error: wasmtime::Error) -> anyhow::Error {
         CrashReport::start_failure(&self.shared.config.name, stage, error)
     }
+}
+
+/// Where an import of a filter module comes from.
+enum ImportSource {
+    /// The giving module (`giving.rs`): `env`'s functions that hand the
+    /// guest a value.
+    Giving(String),
+    /// The host's linker: every other function, WASI, the stubs.
+    Linker { module: String, name: String },
+}
+
+fn import_sources(module: &Module) -> Result<Vec<ImportSource>> {
+    module
+        .imports()
+        .map(|import| {
+            anyhow::ensure!(
+                import.module() != host_env::GIVING_MODULE,
+                "the module imports `{}` from `{}`, which is wasmgate's own",
+                import.name(),
+                import.module()
+            );
+            Ok(if giving::answers(import.module(), import.name()) {
+                ImportSource::Giving(import.name().to_string())
+            } else {
+                ImportSource::Linker {
+                    module: import.module().to_string(),
+                    name: import.name().to_string(),
+                }
+            })
+        })
+        .collect()
 }
 
 fn typed<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(

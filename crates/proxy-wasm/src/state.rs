@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use wasmgate_runtime::limits::HasCallBudget;
 use wasmgate_runtime::{CallBudget, MemoryLimiter};
-use wasmtime::{AsContextMut, Caller, Memory, TypedFunc};
+use wasmtime::{Caller, Memory, TypedFunc};
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::abi::StreamType;
@@ -43,8 +43,8 @@ pub struct FilterState {
     pub(crate) last_call_status: (u32, String),
     /// Queues this instance registered: its root context hears when they fill.
     pub(crate) registered_queues: Vec<u32>,
-    /// Calls into the guest's allocator in progress (see [`give`]).
-    pub(crate) allocating: u32,
+    /// Values handed to the guest, waiting for its allocator (see [`give`]).
+    pub(crate) handovers: Vec<Handover>,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) budget: CallBudget,
     pub(crate) wasi: Option<WasiP1Ctx>,
@@ -69,7 +69,7 @@ impl FilterState {
             redis_inits: std::collections::HashMap::new(),
             last_call_status: (0, String::new()),
             registered_queues: Vec::new(),
-            allocating: 0,
+            handovers: Vec::new(),
             budget: CallBudget::new(),
             wasi,
         }
@@ -174,51 +174,108 @@ pub(crate) fn write_u32(
     write(c, function, ptr, &value.to_le_bytes())
 }
 
-/// Most calls into the guest's allocator in progress at once. An allocator
-/// that asks the host for bytes re-enters `give`, and each call into the
-/// guest from a host function takes a fiber stack of its own: unbounded, one
-/// guest held all of the engine's pooled stacks (failing every other
-/// plugin's calls meanwhile), or without the pool mapped stacks until the
-/// process ran out of memory mappings (found by tests/fuzz_host.rs). SDK
-/// allocators never call the host.
-const MAX_NESTED_ALLOCATIONS: u32 = 4;
+/// Most values waiting for the guest's allocator at once. An allocator that
+/// asks the host for bytes re-enters a giving function before the value
+/// that called it is handed over: unbounded, a guest that always does
+/// recursed until the host ran out (with a fiber per allocation, all of the
+/// engine's pooled stacks; found by tests/fuzz_host.rs). SDK allocators
+/// never call the host.
+const MAX_WAITING_VALUES: usize = 4;
 
-/// Hands `bytes` to the guest: allocates them with the guest's allocator
-/// (the SDKs free them with theirs), and stores the pointer and the length at
-/// `ptr_out` and `len_out`.
-pub(crate) async fn give(
+/// A value a host function hands to the guest, waiting for the guest's
+/// allocator to make room for it (see `giving.rs`).
+pub(crate) struct Handover {
+    function: &'static str,
+    bytes: Vec<u8>,
+    ptr_out: u32,
+    len_out: u32,
+    /// A word the host function writes after the value, as it did when it
+    /// called the allocator itself: `proxy_get_shared_data`'s CAS.
+    then: Option<(u32, u32)>,
+}
+
+/// Hands `bytes` to the guest: once the guest's allocator has made room
+/// for them (the SDKs free them with theirs), they are copied there and
+/// the pointer and the length stored at `ptr_out` and `len_out`. Empty
+/// bytes are a null pointer and a zero length at once.
+///
+/// The allocator runs after the host function returns: the functions that
+/// give are reached through a module of ours (`giving.rs`) that calls the
+/// allocator, wasm to wasm, and then [`complete_handover`]. Called from the
+/// host function itself, it took a second fiber per value.
+pub(crate) fn give(
     c: &mut Ctx<'_>,
     function: &'static str,
-    bytes: &[u8],
+    bytes: Vec<u8>,
     ptr_out: u32,
     len_out: u32,
 ) -> wasmtime::Result<()> {
-    let ptr = if bytes.is_empty() {
-        0
-    } else {
-        // Cloning a TypedFunc copies its reference-counted type: only pay
-        // for it when there is something to allocate.
-        if c.data().allocating >= MAX_NESTED_ALLOCATIONS {
-            wasmtime::bail!(
-                "{function}: the guest's allocator re-entered the host {MAX_NESTED_ALLOCATIONS} calls deep"
-            );
+    give_then(c, function, bytes, (ptr_out, len_out), None)
+}
+
+/// [`give`], then `then`'s word written at its pointer.
+pub(crate) fn give_then(
+    c: &mut Ctx<'_>,
+    function: &'static str,
+    bytes: Vec<u8>,
+    (ptr_out, len_out): (u32, u32),
+    then: Option<(u32, u32)>,
+) -> wasmtime::Result<()> {
+    if bytes.is_empty() {
+        write_u32(c, function, ptr_out, 0)?;
+        write_u32(c, function, len_out, 0)?;
+        if let Some((ptr, word)) = then {
+            write_u32(c, function, ptr, word)?;
         }
-        let allocate = guest(c).allocate.clone();
-        c.data_mut().allocating += 1;
-        let ptr = allocate
-            .call_async(c.as_context_mut(), bytes.len() as u32)
-            .await;
-        c.data_mut().allocating -= 1;
-        let ptr = ptr?;
-        if ptr == 0 {
-            wasmtime::bail!(
-                "{function}: the guest could not allocate {} bytes",
-                bytes.len()
-            );
-        }
-        write(c, function, ptr, bytes)?;
-        ptr
+        return Ok(());
+    }
+    let waiting = &mut c.data_mut().handovers;
+    if waiting.len() >= MAX_WAITING_VALUES {
+        wasmtime::bail!(
+            "{function}: the guest's allocator re-entered the host {MAX_WAITING_VALUES} calls deep"
+        );
+    }
+    waiting.push(Handover {
+        function,
+        bytes,
+        ptr_out,
+        len_out,
+        then,
+    });
+    Ok(())
+}
+
+/// How many values wait for the allocator.
+pub(crate) fn waiting_values(c: &Ctx<'_>) -> usize {
+    c.data().handovers.len()
+}
+
+/// The size of the value the allocator is to make room for next.
+pub(crate) fn next_handover_len(c: &Ctx<'_>) -> u32 {
+    c.data()
+        .handovers
+        .last()
+        .map_or(0, |h| h.bytes.len() as u32)
+}
+
+/// Copies the next waiting value to `ptr`, where the guest's allocator made
+/// room for it, and stores where it is.
+pub(crate) fn complete_handover(c: &mut Ctx<'_>, ptr: u32) -> wasmtime::Result<()> {
+    let Some(h) = c.data_mut().handovers.pop() else {
+        wasmtime::bail!("no value waits for the guest's allocator");
     };
-    write_u32(c, function, ptr_out, ptr)?;
-    write_u32(c, function, len_out, bytes.len() as u32)
+    if ptr == 0 {
+        wasmtime::bail!(
+            "{}: the guest could not allocate {} bytes",
+            h.function,
+            h.bytes.len()
+        );
+    }
+    write(c, h.function, ptr, &h.bytes)?;
+    write_u32(c, h.function, h.ptr_out, ptr)?;
+    write_u32(c, h.function, h.len_out, h.bytes.len() as u32)?;
+    if let Some((ptr, word)) = h.then {
+        write_u32(c, h.function, ptr, word)?;
+    }
+    Ok(())
 }

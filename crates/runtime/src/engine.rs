@@ -24,8 +24,8 @@ pub struct RuntimeConfig {
     /// when the pool's virtual-memory reservation cannot be made).
     pub pooling: bool,
     /// Plugin instances the pool can hold at once, across all plugins. Each
-    /// gets a fiber stack and up to two core instances and linear memories
-    /// (an Extism plugin's kernel is the second). Default 1000.
+    /// gets a fiber stack, up to three core instances, two linear memories
+    /// and two tables (see `build_engine`). Default 1000.
     pub pool_slots: u32,
     /// Largest linear memory any instance may have, in bytes. Per-plugin caps
     /// are lower and enforced by [`crate::MemoryLimiter`]. Default 4 GiB (all of wasm32).
@@ -359,10 +359,15 @@ fn base_config() -> Config {
 fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool)> {
     if config.pooling {
         let mut pool = PoolingAllocationConfig::new();
-        let modules_per_instance = 2;
-        pool.total_core_instances(config.pool_slots.saturating_mul(modules_per_instance))
-            .total_memories(config.pool_slots.saturating_mul(modules_per_instance))
-            .total_tables(config.pool_slots)
+        // Per slot: an Extism plugin is two core instances (the kernel and
+        // the plugin) with a memory each and one table; a Proxy-Wasm filter
+        // is three (the filter, and two small modules of the host's with
+        // no memory, one with a table: crates/proxy-wasm's giving.rs and
+        // batch.rs).
+        let (instances, memories, tables) = (3, 2, 2);
+        pool.total_core_instances(config.pool_slots.saturating_mul(instances))
+            .total_memories(config.pool_slots.saturating_mul(memories))
+            .total_tables(config.pool_slots.saturating_mul(tables))
             .total_stacks(config.pool_slots)
             .max_memory_size(config.max_memory_bytes as usize)
             // A freed slot keeps its first 1 MiB resident (zeroed, or reset
