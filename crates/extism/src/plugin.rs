@@ -250,6 +250,7 @@ impl Plugin {
         let store = &mut instance.store;
         kernel::begin_call(&mut store.as_context_mut(), input)?;
         let ticks = store.data_mut().budget.start(self.shared.timeout);
+        let started = store.data().budget.started();
         store.set_epoch_deadline(ticks);
 
         // The call owns the lease while it runs, so that it can move to the
@@ -262,7 +263,7 @@ impl Plugin {
             };
             (lease, outcome)
         };
-        let finished = slow_lane::run(call).await;
+        let finished = slow_lane::run(started, call).await;
         self.shared.stats.record_call(finished.wall, finished.cpu);
         let (mut lease, outcome) = finished.output;
         let store = &mut lease.instance().store;

@@ -157,8 +157,9 @@ impl Chain {
     /// `proxy_on_log` / `on_done` / `on_delete` on every stream; instances go back.
     pub async fn finish(self, exchange: &mut HttpExchange) {
         for link in self.links.into_iter().flatten() {
-            let plugin = link.stream.plugin().name().to_string();
+            let plugin = link.stream.plugin().clone();
             if let Err(error) = link.stream.finish(exchange).await {
+                let plugin = plugin.name();
                 tracing::warn!(%plugin, %error, "filter failed while finishing the stream");
             }
         }
@@ -260,14 +261,16 @@ fn settle(
     result: Result<Flow, FilterError>,
 ) -> Result<Option<Flow>, Stop> {
     let link = slot.as_ref().expect("settled slots hold a link");
-    let plugin = link.stream.plugin().name().to_string();
+    // The plugin's name only when something went wrong: copying it for
+    // every callback was an allocation per callback and filter.
+    let plugin = || link.stream.plugin().name().to_string();
     match result {
         Ok(Flow::Continue) => Ok(Some(Flow::Continue)),
         Ok(Flow::Buffer) => Ok(Some(Flow::Buffer)),
         Ok(Flow::Respond) => Err(Stop::Respond),
-        Ok(Flow::Close) => Err(Stop::Closed { plugin }),
+        Ok(Flow::Close) => Err(Stop::Closed { plugin: plugin() }),
         Err(error) => {
-            let strategy = link.fail;
+            let (plugin, strategy) = (plugin(), link.fail);
             // The stream's instance is dropped with it (a crashed instance
             // never goes back to the pool).
             *slot = None;

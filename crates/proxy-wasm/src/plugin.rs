@@ -567,6 +567,7 @@ impl FilterInstance {
         let mut store = self.store.take().expect(STORE_OUT);
         let plugin = store.data().plugin.clone();
         let ticks = store.data_mut().budget.start(plugin.config.timeout);
+        let started = store.data().budget.started();
         store.set_epoch_deadline(ticks);
         // The callback owns the store while it runs, so that it can move to
         // the slow lane if it runs long.
@@ -574,7 +575,7 @@ impl FilterInstance {
             let outcome = callback.call(&mut store).await;
             (store, outcome)
         };
-        let finished = slow_lane::run(call).await;
+        let finished = slow_lane::run(started, call).await;
         plugin.stats.record_call(finished.wall, finished.cpu);
         let (store, outcome) = finished.output;
         let store = self.store.insert(store);

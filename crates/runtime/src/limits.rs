@@ -209,6 +209,11 @@ impl CallBudget {
         self.ticks_to_skip = ((cost.as_nanos() * 9) / tick).min(1000) as u64;
     }
 
+    /// When the current call started (set by [`CallBudget::start`]).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
     /// Time left before the deadline (`None`: no deadline).
     pub fn remaining(&self) -> Option<Duration> {
         self.deadline

@@ -84,10 +84,12 @@ pub struct Timed<T> {
 /// CPU time: on the caller's thread, the time spent polling the call (a
 /// worker is rarely preempted by long calls, which run at a lower priority
 /// and yield every tick, so this is close to CPU time; a call that ends in
-/// one poll, as most do, costs the same two clock reads as timing it at
-/// all); on the slow lane, whose threads share CPUs with workers, the
-/// thread's CPU clock around each poll.
-pub async fn run<F>(call: F) -> Timed<F::Output>
+/// one poll, as most do, costs one clock read here); on the slow lane, whose
+/// threads share CPUs with workers, the thread's CPU clock around each poll.
+/// `started` is when the caller started the call's budget (`CallBudget::start`,
+/// just before): the first poll counts from it rather than read the clock
+/// again.
+pub async fn run<F>(started: Instant, call: F) -> Timed<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
@@ -95,12 +97,15 @@ where
     // Boxed so that it can still move after it has been polled here.
     let mut call: GuestCall<F::Output> = Box::pin(call);
     let mut cpu = Duration::ZERO;
-    let mut first_poll = None;
+    let first_poll = started;
+    let mut polled = false;
     let mut last_clock = None;
     let finished_here = std::future::poll_fn(|cx| {
         MOVE_REQUESTED.set(false);
-        let started = Instant::now();
-        first_poll.get_or_insert(started);
+        let started = match std::mem::replace(&mut polled, true) {
+            false => first_poll,
+            true => Instant::now(),
+        };
         let poll = call.as_mut().poll(cx);
         let now = Instant::now();
         cpu += now - started;
@@ -112,7 +117,6 @@ where
         }
     })
     .await;
-    let first_poll = first_poll.expect("polled at least once");
     if let Some(output) = finished_here {
         let wall = last_clock.map_or(Duration::ZERO, |end| end - first_poll);
         return Timed { output, wall, cpu };
@@ -319,13 +323,16 @@ mod tests {
     #[test]
     fn a_call_that_does_not_ask_stays_on_its_thread() {
         let here = std::thread::current().name().unwrap_or("").to_owned();
-        assert_eq!(block_on(run(call_that_yields(3, false))).output, here);
+        assert_eq!(
+            block_on(run(Instant::now(), call_that_yields(3, false))).output,
+            here
+        );
     }
 
     #[test]
     fn a_call_that_asks_to_move_finishes_on_the_slow_lane() {
         let before = moved_calls();
-        let thread = block_on(run(call_that_yields(3, true))).output;
+        let thread = block_on(run(Instant::now(), call_that_yields(3, true))).output;
         assert!(thread.starts_with("wasmgate-slow-"), "ran on {thread}");
         assert!(moved_calls() > before);
     }
@@ -348,7 +355,7 @@ mod tests {
             cx.waker().wake_by_ref();
             Poll::Pending
         }));
-        let timed = block_on(run(call));
+        let timed = block_on(run(Instant::now(), call));
         assert!(timed.cpu >= Duration::from_millis(40), "{timed:?}");
         assert!(timed.wall >= timed.cpu, "{timed:?}");
     }
@@ -374,7 +381,11 @@ mod tests {
             Poll::Pending
         }));
         block_on(async {
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(20), run(call)).await;
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_millis(20),
+                run(Instant::now(), call),
+            )
+            .await;
         });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while !dropped.load(Ordering::SeqCst) {
