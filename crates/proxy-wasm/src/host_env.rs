@@ -15,7 +15,7 @@ use crate::http_call::HttpCallRequest;
 use crate::pairs::{self, Pairs};
 use crate::redis_call::{base_cluster, RedisCallRequest, RedisInit};
 use crate::shared::{shared, MetricKind};
-use crate::state::{give, give_then, read, write, write_u32, FilterState};
+use crate::state::{give, give_then, read, with_guest_bytes, write, write_u32, FilterState};
 
 pub const MODULE: &str = "env";
 /// Where the functions that hand the guest a value are linked: the guest
@@ -274,10 +274,13 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
          ptr_out: u32,
          len_out: u32|
          -> Result<i32> {
-            let key = read(&mut c, "proxy_get_header_map_value", key_ptr, key_len)?;
-            let value = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
-                Some(pairs) => headers::get(pairs, &key).map(<[u8]>::to_vec),
-                None => return Ok(BAD_ARGUMENT),
+            const F: &str = "proxy_get_header_map_value";
+            let value = with_guest_bytes(&mut c, F, (key_ptr, key_len), |key, state| {
+                let pairs = MapType::from_code(kind).and_then(|k| map(state, k))?;
+                Some(headers::get(pairs, key).map(<[u8]>::to_vec))
+            })?;
+            let Some(value) = value else {
+                return Ok(BAD_ARGUMENT);
             };
             let Some(value) = value else {
                 return Ok(NOT_FOUND);
@@ -343,8 +346,13 @@ fn add_properties(linker: &mut Linker<FilterState>) -> Result<()> {
         GIVING_MODULE,
         "proxy_get_property",
         |mut c: Ctx, path_ptr: u32, path_len: u32, ptr_out: u32, len_out: u32| -> Result<i32> {
-            let path = read(&mut c, "proxy_get_property", path_ptr, path_len)?;
-            let Some(value) = crate::properties::get(c.data(), &path) else {
+            let value = with_guest_bytes(
+                &mut c,
+                "proxy_get_property",
+                (path_ptr, path_len),
+                |path, state| crate::properties::get(state, path),
+            )?;
+            let Some(value) = value else {
                 return Ok(NOT_FOUND);
             };
             give(&mut c, "proxy_get_property", value, ptr_out, len_out)?;

@@ -118,6 +118,30 @@ fn guest<'a>(c: &'a Ctx<'_>) -> &'a GuestMemory {
         .expect("the guest's memory is known before any callback runs")
 }
 
+/// Runs `look_up` on the `len` bytes at `ptr` in the guest, in place, with
+/// the store's state: for keys and paths the host only compares, which
+/// [`read`] would copy (an allocation per lookup).
+pub(crate) fn with_guest_bytes<R>(
+    c: &mut Ctx,
+    function: &'static str,
+    (ptr, len): (u32, u32),
+    look_up: impl FnOnce(&[u8], &mut FilterState) -> R,
+) -> wasmtime::Result<R> {
+    let memory = guest(c).memory;
+    let (data, state) = memory.data_and_store_mut(&mut *c);
+    let size = data.len();
+    match data.get(ptr as usize..ptr as usize + len as usize) {
+        Some(bytes) => Ok(look_up(bytes, state)),
+        None => Err(BadGuestPointer {
+            function,
+            ptr,
+            len,
+            size,
+        }
+        .into()),
+    }
+}
+
 /// Copies `len` bytes at `ptr` out of the guest.
 pub(crate) fn read(
     c: &mut Ctx,
