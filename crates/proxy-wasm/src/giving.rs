@@ -21,7 +21,7 @@ use wasmgate_runtime::Runtime;
 use wasmtime::{Caller, Func, Instance, InstancePre, Linker, Ref, Store, Table};
 
 use crate::host_env::{GIVING_MODULE, MODULE};
-use crate::state::{complete_handover, next_handover_len, waiting_values, FilterState};
+use crate::state::{complete_handover, next_handover_len, FilterState, VALUE_WAITING};
 
 /// The functions that give, with their number of (i32) parameters.
 pub(crate) const GIVING: &[(&str, usize)] = &[
@@ -39,9 +39,9 @@ pub(crate) fn gives(name: &str) -> bool {
     GIVING.iter().any(|(n, _)| *n == name)
 }
 
-/// The module: for each giving function, one that notes how many values
-/// wait, calls the host's, and if the host left one more value waiting,
-/// has the allocator (slot 0 of its table) make room for it.
+/// The module: for each giving function, one that calls the host's and,
+/// if that left a value waiting ([`VALUE_WAITING`]), has the allocator
+/// (slot 0 of its table) make room for it and answers `Ok`.
 fn wat() -> &'static str {
     static WAT: OnceLock<String> = OnceLock::new();
     WAT.get_or_init(|| {
@@ -55,11 +55,12 @@ fn wat() -> &'static str {
                 "  (import \"{GIVING_MODULE}\" \"{name}\" (func ${name} (param{types}) (result i32)))\n"
             );
             functions += &format!(
-                r#"  (func (export "{name}") (param{types}) (result i32) (local $before i32) (local $status i32)
-    (local.set $before (call $waiting))
+                r#"  (func (export "{name}") (param{types}) (result i32) (local $status i32)
     (local.set $status (call ${name}{args}))
-    (if (i32.gt_u (call $waiting) (local.get $before))
-      (then (call $complete (call_indirect (type $allocate) (call $next_len) (i32.const 0)))))
+    (if (i32.eq (local.get $status) (i32.const {VALUE_WAITING}))
+      (then
+        (call $complete (call_indirect (type $allocate) (call $next_len) (i32.const 0)))
+        (local.set $status (i32.const 0))))
     (local.get $status))
 "#
             );
@@ -67,7 +68,6 @@ fn wat() -> &'static str {
         format!(
             r#"(module $wasmgate_giving
   (type $allocate (func (param i32) (result i32)))
-  (import "{GIVING_MODULE}" "waiting_values" (func $waiting (result i32)))
   (import "{GIVING_MODULE}" "next_value_len" (func $next_len (result i32)))
   (import "{GIVING_MODULE}" "complete_handover" (func $complete (param i32)))
 {imports}  (table (export "allocator") 1 1 funcref)
@@ -79,12 +79,9 @@ fn wat() -> &'static str {
 
 type Ctx<'a> = Caller<'a, FilterState>;
 
-/// The three functions the module calls besides the giving ones (which
+/// The two functions the module calls besides the giving ones (which
 /// `host_env` links under [`GIVING_MODULE`]).
 pub(crate) fn add_to_linker(linker: &mut Linker<FilterState>) -> wasmtime::Result<()> {
-    linker.func_wrap(GIVING_MODULE, "waiting_values", |c: Ctx| {
-        waiting_values(&c) as u32
-    })?;
     linker.func_wrap(GIVING_MODULE, "next_value_len", |c: Ctx| {
         next_handover_len(&c)
     })?;

@@ -176,8 +176,7 @@ fn add_buffers(linker: &mut Linker<FilterState>) -> Result<()> {
                 return Ok(OK);
             }
             let bytes = bytes[start..end].to_vec();
-            give(&mut c, "proxy_get_buffer_bytes", bytes, ptr_out, len_out)?;
-            Ok(OK)
+            give(&mut c, "proxy_get_buffer_bytes", bytes, ptr_out, len_out)
         },
     )?;
     linker.func_wrap(
@@ -246,8 +245,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
                 encoded,
                 ptr_out,
                 len_out,
-            )?;
-            Ok(OK)
+            )
         },
     )?;
     linker.func_wrap(
@@ -291,8 +289,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
                 value,
                 ptr_out,
                 len_out,
-            )?;
-            Ok(OK)
+            )
         },
     )?;
     for (name, op) in [
@@ -355,8 +352,7 @@ fn add_properties(linker: &mut Linker<FilterState>) -> Result<()> {
             let Some(value) = value else {
                 return Ok(NOT_FOUND);
             };
-            give(&mut c, "proxy_get_property", value, ptr_out, len_out)?;
-            Ok(OK)
+            give(&mut c, "proxy_get_property", value, ptr_out, len_out)
         },
     )?;
     linker.func_wrap(
@@ -505,8 +501,7 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
                 message.into_bytes(),
                 ptr_out,
                 len_out,
-            )?;
-            Ok(OK)
+            )
         },
     )?;
     Ok(())
@@ -534,8 +529,7 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
                 value,
                 outs,
                 Some((cas_out, cas)),
-            )?;
-            Ok(OK)
+            )
         },
     )?;
     linker.func_wrap(
@@ -605,16 +599,13 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
         "proxy_dequeue_shared_queue",
         |mut c: Ctx, id: u32, ptr_out: u32, len_out: u32| -> Result<i32> {
             match shared().dequeue(id) {
-                Ok(value) => {
-                    give(
-                        &mut c,
-                        "proxy_dequeue_shared_queue",
-                        value,
-                        ptr_out,
-                        len_out,
-                    )?;
-                    Ok(OK)
-                }
+                Ok(value) => give(
+                    &mut c,
+                    "proxy_dequeue_shared_queue",
+                    value,
+                    ptr_out,
+                    len_out,
+                ),
                 Err(status) => Ok(status as i32),
             }
         },

@@ -218,10 +218,17 @@ pub(crate) struct Handover {
     then: Option<(u32, u32)>,
 }
 
+/// What a giving host function returns when it left a value waiting for
+/// the guest's allocator: the giving module (`giving.rs`) then has the
+/// allocator make room for it and answers the guest `Ok`. No status of the
+/// ABI is negative.
+pub(crate) const VALUE_WAITING: i32 = -1;
+
 /// Hands `bytes` to the guest: once the guest's allocator has made room
 /// for them (the SDKs free them with theirs), they are copied there and
 /// the pointer and the length stored at `ptr_out` and `len_out`. Empty
-/// bytes are a null pointer and a zero length at once.
+/// bytes are a null pointer and a zero length at once. Returns the status
+/// the host function returns: `Ok`, or [`VALUE_WAITING`].
 ///
 /// The allocator runs after the host function returns: the functions that
 /// give are reached through a module of ours (`giving.rs`) that calls the
@@ -233,7 +240,7 @@ pub(crate) fn give(
     bytes: Vec<u8>,
     ptr_out: u32,
     len_out: u32,
-) -> wasmtime::Result<()> {
+) -> wasmtime::Result<i32> {
     give_then(c, function, bytes, (ptr_out, len_out), None)
 }
 
@@ -244,14 +251,15 @@ pub(crate) fn give_then(
     bytes: Vec<u8>,
     (ptr_out, len_out): (u32, u32),
     then: Option<(u32, u32)>,
-) -> wasmtime::Result<()> {
+) -> wasmtime::Result<i32> {
+    const OK: i32 = crate::abi::Status::Ok as i32;
     if bytes.is_empty() {
         write_u32(c, function, ptr_out, 0)?;
         write_u32(c, function, len_out, 0)?;
         if let Some((ptr, word)) = then {
             write_u32(c, function, ptr, word)?;
         }
-        return Ok(());
+        return Ok(OK);
     }
     let waiting = &mut c.data_mut().handovers;
     if waiting.len() >= MAX_WAITING_VALUES {
@@ -266,12 +274,7 @@ pub(crate) fn give_then(
         len_out,
         then,
     });
-    Ok(())
-}
-
-/// How many values wait for the allocator.
-pub(crate) fn waiting_values(c: &Ctx<'_>) -> usize {
-    c.data().handovers.len()
+    Ok(VALUE_WAITING)
 }
 
 /// The size of the value the allocator is to make room for next.
