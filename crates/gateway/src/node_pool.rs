@@ -4,7 +4,7 @@
 //! It replaces hyper-util's pooled `Client`, which per request hashed a
 //! pool key with SipHash, looked it up in a map shared by every node under
 //! one lock, and spawned a task to put the connection back once it was
-//! ready: together about a tenth of a proxied request's instructions
+//! ready: together about 7k of a proxied request's 51k instructions
 //! (bench/instructions.py, docs/benchmarks.md). Here every node owns its
 //! list of idle connections, and a connection goes back to it when its
 //! response body has been read to the end.

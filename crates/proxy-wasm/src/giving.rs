@@ -124,12 +124,12 @@ impl Giving {
         })
     }
 
-    /// The function the filter imports as `env`'s `name`, if it is a giving one.
-    pub fn import(&self, store: &mut Store<FilterState>, name: &str) -> Option<Func> {
-        if !gives(name) {
-            return None;
-        }
-        self.instance.get_func(store, name)
+    /// The module's function `name`, one of [`GIVING`]: what the filter
+    /// imports as `env`'s `name`.
+    pub fn import(&self, store: &mut Store<FilterState>, name: &str) -> Func {
+        self.instance
+            .get_func(store, name)
+            .expect("the giving module has every giving function")
     }
 
     /// Points the module at the filter's allocator, once the filter exists.

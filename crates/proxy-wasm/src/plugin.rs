@@ -353,11 +353,11 @@ impl FilterPlugin {
         let ticks = store.data_mut().budget.start(Some(START_TIMEOUT));
         store.set_epoch_deadline(ticks);
 
-        let instance = self
+        let (instance, guest) = self
             .link(&mut store)
             .await
             .map_err(|e| self.start_failure("instantiation", e))?;
-        store.data_mut().guest = Some(guest_memory(&mut store, &instance)?);
+        store.data_mut().guest = Some(guest);
         self.start(&mut store, &instance)
             .await
             .map_err(|e| self.start_failure("start-up", e))?;
@@ -375,27 +375,24 @@ impl FilterPlugin {
 
     /// Instantiates the module in `store`, with the giving module (its
     /// allocator set once the module exists) for the imports it answers.
-    async fn link(&self, store: &mut Store<FilterState>) -> wasmtime::Result<Instance> {
+    async fn link(
+        &self,
+        store: &mut Store<FilterState>,
+    ) -> wasmtime::Result<(Instance, GuestMemory)> {
         let giving = Giving::instantiate(&self.giving, store).await?;
         let mut imports = Vec::with_capacity(self.imports.len());
         for source in &self.imports {
             imports.push(match source {
-                ImportSource::Giving(name) => Extern::Func(
-                    giving
-                        .import(store, name)
-                        .expect("the giving module has every giving function"),
-                ),
+                ImportSource::Giving(name) => Extern::Func(giving.import(store, name)),
                 ImportSource::Linker { module, name } => {
                     self.linker.get(&mut *store, module, name)?
                 }
             });
         }
         let instance = Instance::new_async(&mut *store, &self.module, &imports).await?;
-        let allocate = guest_memory(store, &instance)
-            .map_err(|e| wasmtime::format_err!("{e}"))?
-            .allocate;
-        giving.set_allocator(store, *allocate.func())?;
-        Ok(instance)
+        let guest = guest_memory(store, &instance).map_err(|e| wasmtime::format_err!("{e}"))?;
+        giving.set_allocator(store, *guest.allocate.func())?;
+        Ok((instance, guest))
     }
 
     /// Runs the module's start-up code, creates the root context, and

@@ -149,19 +149,7 @@ pub(crate) fn read(
     ptr: u32,
     len: u32,
 ) -> wasmtime::Result<Vec<u8>> {
-    let memory = guest(c).memory;
-    let data = memory.data(&*c);
-    data.get(ptr as usize..ptr as usize + len as usize)
-        .map(<[u8]>::to_vec)
-        .ok_or_else(|| {
-            BadGuestPointer {
-                function,
-                ptr,
-                len,
-                size: data.len(),
-            }
-            .into()
-        })
+    with_guest_bytes(c, function, (ptr, len), |bytes, _| bytes.to_vec())
 }
 
 /// Writes `bytes` at `ptr` in the guest.
