@@ -13,6 +13,9 @@ use wasmgate_proxy_wasm::{
     FilterConfig, FilterError, FilterPlugin, HttpExchange, Runtime, RuntimeConfig,
 };
 
+mod common;
+use common::{filter_from_wat, headers_then_finish, pairs};
+
 /// Appends a letter per stream callback to a trace, checks every argument
 /// (a wrong one traps), and publishes the trace as the property `trace` in
 /// `proxy_on_delete`. The plugin configuration's size picks a fault:
@@ -83,24 +86,12 @@ async fn plugin(rt: &Runtime, with_done: bool, fault: &str) -> Arc<FilterPlugin>
         timeout: Some(Duration::from_millis(200)),
         ..FilterConfig::default()
     };
-    FilterPlugin::new(rt, module(with_done).as_bytes(), config)
-        .await
-        .unwrap()
+    filter_from_wat(rt, &module(with_done), config).await
 }
 
 /// One request through the filter: its headers, then the end of the stream.
 async fn one_request(filter: &Arc<FilterPlugin>) -> Result<HttpExchange, FilterError> {
-    let mut exchange = HttpExchange {
-        request_headers: vec![
-            (b":path".to_vec(), b"/".to_vec()),
-            (b":method".to_vec(), b"GET".to_vec()),
-        ],
-        ..HttpExchange::default()
-    };
-    let mut stream = filter.stream().await?;
-    stream.on_request_headers(&mut exchange, true).await?;
-    stream.finish(&mut exchange).await?;
-    Ok(exchange)
+    headers_then_finish(filter, pairs(&[(":path", "/"), (":method", "GET")])).await
 }
 
 fn trace(exchange: &HttpExchange) -> &str {

@@ -10,6 +10,9 @@ use std::sync::Arc;
 
 use wasmgate_proxy_wasm::{FilterConfig, FilterError, FilterPlugin, HttpExchange, Runtime};
 
+mod common;
+use common::{filter_from_wat, headers_then_finish, pairs};
+
 /// `proxy_on_request_headers` reads `:path` (present), `x-empty` (empty)
 /// and `x-missing` (absent), and `plugin_name`; every check that fails
 /// traps. Its allocator records each size it is asked for, and with the
@@ -85,23 +88,11 @@ async fn plugin(rt: &Runtime, conf: &str) -> Arc<FilterPlugin> {
         plugin_configuration: conf.as_bytes().to_vec(),
         ..FilterConfig::default()
     };
-    FilterPlugin::new(rt, MODULE.as_bytes(), config)
-        .await
-        .unwrap()
+    filter_from_wat(rt, MODULE, config).await
 }
 
 async fn request_headers(filter: &Arc<FilterPlugin>) -> Result<HttpExchange, FilterError> {
-    let mut exchange = HttpExchange {
-        request_headers: vec![
-            (b":path".to_vec(), b"/a/b?c=".to_vec()),
-            (b"x-empty".to_vec(), Vec::new()),
-        ],
-        ..HttpExchange::default()
-    };
-    let mut stream = filter.stream().await?;
-    stream.on_request_headers(&mut exchange, true).await?;
-    stream.finish(&mut exchange).await?;
-    Ok(exchange)
+    headers_then_finish(filter, pairs(&[(":path", "/a/b?c="), ("x-empty", "")])).await
 }
 
 fn sizes(exchange: &HttpExchange) -> Vec<u8> {

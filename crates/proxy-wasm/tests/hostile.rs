@@ -2,9 +2,10 @@
 //! malformed maps: the callback fails with a report naming the host function,
 //! the instance is replaced, and the host keeps serving.
 
-use wasmgate_proxy_wasm::{
-    FilterConfig, FilterError, FilterPlugin, HttpExchange, Runtime, RuntimeConfig,
-};
+use wasmgate_proxy_wasm::{FilterConfig, FilterError, FilterPlugin, Runtime, RuntimeConfig};
+
+mod common;
+use common::{filter_from_wat, headers_then_finish};
 
 /// The plugin configuration's size picks the attack made in
 /// `proxy_on_request_headers`: 1 a key pointer past the end of memory,
@@ -40,16 +41,11 @@ async fn plugin(rt: &Runtime, conf: &str) -> std::sync::Arc<FilterPlugin> {
         plugin_configuration: conf.as_bytes().to_vec(),
         ..FilterConfig::default()
     };
-    FilterPlugin::new(rt, MODULE.as_bytes(), config)
-        .await
-        .unwrap()
+    filter_from_wat(rt, MODULE, config).await
 }
 
 async fn request_headers(filter: &std::sync::Arc<FilterPlugin>) -> Result<(), FilterError> {
-    let mut exchange = HttpExchange::default();
-    let mut stream = filter.stream().await?;
-    stream.on_request_headers(&mut exchange, true).await?;
-    stream.finish(&mut exchange).await
+    headers_then_finish(filter, Vec::new()).await.map(drop)
 }
 
 #[tokio::test]

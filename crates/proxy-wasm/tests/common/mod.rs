@@ -1,0 +1,39 @@
+//! Set-up shared by the tests that drive hand-written filter modules.
+
+#![allow(dead_code)] // each test file uses its part
+
+use std::sync::Arc;
+
+use wasmgate_proxy_wasm::pairs::Pairs;
+use wasmgate_proxy_wasm::{FilterConfig, FilterError, FilterPlugin, HttpExchange, Runtime};
+
+/// Loads a hand-written module (WAT) with `config`; the tests' modules are
+/// meant to load, so failing to is the test's failure.
+pub async fn filter_from_wat(rt: &Runtime, wat: &str, config: FilterConfig) -> Arc<FilterPlugin> {
+    FilterPlugin::new(rt, wat.as_bytes(), config).await.unwrap()
+}
+
+/// Header pairs from text.
+pub fn pairs(items: &[(&str, &str)]) -> Pairs {
+    items
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// One stream through `filter`: the request's headers (the whole request),
+/// then its end (log, done, delete). Returns the exchange as the filter
+/// left it.
+pub async fn headers_then_finish(
+    filter: &Arc<FilterPlugin>,
+    request_headers: Pairs,
+) -> Result<HttpExchange, FilterError> {
+    let mut exchange = HttpExchange {
+        request_headers,
+        ..HttpExchange::default()
+    };
+    let mut stream = filter.stream().await?;
+    stream.on_request_headers(&mut exchange, true).await?;
+    stream.finish(&mut exchange).await?;
+    Ok(exchange)
+}
