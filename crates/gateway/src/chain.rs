@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::body::Frame;
-use hyper::HeaderMap;
 use tokio::sync::mpsc;
-use wasmgate_proxy_wasm::pairs::Pairs;
+use wasmgate_proxy_wasm::Headers;
 use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
 
 use crate::body::{Body, BoxError, ClientBodyError};
@@ -70,7 +69,7 @@ impl Chain {
                 Err(error) => {
                     if let Err(stop) = fail(filter.plugin.name(), filter.fail, error) {
                         // The streams already started go back to their pools.
-                        Chain { links }.finish(&mut HttpExchange::default()).await;
+                        Chain { links }.finish(&mut Box::default()).await;
                         return Err(stop);
                     }
                 }
@@ -82,7 +81,7 @@ impl Chain {
     pub async fn headers(
         &mut self,
         direction: Direction,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         end_of_stream: bool,
     ) -> Result<(), Stop> {
         for slot in &mut self.links {
@@ -110,7 +109,7 @@ impl Chain {
     pub async fn body_chunk(
         &mut self,
         direction: Direction,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         mut data: Vec<u8>,
         end_of_stream: bool,
     ) -> Result<Vec<u8>, Stop> {
@@ -141,7 +140,7 @@ impl Chain {
     pub async fn trailers(
         &mut self,
         direction: Direction,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
     ) -> Result<(), Stop> {
         for slot in &mut self.links {
             let Some(link) = slot else { continue };
@@ -155,7 +154,7 @@ impl Chain {
     }
 
     /// `proxy_on_log` / `on_done` / `on_delete` on every stream; instances go back.
-    pub async fn finish(self, exchange: &mut HttpExchange) {
+    pub async fn finish(self, exchange: &mut Box<HttpExchange>) {
         for link in self.links.into_iter().flatten() {
             let plugin = link.stream.plugin().clone();
             if let Err(error) = link.stream.finish(exchange).await {
@@ -172,7 +171,7 @@ impl Chain {
     pub async fn pump<B>(
         &mut self,
         direction: Direction,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         mut source: B,
         mut first: Option<Result<Frame<Bytes>, B::Error>>,
         sink: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
@@ -237,9 +236,11 @@ impl Chain {
                             .body_chunk(direction, exchange, Vec::new(), false)
                             .await?;
                         send(sink, out).await;
-                        *trailers_of(exchange, direction) = header_pairs(&trailers);
+                        *trailers_of(exchange, direction) = Headers::from_map(trailers);
                         self.trailers(direction, exchange).await?;
-                        let map = header_map(trailers_of(exchange, direction));
+                        // Filters read trailers in `proxy_on_log` too: a copy
+                        // goes out.
+                        let map = trailers_of(exchange, direction).map().clone();
                         let _ = sink.send(Ok(Frame::trailers(map))).await;
                         return Ok(());
                     }
@@ -300,35 +301,11 @@ fn body_of(exchange: &mut HttpExchange, direction: Direction) -> &mut Vec<u8> {
     }
 }
 
-fn trailers_of(exchange: &mut HttpExchange, direction: Direction) -> &mut Pairs {
+fn trailers_of(exchange: &mut HttpExchange, direction: Direction) -> &mut Headers {
     match direction {
         Direction::Request => &mut exchange.request_trailers,
         Direction::Response => &mut exchange.response_trailers,
     }
-}
-
-pub fn header_pairs(headers: &HeaderMap) -> Pairs {
-    headers
-        .iter()
-        .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
-        .collect()
-}
-
-/// Pairs back into a header map; pseudo-headers and invalid names are skipped.
-pub fn header_map(pairs: &Pairs) -> HeaderMap {
-    let mut map = HeaderMap::with_capacity(pairs.len());
-    for (k, v) in pairs {
-        if k.first() == Some(&b':') {
-            continue;
-        }
-        if let (Ok(name), Ok(value)) = (
-            hyper::header::HeaderName::from_bytes(k),
-            hyper::header::HeaderValue::from_bytes(v),
-        ) {
-            map.append(name, value);
-        }
-    }
-    map
 }
 
 /// A body fed by a channel (what `Chain::pump` writes into).

@@ -13,15 +13,15 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use wasmgate_extism::{Manifest, Plugin, PluginOptions};
 use wasmgate_proxy_wasm::{
-    AbiVersion, FilterConfig, FilterPlugin, HttpCallFuture, HttpCallRequest, HttpCallResponse,
-    HttpCaller, PoolConfig, Runtime,
+    AbiVersion, FilterConfig, FilterPlugin, Headers, HttpCallFuture, HttpCallRequest,
+    HttpCallResponse, HttpCaller, PoolConfig, Runtime,
 };
 
 use wasmgate_runtime::wasmtime::Module;
 use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats};
 use wasmgate_services::{Grants, Service, Services};
 
-use crate::chain::{header_map, header_pairs, RouteFilter};
+use crate::chain::RouteFilter;
 use crate::config::{
     conf_bytes, ConfigError, ConfigErrors, FilterRef, FixedResponse, GatewayConfig, PluginConfig,
     PluginKind,
@@ -512,11 +512,13 @@ impl HttpCaller for UpstreamCaller {
         Box::pin(async move {
             let upstream = upstream.ok_or("unknown upstream")?;
             let get = |name: &str| {
-                wasmgate_proxy_wasm::headers::get(&request.headers, name.as_bytes())
+                request
+                    .headers
+                    .get(name.as_bytes())
                     .map(|v| String::from_utf8_lossy(v).into_owned())
             };
             let method = get(":method").unwrap_or_else(|| "GET".into());
-            let mut headers = header_map(&request.headers);
+            let mut headers = request.headers.map().clone();
             if let Some(authority) = get(":authority") {
                 if let Ok(value) = authority.parse() {
                     headers.insert(hyper::header::HOST, value);
@@ -534,16 +536,18 @@ impl HttpCaller for UpstreamCaller {
                 .send(head, body, None)
                 .await
                 .map_err(|e| e.to_string())?;
-            let status = response.status().as_u16().to_string();
-            let mut headers = vec![(b":status".to_vec(), status.into_bytes())];
-            headers.extend(header_pairs(response.headers()));
+            let (parts, body) = response.into_parts();
+            let mut headers = Headers::from_map(parts.headers);
+            headers.push_pseudo(":status", parts.status.as_str().as_bytes().to_vec());
             use http_body_util::BodyExt;
-            let collected = response
-                .into_body()
+            let collected = body
                 .collect()
                 .await
                 .map_err(|e| format!("reading the answer: {e}"))?;
-            let trailers = collected.trailers().map(header_pairs).unwrap_or_default();
+            let trailers = collected
+                .trailers()
+                .map(|t| Headers::from_map(t.clone()))
+                .unwrap_or_default();
             Ok(HttpCallResponse {
                 headers,
                 body: collected.to_bytes().to_vec(),

@@ -23,13 +23,10 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::mpsc;
-use wasmgate_proxy_wasm::pairs::Pairs;
-use wasmgate_proxy_wasm::{headers, HttpExchange, LocalResponse, RequestInfo};
+use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo};
 
 use crate::body::{self, Body, ClientBody, ClientBodyError};
-use crate::chain::{
-    channel_body, channel_body_after, header_map, header_pairs, Chain, Direction, Stop,
-};
+use crate::chain::{channel_body, channel_body_after, Chain, Direction, Stop};
 use crate::config::HashOn;
 use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
@@ -159,9 +156,7 @@ impl Gateway {
         host: String,
     ) -> Response<Body> {
         let peer = connection.peer;
-        let mut exchange = exchange_for(&parts, connection, &host, route);
-        // Kept to be sent on as it is if no filter edits the request's headers.
-        let request_header_map = parts.headers;
+        let mut exchange = exchange_for(parts, connection, host, route);
         let mut chain = match Chain::start(&route.filters).await {
             Ok(chain) => chain,
             Err(stop) => return stopped(&route.name, stop, &mut exchange),
@@ -182,7 +177,7 @@ impl Gateway {
                     upstream,
                     &mut chain,
                     &mut exchange,
-                    (request_header_map, body),
+                    body,
                     peer,
                     request_ends,
                 )
@@ -197,7 +192,7 @@ impl Gateway {
                 };
                 match input {
                     Ok(input) => {
-                        let path = headers::get(&exchange.request_headers, b":path")
+                        let path = (exchange.request_headers.get(b":path"))
                             .map(|p| String::from_utf8_lossy(p).into_owned())
                             .unwrap_or_default();
                         let path = path.split('?').next().unwrap_or_default().to_string();
@@ -224,12 +219,12 @@ impl Gateway {
         &self,
         upstream: &Upstream,
         chain: &mut Chain,
-        exchange: &mut HttpExchange,
-        (header_map, body): (HeaderMap, ClientBody),
+        exchange: &mut Box<HttpExchange>,
+        body: ClientBody,
         peer: SocketAddr,
         request_ends: bool,
     ) -> Result<Response<Body>, Stop> {
-        let head = upstream_head(exchange, header_map, peer);
+        let head = upstream_head(exchange, peer);
         let key = exchange_hash_key(upstream, exchange, peer);
         let result = if request_ends {
             upstream
@@ -286,15 +281,12 @@ impl Gateway {
         &self,
         route: &Route,
         mut chain: Chain,
-        mut exchange: HttpExchange,
+        mut exchange: Box<HttpExchange>,
         response: Response<Body>,
     ) -> Response<Body> {
         let (parts, body) = response.into_parts();
-        let mut response_headers = vec![(
-            b":status".to_vec(),
-            parts.status.as_str().as_bytes().to_vec(),
-        )];
-        response_headers.extend(header_pairs(&parts.headers));
+        let mut response_headers = Headers::from_map(parts.headers);
+        response_headers.push_pseudo(":status", parts.status.as_str().as_bytes().to_vec());
         exchange.response_headers = response_headers;
         let response_ends = body.is_end_stream();
         if let Err(stop) = chain
@@ -305,27 +297,28 @@ impl Gateway {
             chain.finish(&mut exchange).await;
             return response;
         }
-        let status = headers::get(&exchange.response_headers, b":status")
+        let status = (exchange.response_headers.get(b":status"))
             .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok())
             .and_then(|s| StatusCode::from_u16(s).ok())
             .unwrap_or(parts.status);
-        let mut builder = Response::builder().status(status);
-        // Rebuilt from the pairs only when a filter edited them (most
-        // filters only read the response, or never look at it).
-        *builder.headers_mut().expect("fresh builder") = if exchange.response_headers_edited {
-            header_map(&exchange.response_headers)
-        } else {
-            parts.headers
+        let builder = Response::builder().status(status);
+        // The headers are final once `on_response_headers` is over; the
+        // exchange keeps them for the filters' later reads (`proxy_on_log`)
+        // and gives them to the response after the last callback, copied
+        // only if a filter edits them in between (headers.rs).
+        exchange.response_headers.freeze();
+        let sent_headers = |exchange: &mut HttpExchange| {
+            let mut headers = exchange.response_headers.take_sent();
+            // Filters may change the body's length: let the framing follow.
+            headers.remove(header::CONTENT_LENGTH);
+            headers
         };
         if response_ends {
             chain.finish(&mut exchange).await;
-            return builder.body(body::empty()).expect("valid parts");
+            let mut response = builder.body(body::empty()).expect("valid parts");
+            *response.headers_mut() = exchange.response_headers.take_sent();
+            return response;
         }
-        // Filters may change the body's length: let the framing follow.
-        builder
-            .headers_mut()
-            .expect("fresh builder")
-            .remove(header::CONTENT_LENGTH);
         // Most bodies come whole in their first frame: filter those here and
         // answer with the result, which is cheaper than a streaming task and
         // lets a filter still replace the response.
@@ -337,14 +330,23 @@ impl Gateway {
                 let filtered = chain
                     .body_chunk(Direction::Response, &mut exchange, data, true)
                     .await;
-                let response = match filtered {
-                    Ok(out) => builder.body(body::full(out)).expect("valid parts"),
-                    Err(stop) => stopped(&route.name, stop, &mut exchange),
-                };
+                let filtered = filtered.map_err(|stop| stopped(&route.name, stop, &mut exchange));
                 chain.finish(&mut exchange).await;
-                return response;
+                return match filtered {
+                    Ok(out) => {
+                        let mut response = builder.body(body::full(out)).expect("valid parts");
+                        *response.headers_mut() = sent_headers(&mut exchange);
+                        response
+                    }
+                    Err(response) => response,
+                };
             }
         }
+        // Streamed: the headers go out now, a copy (filters read them on).
+        let mut headers = exchange.response_headers.map().clone();
+        headers.remove(header::CONTENT_LENGTH);
+        let mut builder = builder;
+        *builder.headers_mut().expect("fresh builder") = headers;
         let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
         let limit = self.config.limits.max_body_bytes;
         let route_name = route.name.clone();
@@ -377,7 +379,7 @@ impl Gateway {
 /// Collects the request body through the chain's body callbacks.
 async fn filter_whole_body(
     chain: &mut Chain,
-    exchange: &mut HttpExchange,
+    exchange: &mut Box<HttpExchange>,
     body: ClientBody,
     limit: usize,
 ) -> Result<Bytes, Stop> {
@@ -436,23 +438,23 @@ async fn call_endpoint(endpoint: &Endpoint, path: &str, input: Bytes) -> Respons
     }
 }
 
-/// The exchange filters see: pseudo-headers first, then the request's
-/// headers, and what is known of the request and its connection.
-fn exchange_for(parts: &Parts, connection: Connection, host: &str, route: &Route) -> HttpExchange {
-    let authority = request_authority(parts).unwrap_or_else(|| host.to_string());
-    let mut request_headers: Pairs = Vec::with_capacity(parts.headers.len() + 4);
-    request_headers.push((
-        b":method".to_vec(),
-        parts.method.as_str().as_bytes().to_vec(),
-    ));
-    request_headers.push((b":path".to_vec(), path_and_query(&parts.uri).into_bytes()));
-    request_headers.push((b":authority".to_vec(), authority.into_bytes()));
-    request_headers.push((b":scheme".to_vec(), b"http".to_vec()));
-    for (k, v) in &parts.headers {
-        if k != header::HOST {
-            request_headers.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
-        }
-    }
+/// The exchange filters see: pseudo-headers, then the request's own header
+/// map (`Host` becomes `:authority`), and what is known of the request and
+/// its connection.
+fn exchange_for(
+    parts: Parts,
+    connection: Connection,
+    host: String,
+    route: &Route,
+) -> Box<HttpExchange> {
+    let authority = request_authority(&parts).unwrap_or(host);
+    let mut fields = parts.headers;
+    fields.remove(header::HOST);
+    let mut request_headers = Headers::from_map(fields);
+    request_headers.push_pseudo(":method", parts.method.as_str().as_bytes().to_vec());
+    request_headers.push_pseudo(":path", path_and_query(&parts.uri).into_bytes());
+    request_headers.push_pseudo(":authority", authority.into_bytes());
+    request_headers.push_pseudo(":scheme", &b"http"[..]);
     let protocol = match parts.version {
         hyper::Version::HTTP_2 => "HTTP/2",
         hyper::Version::HTTP_10 => "HTTP/1.0",
@@ -462,7 +464,7 @@ fn exchange_for(parts: &Parts, connection: Connection, host: &str, route: &Route
         Endpoint::Upstream(upstream) => Some(upstream.cluster_name.clone()),
         _ => None,
     };
-    HttpExchange {
+    Box::new(HttpExchange {
         request_headers,
         info: RequestInfo {
             id: REQUEST_IDS.fetch_add(1, Ordering::Relaxed),
@@ -474,7 +476,7 @@ fn exchange_for(parts: &Parts, connection: Connection, host: &str, route: &Route
             cluster,
         },
         ..HttpExchange::default()
-    }
+    })
 }
 
 /// Host and port as the client sent them (URI for HTTP/2, Host for HTTP/1).
@@ -493,15 +495,12 @@ fn request_authority(parts: &Parts) -> Option<String> {
         })
 }
 
-/// What goes upstream after the filters: their pseudo-headers and headers
-/// (`received`, the request's own header map, when no filter edited them).
-fn upstream_head(exchange: &HttpExchange, received: HeaderMap, peer: SocketAddr) -> RequestHead {
-    let get = |name: &[u8]| headers::get(&exchange.request_headers, name).map(|v| v.to_vec());
-    let mut headers = if exchange.request_headers_edited {
-        header_map(&exchange.request_headers)
-    } else {
-        received
-    };
+/// What goes upstream after the filters: their pseudo-headers and a copy
+/// of their header map (the exchange keeps its own: filters read the
+/// request's headers until `proxy_on_log`).
+fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> RequestHead {
+    let get = |name: &[u8]| exchange.request_headers.get(name).map(|v| v.to_vec());
+    let mut headers = exchange.request_headers.map().clone();
     let authority = get(b":authority").unwrap_or_default();
     if let Ok(value) = HeaderValue::from_bytes(&authority) {
         headers.insert(header::HOST, value);
@@ -647,12 +646,12 @@ fn exchange_hash_key(
     Some(match upstream.hash_on {
         HashOn::ClientIp => hash(&peer.ip()),
         HashOn::Path => {
-            let path = headers::get(&exchange.request_headers, b":path")?;
+            let path = exchange.request_headers.get(b":path")?;
             hash(&path.split(|&b| b == b'?').next().unwrap_or_default())
         }
         HashOn::Header => {
             let name = upstream.hash_header.as_deref()?;
-            hash(&headers::get(&exchange.request_headers, name.as_bytes())?)
+            hash(&exchange.request_headers.get(name.as_bytes())?)
         }
     })
 }
@@ -731,7 +730,8 @@ fn local_response(local: LocalResponse) -> Response<Body> {
         StatusCode::from_u16(local.status as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = Response::new(body::full(local.body));
     *response.status_mut() = status;
-    *response.headers_mut() = header_map(&local.headers);
+    let mut headers = local.headers;
+    *response.headers_mut() = headers.take_map();
     response
 }
 

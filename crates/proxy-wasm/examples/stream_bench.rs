@@ -6,16 +6,20 @@
 use std::path::PathBuf;
 
 use bench_timing::Protocol;
-use wasmgate_proxy_wasm::{FilterConfig, FilterPlugin, HttpExchange, Runtime, RuntimeConfig};
+use wasmgate_proxy_wasm::{
+    FilterConfig, FilterPlugin, Headers, HttpExchange, Runtime, RuntimeConfig,
+};
 
-fn exchange() -> HttpExchange {
+fn exchange() -> Box<HttpExchange> {
     let pairs = |items: &[(&str, &str)]| {
-        items
-            .iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-            .collect()
+        Headers::from_pairs(
+            items
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+        )
     };
-    HttpExchange {
+    Box::new(HttpExchange {
         request_headers: pairs(&[
             (":method", "GET"),
             (":path", "/rust"),
@@ -30,7 +34,7 @@ fn exchange() -> HttpExchange {
         ]),
         response_body: b"hello from upstream\n".to_vec(),
         ..HttpExchange::default()
-    }
+    })
 }
 
 fn main() {

@@ -7,16 +7,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::pairs::Pairs;
+use crate::headers::Headers;
 
 #[derive(Clone, Debug, Default)]
 pub struct HttpExchange {
-    pub request_headers: Pairs,
+    pub request_headers: Headers,
     pub request_body: Vec<u8>,
-    pub request_trailers: Pairs,
-    pub response_headers: Pairs,
+    pub request_trailers: Headers,
+    pub response_headers: Headers,
     pub response_body: Vec<u8>,
-    pub response_trailers: Pairs,
+    pub response_trailers: Headers,
     /// What the embedder knows about the request and its connection.
     pub info: RequestInfo,
     /// Values for `proxy_get_property` beyond the derived ones, keyed by the
@@ -25,11 +25,6 @@ pub struct HttpExchange {
     pub properties: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Set by `proxy_send_local_response`: answer with this, skip the upstream.
     pub local_response: Option<LocalResponse>,
-    /// Whether a filter changed the request's or the response's header map.
-    /// An embedder that built the pairs from a header map of its own can send
-    /// that map on when nothing changed, instead of rebuilding it from pairs.
-    pub request_headers_edited: bool,
-    pub response_headers_edited: bool,
 }
 
 /// Facts about a request that are not in its headers. Properties
@@ -53,11 +48,11 @@ pub struct RequestInfo {
     pub cluster: Option<Arc<str>>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LocalResponse {
     pub status: u32,
     pub details: String,
-    pub headers: Pairs,
+    pub headers: Headers,
     pub body: Vec<u8>,
 }
 

@@ -1,57 +1,355 @@
-//! Header-map edits with the semantics the ABI gives them: names compare
-//! case-insensitively and are stored lower-case, as HTTP/2 requires.
+//! A header map as filters see it, kept in the form the proxy sends it.
+//!
+//! The fields live in the `http::HeaderMap` hyper parsed and will write, so a
+//! filter that reads one header and adds another costs a lookup and an
+//! insert, not the whole map copied into byte pairs and rebuilt afterwards
+//! (that round trip was about a sixth of a header filter's host cost, issue
+//! 15). What a `HeaderMap` cannot hold sits beside it in `others`: the
+//! pseudo-headers (`:method`, `:path`, `:authority`, `:scheme`, `:status`),
+//! and a field a guest adds that HTTP/1 could not carry (a name with a space,
+//! a value with a newline). Filters see those like any other; they are not
+//! sent.
+//!
+//! A map can be frozen when its fields have gone out (conceptually: the
+//! embedder may still hold them, to send after the last callback). Filters
+//! may go on editing it, as Envoy lets them, but the first edit after the
+//! freeze keeps a copy of the fields as they were, and that copy is what
+//! [`Headers::take_sent`] gives: so sending the fields costs no copy unless a
+//! filter edits them too late to matter.
+//!
+//! Names compare case-insensitively and are kept lower-case, as HTTP/2
+//! requires. A listing gives `others` first (the pseudo-headers, as the ABI's
+//! users expect), then the fields; the values of one name keep their order.
 
-use crate::pairs::Pairs;
+use std::borrow::Cow;
 
-pub fn get<'a>(map: &'a Pairs, key: &[u8]) -> Option<&'a [u8]> {
-    map.iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(key))
-        .map(|(_, v)| v.as_slice())
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::pairs::{self, Pairs};
+
+type Bytes = Cow<'static, [u8]>;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Headers {
+    others: Vec<(Bytes, Bytes)>,
+    map: HeaderMap,
+    freeze: Freeze,
 }
 
-pub fn remove(map: &mut Pairs, key: &[u8]) {
-    map.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
+#[derive(Clone, Debug, Default, PartialEq)]
+enum Freeze {
+    #[default]
+    Open,
+    Frozen,
+    /// The fields as they were frozen, kept at the first edit after.
+    Copied(Box<HeaderMap>),
 }
 
-/// Adds a value. Key and value are taken owned: the host reads them out of
-/// the guest's memory anyway, and copying them again cost two allocations
-/// per edit.
-pub fn add(map: &mut Pairs, mut key: Vec<u8>, value: Vec<u8>) {
-    key.make_ascii_lowercase();
-    map.push((key, value));
-}
+impl Headers {
+    /// The fields of a message as received; add its pseudo-headers with
+    /// [`Headers::push_pseudo`].
+    pub fn from_map(map: HeaderMap) -> Headers {
+        Headers {
+            others: Vec::new(),
+            map,
+            freeze: Freeze::Open,
+        }
+    }
 
-/// Replaces every value of `key` with `value` (adds it if absent).
-pub fn replace(map: &mut Pairs, key: Vec<u8>, value: Vec<u8>) {
-    match map.iter().position(|(k, _)| k.eq_ignore_ascii_case(&key)) {
-        Some(first) => {
-            map[first].1 = value;
-            let mut i = first + 1;
-            while i < map.len() {
-                if map[i].0.eq_ignore_ascii_case(&key) {
-                    map.remove(i);
-                } else {
-                    i += 1;
-                }
+    /// A map a guest serialized (or a test wrote), pair by pair.
+    pub fn from_pairs(pairs: Pairs) -> Headers {
+        let mut headers = Headers::default();
+        for (key, value) in pairs {
+            headers.add(key, value);
+        }
+        headers
+    }
+
+    pub fn push_pseudo(&mut self, name: &'static str, value: impl Into<Bytes>) {
+        debug_assert!(name.starts_with(':'));
+        self.others
+            .push((Cow::Borrowed(name.as_bytes()), value.into()));
+    }
+
+    /// The first value of `key`.
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        if key.first() != Some(&b':') {
+            if let Some(value) = field_name(key).and_then(|name| self.map.get(name)) {
+                return Some(value.as_bytes());
             }
         }
-        None => add(map, key, value),
+        self.others
+            .iter()
+            .find(|(k, _)| same_name(k, key))
+            .map(|(_, v)| v.as_ref())
     }
+
+    /// Adds a value. Key and value are taken owned: the host reads them out
+    /// of the guest's memory anyway, and the value's bytes become the
+    /// `HeaderValue`'s without a copy.
+    pub fn add(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.before_edit();
+        match field(key, value) {
+            Ok((name, value)) => {
+                self.map.append(name, value);
+            }
+            Err((key, value)) => self.others.push((key.into(), value.into())),
+        }
+    }
+
+    /// Replaces every value of `key` with `value` (adds it if absent).
+    pub fn replace(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.before_edit();
+        match field(key, value) {
+            Ok((name, value)) => {
+                self.others
+                    .retain(|(k, _)| !same_name(k, name.as_str().as_bytes()));
+                self.map.insert(name, value);
+            }
+            Err((key, value)) => match self.others.iter().position(|(k, _)| same_name(k, &key)) {
+                Some(first) => {
+                    self.others[first].1 = value.into();
+                    let mut i = first + 1;
+                    while i < self.others.len() {
+                        if same_name(&self.others[i].0, &key) {
+                            self.others.remove(i);
+                        } else {
+                            i += 1;
+                        }
+                    }
+                    self.remove_field(&key);
+                }
+                None => {
+                    self.remove_field(&key);
+                    self.others.push((key.into(), value.into()));
+                }
+            },
+        }
+    }
+
+    pub fn remove(&mut self, key: &[u8]) {
+        self.before_edit();
+        self.others.retain(|(k, _)| !same_name(k, key));
+        self.remove_field(key);
+    }
+
+    fn remove_field(&mut self, key: &[u8]) {
+        if let Some(name) = field_name(key) {
+            self.map.remove(name);
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let others = self.others.iter().map(|(k, v)| (k.as_ref(), v.as_ref()));
+        let fields = self
+            .map
+            .iter()
+            .map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()));
+        others.chain(fields)
+    }
+
+    pub fn len(&self) -> usize {
+        self.others.len() + self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The ABI's serialized form (`pairs.rs`).
+    pub fn encode(&self) -> Vec<u8> {
+        pairs::encode_iter(self.len(), || self.iter())
+    }
+
+    /// The length of [`Headers::encode`]'s output, without building it.
+    pub fn encoded_len(&self) -> usize {
+        4 + self
+            .iter()
+            .map(|(k, v)| 8 + k.len() + v.len() + 2)
+            .sum::<usize>()
+    }
+
+    /// The fields that go on the wire (no pseudo-headers, nothing invalid).
+    pub fn map(&self) -> &HeaderMap {
+        &self.map
+    }
+
+    pub fn map_mut(&mut self) -> &mut HeaderMap {
+        &mut self.map
+    }
+
+    /// Takes the fields out, leaving this map with its pseudo-headers only.
+    pub fn take_map(&mut self) -> HeaderMap {
+        std::mem::take(&mut self.map)
+    }
+
+    /// Marks the fields as sent: see the module's comment.
+    pub fn freeze(&mut self) {
+        self.freeze = Freeze::Frozen;
+    }
+
+    /// The fields as they were frozen (as they are, if never frozen), taken
+    /// out: call it after the last callback that may read them.
+    pub fn take_sent(&mut self) -> HeaderMap {
+        match std::mem::take(&mut self.freeze) {
+            Freeze::Copied(map) => *map,
+            Freeze::Open | Freeze::Frozen => self.take_map(),
+        }
+    }
+
+    fn before_edit(&mut self) {
+        if self.freeze == Freeze::Frozen {
+            self.freeze = Freeze::Copied(Box::new(self.map.clone()));
+        }
+    }
+
+    pub fn to_pairs(&self) -> Pairs {
+        self.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    }
+}
+
+/// Names compare case-insensitively; guests almost always ask in lower
+/// case, as the names are kept, so the byte comparison usually decides.
+fn same_name(stored: &[u8], key: &[u8]) -> bool {
+    stored == key || stored.eq_ignore_ascii_case(key)
+}
+
+/// `key` as a name `HeaderMap` can look up (it lower-cases while hashing);
+/// None for a pseudo-header or bytes that are no field name.
+fn field_name(key: &[u8]) -> Option<&str> {
+    if key.first() == Some(&b':') {
+        return None;
+    }
+    std::str::from_utf8(key).ok()
+}
+
+/// A field HTTP can carry, or the key (lower-cased) and value back.
+#[allow(clippy::type_complexity)]
+fn field(
+    mut key: Vec<u8>,
+    value: Vec<u8>,
+) -> Result<(HeaderName, HeaderValue), (Vec<u8>, Vec<u8>)> {
+    if key.first() != Some(&b':') {
+        // The value is checked before it is moved (an invalid one stays the
+        // guest's), with http's own rule: `HeaderValue::from_bytes` would
+        // check it by copying it into a buffer of its own.
+        if value
+            .iter()
+            .all(|&b| b == b'\t' || (b >= b' ' && b != 0x7f))
+        {
+            if let Ok(name) = HeaderName::from_bytes(&key) {
+                let value = HeaderValue::from_maybe_shared(bytes::Bytes::from(value))
+                    .expect("checked above");
+                return Ok((name, value));
+            }
+        }
+    }
+    key.make_ascii_lowercase();
+    Err((key, value))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn owned(items: &[(&str, &str)]) -> Pairs {
+        items
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
     #[test]
     fn edits_ignore_case() {
-        let mut m: Pairs = vec![(b"x-a".to_vec(), b"1".to_vec())];
-        add(&mut m, b"X-A".to_vec(), b"2".to_vec());
-        assert_eq!(get(&m, b"X-a"), Some(&b"1"[..]));
-        replace(&mut m, b"x-A".to_vec(), b"3".to_vec());
-        assert_eq!(m, vec![(b"x-a".to_vec(), b"3".to_vec())]);
-        replace(&mut m, b"NEW".to_vec(), b"v".to_vec());
-        remove(&mut m, b"X-A");
-        assert_eq!(m, vec![(b"new".to_vec(), b"v".to_vec())]);
+        let mut m = Headers::from_pairs(owned(&[("x-a", "1")]));
+        m.add(b"X-A".to_vec(), b"2".to_vec());
+        assert_eq!(m.get(b"X-a"), Some(&b"1"[..]));
+        m.replace(b"x-A".to_vec(), b"3".to_vec());
+        assert_eq!(m.to_pairs(), owned(&[("x-a", "3")]));
+        m.replace(b"NEW".to_vec(), b"v".to_vec());
+        m.remove(b"X-A");
+        assert_eq!(m.to_pairs(), owned(&[("new", "v")]));
+    }
+
+    #[test]
+    fn pseudo_headers_come_first_and_are_not_fields() {
+        let mut m = Headers::default();
+        m.add(b"x-b".to_vec(), b"1".to_vec());
+        m.push_pseudo(":method", &b"GET"[..]);
+        m.add(b":path".to_vec(), b"/p".to_vec());
+        assert_eq!(m.get(b":PATH"), Some(&b"/p"[..]));
+        assert_eq!(
+            m.to_pairs(),
+            owned(&[(":method", "GET"), (":path", "/p"), ("x-b", "1")])
+        );
+        assert_eq!(m.map().len(), 1);
+        assert_eq!(m.encoded_len(), m.encode().len());
+        m.replace(b":path".to_vec(), b"/q".to_vec());
+        assert_eq!(m.get(b":path"), Some(&b"/q"[..]));
+        m.remove(b":method");
+        assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn what_http_cannot_carry_is_seen_but_not_sent() {
+        let mut m = Headers::default();
+        m.add(b"Bad Name".to_vec(), b"v".to_vec());
+        m.add(b"x-ok".to_vec(), b"line\nbreak".to_vec());
+        m.add(b"x-ok".to_vec(), b"fine".to_vec());
+        assert_eq!(m.get(b"bad name"), Some(&b"v"[..]));
+        assert_eq!(m.get(b"x-ok"), Some(&b"fine"[..]));
+        assert_eq!(m.map().len(), 1);
+        // A valid replacement drops the invalid value too.
+        m.replace(b"x-ok".to_vec(), b"one".to_vec());
+        assert_eq!(m.to_pairs(), owned(&[("bad name", "v"), ("x-ok", "one")]));
+        // An invalid replacement drops the valid values.
+        m.replace(b"X-OK".to_vec(), b"a\rb".to_vec());
+        assert_eq!(m.map().len(), 0);
+        assert_eq!(m.get(b"x-ok"), Some(&b"a\rb"[..]));
+        let bytes = vec![0xff, b'a'];
+        m.add(bytes.clone(), b"v".to_vec());
+        assert_eq!(m.get(&bytes), Some(&b"v"[..]));
+        m.remove(&bytes);
+        assert_eq!(m.get(&bytes), None);
+    }
+
+    #[test]
+    fn a_received_map_is_kept_as_it_is() {
+        let mut map = HeaderMap::new();
+        map.append("set-cookie", HeaderValue::from_static("a=1"));
+        map.append("set-cookie", HeaderValue::from_static("b=2"));
+        let mut m = Headers::from_map(map.clone());
+        m.push_pseudo(":status", &b"200"[..]);
+        assert_eq!(
+            m.to_pairs(),
+            owned(&[
+                (":status", "200"),
+                ("set-cookie", "a=1"),
+                ("set-cookie", "b=2")
+            ])
+        );
+        assert_eq!(m.take_map(), map);
+        assert_eq!(m.to_pairs(), owned(&[(":status", "200")]));
+    }
+
+    #[test]
+    fn edits_after_a_freeze_are_seen_but_not_sent() {
+        let mut map = HeaderMap::new();
+        map.append("server", HeaderValue::from_static("up"));
+        let mut m = Headers::from_map(map.clone());
+        m.freeze();
+        assert_eq!(m.take_sent(), map, "nothing edited: the fields themselves");
+
+        let mut m = Headers::from_map(map.clone());
+        m.add(b"x-before".to_vec(), b"1".to_vec());
+        m.freeze();
+        m.add(b"x-after".to_vec(), b"2".to_vec());
+        m.remove(b"server");
+        assert_eq!(m.get(b"x-after"), Some(&b"2"[..]));
+        assert_eq!(m.get(b"server"), None);
+        let sent = m.take_sent();
+        assert_eq!(sent.get("x-before").unwrap(), "1");
+        assert_eq!(sent.get("server").unwrap(), "up");
+        assert!(sent.get("x-after").is_none());
     }
 }

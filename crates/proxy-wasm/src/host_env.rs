@@ -10,9 +10,9 @@ use wasmtime::{Caller, FuncType, Linker, Val, ValType};
 use crate::abi::{BufferType, MapType, Status, StreamType};
 use crate::callout::Callout;
 use crate::exchange::LocalResponse;
-use crate::headers;
+use crate::headers::Headers;
 use crate::http_call::HttpCallRequest;
-use crate::pairs::{self, Pairs};
+use crate::pairs;
 use crate::redis_call::{base_cluster, RedisCallRequest, RedisInit};
 use crate::shared::{shared, MetricKind};
 use crate::state::{give, give_then, read, with_guest_bytes, write, write_u32, FilterState};
@@ -199,7 +199,7 @@ fn add_buffers(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
-fn map(state: &mut FilterState, kind: MapType) -> Option<&mut Pairs> {
+fn map(state: &mut FilterState, kind: MapType) -> Option<&mut Headers> {
     let exchange = &mut state.exchange;
     match kind {
         MapType::RequestHeaders => Some(&mut exchange.request_headers),
@@ -211,22 +211,16 @@ fn map(state: &mut FilterState, kind: MapType) -> Option<&mut Pairs> {
     }
 }
 
-/// Runs `edit` on the map `kind` names, and notes that the request's or the
-/// response's headers changed; BadArgument for maps this context lacks.
-fn edit_map(c: &mut Ctx, kind: i32, edit: impl FnOnce(&mut Pairs)) -> i32 {
+/// Runs `edit` on the map `kind` names; BadArgument for maps this context
+/// lacks.
+fn edit_map(c: &mut Ctx, kind: i32, edit: impl FnOnce(&mut Headers)) -> i32 {
     let Some(kind) = MapType::from_code(kind) else {
         return BAD_ARGUMENT;
     };
-    let state = c.data_mut();
-    let Some(pairs) = map(state, kind) else {
+    let Some(headers) = map(c.data_mut(), kind) else {
         return BAD_ARGUMENT;
     };
-    edit(pairs);
-    match kind {
-        MapType::RequestHeaders => state.exchange.request_headers_edited = true,
-        MapType::ResponseHeaders => state.exchange.response_headers_edited = true,
-        _ => {}
-    }
+    edit(headers);
     OK
 }
 
@@ -236,7 +230,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         "proxy_get_header_map_pairs",
         |mut c: Ctx, kind: i32, ptr_out: u32, len_out: u32| -> Result<i32> {
             let encoded = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
-                Some(pairs) => pairs::encode(pairs),
+                Some(headers) => headers.encode(),
                 None => return Ok(BAD_ARGUMENT),
             };
             give(
@@ -254,11 +248,8 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         |mut c: Ctx, kind: i32, ptr: u32, len: u32| -> Result<i32> {
             let bytes = read(&mut c, "proxy_set_header_map_pairs", ptr, len)?;
             let new = pairs::decode(&bytes)?;
-            Ok(edit_map(&mut c, kind, |pairs| {
-                *pairs = new
-                    .into_iter()
-                    .map(|(k, v)| (k.to_ascii_lowercase(), v))
-                    .collect()
+            Ok(edit_map(&mut c, kind, |headers| {
+                *headers = Headers::from_pairs(new)
             }))
         },
     )?;
@@ -274,8 +265,8 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
          -> Result<i32> {
             const F: &str = "proxy_get_header_map_value";
             let value = with_guest_bytes(&mut c, F, (key_ptr, key_len), |key, state| {
-                let pairs = MapType::from_code(kind).and_then(|k| map(state, k))?;
-                Some(headers::get(pairs, key).map(<[u8]>::to_vec))
+                let headers = MapType::from_code(kind).and_then(|k| map(state, k))?;
+                Some(headers.get(key).map(<[u8]>::to_vec))
             })?;
             let Some(value) = value else {
                 return Ok(BAD_ARGUMENT);
@@ -295,9 +286,9 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
     for (name, op) in [
         (
             "proxy_replace_header_map_value",
-            headers::replace as fn(&mut Pairs, Vec<u8>, Vec<u8>),
+            Headers::replace as fn(&mut Headers, Vec<u8>, Vec<u8>),
         ),
-        ("proxy_add_header_map_value", headers::add),
+        ("proxy_add_header_map_value", Headers::add),
     ] {
         linker.func_wrap(
             MODULE,
@@ -311,7 +302,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
                   -> Result<i32> {
                 let key = read(&mut c, "header map edit", key_ptr, key_len)?;
                 let value = read(&mut c, "header map edit", value_ptr, value_len)?;
-                Ok(edit_map(&mut c, kind, |pairs| op(pairs, key, value)))
+                Ok(edit_map(&mut c, kind, |headers| op(headers, key, value)))
             },
         )?;
     }
@@ -320,7 +311,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         "proxy_remove_header_map_value",
         |mut c: Ctx, kind: i32, key_ptr: u32, key_len: u32| -> Result<i32> {
             let key = read(&mut c, "proxy_remove_header_map_value", key_ptr, key_len)?;
-            Ok(edit_map(&mut c, kind, |pairs| headers::remove(pairs, &key)))
+            Ok(edit_map(&mut c, kind, |headers| headers.remove(&key)))
         },
     )?;
     linker.func_wrap(
@@ -328,7 +319,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         "proxy_get_header_map_size",
         |mut c: Ctx, kind: i32, out: u32| -> Result<i32> {
             let size = match MapType::from_code(kind).and_then(|k| map(c.data_mut(), k)) {
-                Some(pairs) => pairs::encode(pairs).len() as u32,
+                Some(headers) => headers.encoded_len() as u32,
                 None => return Ok(BAD_ARGUMENT),
             };
             write_u32(&mut c, "proxy_get_header_map_size", out, size)?;
@@ -407,12 +398,12 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
                 details_len,
             )?;
             let body = read(&mut c, "proxy_send_local_response", body_ptr, body_len)?;
-            let headers = pairs::decode(&read(
+            let headers = Headers::from_pairs(pairs::decode(&read(
                 &mut c,
                 "proxy_send_local_response",
                 headers_ptr,
                 headers_len,
-            )?)?;
+            )?)?);
             if !(100..=999).contains(&status) {
                 return Ok(BAD_ARGUMENT);
             }
@@ -456,16 +447,22 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
          -> Result<i32> {
             const F: &str = "proxy_http_call";
             let upstream = read(&mut c, F, upstream_ptr, upstream_len)?;
-            let headers = pairs::decode(&read(&mut c, F, headers_ptr, headers_len)?)?;
+            let headers =
+                Headers::from_pairs(pairs::decode(&read(&mut c, F, headers_ptr, headers_len)?)?);
             let body = read(&mut c, F, body_ptr, body_len)?;
-            let trailers = pairs::decode(&read(&mut c, F, trailers_ptr, trailers_len)?)?;
+            let trailers = Headers::from_pairs(pairs::decode(&read(
+                &mut c,
+                F,
+                trailers_ptr,
+                trailers_len,
+            )?)?);
             let upstream = String::from_utf8_lossy(&upstream).into_owned();
             let known = match &c.data().plugin.config.http_caller {
                 Some(caller) => caller.has_upstream(&upstream),
                 None => false,
             };
             // The SDKs need a method, a path and an authority to build a request.
-            let has = |name: &[u8]| headers::get(&headers, name).is_some();
+            let has = |name: &[u8]| headers.get(name).is_some();
             if !known || !has(b":method") || !has(b":path") {
                 return Ok(BAD_ARGUMENT);
             }
@@ -474,13 +471,13 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
             let token = state.last_call_token;
             state.dispatched_calls.push((
                 token,
-                Callout::Http(HttpCallRequest {
+                Callout::Http(Box::new(HttpCallRequest {
                     upstream,
                     headers,
                     body,
                     trailers,
                     timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
-                }),
+                })),
             ));
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::pairs::Pairs;
+use crate::headers::Headers;
 
 /// A call a filter dispatched: headers include `:method`, `:path` and
 /// `:authority`, as the SDKs send them.
@@ -17,18 +17,18 @@ use crate::pairs::Pairs;
 pub struct HttpCallRequest {
     /// The upstream (Envoy: cluster) the call goes to.
     pub upstream: String,
-    pub headers: Pairs,
+    pub headers: Headers,
     pub body: Vec<u8>,
-    pub trailers: Pairs,
+    pub trailers: Headers,
     pub timeout: Duration,
 }
 
 /// The upstream's answer; `headers` starts with `:status`.
 #[derive(Clone, Debug, Default)]
 pub struct HttpCallResponse {
-    pub headers: Pairs,
+    pub headers: Headers,
     pub body: Vec<u8>,
-    pub trailers: Pairs,
+    pub trailers: Headers,
 }
 
 pub type HttpCallFuture = Pin<Box<dyn Future<Output = Result<HttpCallResponse, String>> + Send>>;

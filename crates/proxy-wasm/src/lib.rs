@@ -26,6 +26,7 @@ mod stream;
 
 pub use abi::{AbiVersion, Action};
 pub use exchange::{HttpExchange, LocalResponse, RequestInfo};
+pub use headers::Headers;
 pub use http_call::{HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller};
 pub use plugin::{FilterConfig, FilterError, FilterPlugin};
 pub use stream::{FilterStream, Flow};

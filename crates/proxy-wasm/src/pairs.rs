@@ -9,20 +9,27 @@
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 pub fn encode<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<u8> {
-    let data: usize = pairs
-        .iter()
-        .map(|(k, v)| k.as_ref().len() + v.as_ref().len() + 2)
-        .sum();
-    let mut out = Vec::with_capacity(4 + pairs.len() * 8 + data);
-    out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
-    for (k, v) in pairs {
-        out.extend_from_slice(&(k.as_ref().len() as u32).to_le_bytes());
-        out.extend_from_slice(&(v.as_ref().len() as u32).to_le_bytes());
+    encode_iter(pairs.len(), || {
+        pairs.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
+    })
+}
+
+/// The same for `count` pairs that `pairs` lists (twice: sizes, then bytes).
+pub fn encode_iter<'a, I>(count: usize, pairs: impl Fn() -> I) -> Vec<u8>
+where
+    I: Iterator<Item = (&'a [u8], &'a [u8])>,
+{
+    let data: usize = pairs().map(|(k, v)| k.len() + v.len() + 2).sum();
+    let mut out = Vec::with_capacity(4 + count * 8 + data);
+    out.extend_from_slice(&(count as u32).to_le_bytes());
+    for (k, v) in pairs() {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
     }
-    for (k, v) in pairs {
-        out.extend_from_slice(k.as_ref());
+    for (k, v) in pairs() {
+        out.extend_from_slice(k);
         out.push(0);
-        out.extend_from_slice(v.as_ref());
+        out.extend_from_slice(v);
         out.push(0);
     }
     out

@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::time::UNIX_EPOCH;
 
-use crate::headers;
-use crate::pairs::{self, Pairs};
+use crate::headers::Headers;
+use crate::pairs;
 use crate::state::FilterState;
 
 pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
@@ -20,7 +20,7 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
     let exchange = &state.exchange;
     let info = &exchange.info;
     let plugin = &state.plugin;
-    let request = |name: &[u8]| headers::get(&exchange.request_headers, name).map(<[u8]>::to_vec);
+    let request = |name: &[u8]| exchange.request_headers.get(name).map(<[u8]>::to_vec);
     match pairs::property_path(path).as_slice() {
         [b"plugin_name"] => Some(plugin.config.name.as_bytes().to_vec()),
         [b"plugin_root_id"] => Some(plugin.config.root_id.as_bytes().to_vec()),
@@ -47,10 +47,10 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
             integer(nanos as i64)
         }),
         [b"request", b"size"] => content_length(&exchange.request_headers),
-        [b"response", b"headers", name] => {
-            headers::get(&exchange.response_headers, name).map(<[u8]>::to_vec)
-        }
-        [b"response", b"code"] => headers::get(&exchange.response_headers, b":status")
+        [b"response", b"headers", name] => exchange.response_headers.get(name).map(<[u8]>::to_vec),
+        [b"response", b"code"] => exchange
+            .response_headers
+            .get(b":status")
             .and_then(|s| std::str::from_utf8(s).ok()?.parse::<i64>().ok())
             .map(integer),
         [b"response", b"size"] => content_length(&exchange.response_headers),
@@ -68,8 +68,8 @@ fn integer(value: i64) -> Vec<u8> {
     value.to_le_bytes().to_vec()
 }
 
-fn content_length(headers: &Pairs) -> Option<Vec<u8>> {
-    let value = headers::get(headers, b"content-length")?;
+fn content_length(headers: &Headers) -> Option<Vec<u8>> {
+    let value = headers.get(b"content-length")?;
     let length = std::str::from_utf8(value)
         .ok()?
         .trim()

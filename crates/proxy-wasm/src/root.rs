@@ -61,7 +61,7 @@ async fn drive(mut root: FilterInstance, stop: &Notify) -> Result<(), FilterErro
     // Items enqueued before the root existed are waiting too.
     queue_changes.mark_changed();
     // Root callbacks see an exchange with no request.
-    let mut exchange = HttpExchange::default();
+    let mut exchange = Box::<HttpExchange>::default();
     loop {
         let tick = root.tick_period();
         let watches_queues = !root.store().data().registered_queues.is_empty();
@@ -86,7 +86,7 @@ async fn drive(mut root: FilterInstance, stop: &Notify) -> Result<(), FilterErro
 
 async fn notify_ready_queues(
     root: &mut FilterInstance,
-    exchange: &mut HttpExchange,
+    exchange: &mut Box<HttpExchange>,
 ) -> Result<(), FilterError> {
     let Some(f) = root.exports.queue_ready.clone() else {
         return Ok(());

@@ -18,7 +18,7 @@ use crate::redis_call::RedisInit;
 pub struct FilterState {
     pub(crate) plugin: Arc<FilterShared>,
     /// The exchange the current callback works on (moved in for the callback).
-    pub(crate) exchange: HttpExchange,
+    pub(crate) exchange: Box<HttpExchange>,
     /// Set once the instance exists.
     pub(crate) guest: Option<GuestMemory>,
     /// `proxy_continue_stream` / `proxy_close_stream` calls seen during the callback.
@@ -33,7 +33,7 @@ pub struct FilterState {
     pub(crate) dispatched_calls: Vec<(u32, Callout)>,
     pub(crate) last_call_token: u32,
     /// The answer `proxy_on_http_call_response` is reading.
-    pub(crate) call_response: Option<HttpCallResponse>,
+    pub(crate) call_response: Option<Box<HttpCallResponse>>,
     /// The reply `proxy_on_redis_call_response` is reading (buffer 9).
     pub(crate) redis_reply: Option<Vec<u8>>,
     /// What `proxy_redis_init` set up, by cluster (without `?...`).
@@ -56,7 +56,7 @@ impl FilterState {
             limiter: MemoryLimiter::new(plugin.config.memory_limit)
                 .counted_in(plugin.stats.clone()),
             plugin,
-            exchange: HttpExchange::default(),
+            exchange: Box::default(),
             guest: None,
             resumed: Vec::new(),
             closed: Vec::new(),

@@ -74,7 +74,7 @@ impl FilterStream {
     /// `stream_callback` makes both one guest call, on one fiber: batch.rs.)
     async fn run<C: Callback>(
         &mut self,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         name: &'static str,
         call: C,
     ) -> Result<C::Output, FilterError> {
@@ -97,7 +97,7 @@ impl FilterStream {
 
     pub async fn on_request_headers(
         &mut self,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let count = exchange.request_headers.len() as u32;
@@ -116,7 +116,7 @@ impl FilterStream {
     /// chunk, after any it asked to buffer.
     pub async fn on_request_body(
         &mut self,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let size = exchange.request_body.len() as u32;
@@ -133,7 +133,7 @@ impl FilterStream {
 
     pub async fn on_request_trailers(
         &mut self,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
     ) -> Result<Flow, FilterError> {
         let count = exchange.request_trailers.len() as u32;
         let phase = Phase::headers("proxy_on_request_trailers", StreamType::Request);
@@ -143,7 +143,7 @@ impl FilterStream {
 
     pub async fn on_response_headers(
         &mut self,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let count = exchange.response_headers.len() as u32;
@@ -160,7 +160,7 @@ impl FilterStream {
 
     pub async fn on_response_body(
         &mut self,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         let size = exchange.response_body.len() as u32;
@@ -177,7 +177,7 @@ impl FilterStream {
 
     pub async fn on_response_trailers(
         &mut self,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
     ) -> Result<Flow, FilterError> {
         let count = exchange.response_trailers.len() as u32;
         let phase = Phase::headers("proxy_on_response_trailers", StreamType::Response);
@@ -187,7 +187,7 @@ impl FilterStream {
 
     /// Ends the stream: `proxy_on_log`, `proxy_on_done`, `proxy_on_delete`;
     /// the instance goes back to the pool. Calls still in flight are dropped.
-    pub async fn finish(mut self, exchange: &mut HttpExchange) -> Result<(), FilterError> {
+    pub async fn finish(mut self, exchange: &mut Box<HttpExchange>) -> Result<(), FilterError> {
         let end = EndOfStream {
             exports: self.lease.instance().exports.clone(),
             context_id: self.context_id,
@@ -204,7 +204,7 @@ impl FilterStream {
         &mut self,
         phase: Phase,
         pick: PickExport<(u32, u32, u32), i32>,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         size: u32,
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
@@ -242,7 +242,7 @@ impl FilterStream {
         &mut self,
         phase: Phase,
         pick: PickExport<(u32, u32), i32>,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         count: u32,
     ) -> Result<Flow, FilterError> {
         let instance = self.lease.instance();
@@ -270,7 +270,7 @@ impl FilterStream {
         &mut self,
         phase: Phase,
         action: Action,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
         end_of_stream: bool,
     ) -> Result<Flow, FilterError> {
         self.lease
@@ -306,7 +306,7 @@ impl FilterStream {
     async fn wait_until_resumed(
         &mut self,
         phase: Phase,
-        exchange: &mut HttpExchange,
+        exchange: &mut Box<HttpExchange>,
     ) -> Result<Flow, FilterError> {
         // Without a bound, a filter that answers each call's response with
         // another call (or ticks forever) held the request and its instance

@@ -90,7 +90,7 @@ async fn plugin(rt: &Runtime, with_done: bool, fault: &str) -> Arc<FilterPlugin>
 }
 
 /// One request through the filter: its headers, then the end of the stream.
-async fn one_request(filter: &Arc<FilterPlugin>) -> Result<HttpExchange, FilterError> {
+async fn one_request(filter: &Arc<FilterPlugin>) -> Result<Box<HttpExchange>, FilterError> {
     headers_then_finish(filter, pairs(&[(":path", "/"), (":method", "GET")])).await
 }
 

@@ -4,8 +4,10 @@
 
 use std::path::PathBuf;
 
+use http::header::{HeaderMap, HeaderValue};
 use wasmgate_proxy_wasm::{
-    AbiVersion, FilterConfig, FilterPlugin, Flow, HttpExchange, PoolConfig, Runtime, RuntimeConfig,
+    AbiVersion, FilterConfig, FilterPlugin, Flow, Headers, HttpExchange, PoolConfig, Runtime,
+    RuntimeConfig,
 };
 
 fn wasm(name: &str) -> Vec<u8> {
@@ -25,14 +27,16 @@ fn config(name: &str, conf: &str) -> FilterConfig {
     }
 }
 
-fn request(path: &str) -> HttpExchange {
+fn request(path: &str) -> Box<HttpExchange> {
     let pairs = |items: &[(&str, &str)]| {
-        items
-            .iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-            .collect()
+        Headers::from_pairs(
+            items
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+        )
     };
-    HttpExchange {
+    Box::new(HttpExchange {
         request_headers: pairs(&[
             (":method", "GET"),
             (":path", path),
@@ -42,11 +46,12 @@ fn request(path: &str) -> HttpExchange {
         ]),
         response_headers: pairs(&[(":status", "200"), ("content-length", "0")]),
         ..HttpExchange::default()
-    }
+    })
 }
 
-fn header<'a>(map: &'a wasmgate_proxy_wasm::pairs::Pairs, name: &str) -> Option<&'a str> {
-    wasmgate_proxy_wasm::headers::get(map, name.as_bytes()).map(|v| std::str::from_utf8(v).unwrap())
+fn header<'a>(map: &'a Headers, name: &str) -> Option<&'a str> {
+    map.get(name.as_bytes())
+        .map(|v| std::str::from_utf8(v).unwrap())
 }
 
 fn runtime() -> Runtime {
@@ -103,32 +108,56 @@ async fn header_filter_edits_both_directions(module: &str, abi: AbiVersion) {
     }
 }
 
-/// The host notes which header maps a filter edited, so the gateway can
-/// send on a map no filter touched instead of rebuilding it from pairs: the
-/// metrics filter reads the request's headers and adds a response header;
-/// the header filter edits both.
+/// Filters work on the header map the embedder received (headers.rs): a
+/// map the filter only reads is left exactly as it came, pseudo-headers
+/// apart; an edited one is the received map plus the edit. The metrics
+/// filter reads the request's headers and adds a response header; the
+/// header filter edits both.
 #[tokio::test]
-async fn edited_header_maps_are_noted_and_read_ones_are_not() {
+async fn filters_edit_the_received_header_map_in_place() {
     let rt = runtime();
     for (module, request_edited) in [("metrics", false), ("add_header", true)] {
         let filter = FilterPlugin::new(&rt, &wasm(module), config(module, "from-test"))
             .await
             .unwrap();
+        let mut received = HeaderMap::new();
+        received.append("user-agent", HeaderValue::from_static("test"));
+        received.append("accept", HeaderValue::from_static("a/b"));
+        received.append("accept", HeaderValue::from_static("c/d"));
         let mut exchange = request("/edits");
+        exchange.request_headers = Headers::from_map(received.clone());
+        exchange
+            .request_headers
+            .push_pseudo(":path", &b"/edits"[..]);
+        exchange
+            .request_headers
+            .push_pseudo(":authority", &b"example.com"[..]);
         let mut stream = filter.stream().await.unwrap();
         stream
             .on_request_headers(&mut exchange, true)
             .await
             .unwrap();
-        assert_eq!(exchange.request_headers_edited, request_edited, "{module}");
-        assert!(!exchange.response_headers_edited, "{module}");
         stream
             .on_response_headers(&mut exchange, false)
             .await
             .unwrap();
-        assert_eq!(exchange.request_headers_edited, request_edited, "{module}");
-        assert!(exchange.response_headers_edited, "{module}");
         stream.finish(&mut exchange).await.unwrap();
+        let mut fields = exchange.request_headers.map().clone();
+        if request_edited {
+            assert_eq!(
+                fields.remove("x-wasmgate-filter").unwrap(),
+                "from-test",
+                "{module}"
+            );
+        }
+        assert_eq!(fields, received, "{module}");
+        assert_eq!(header(&exchange.request_headers, ":path"), Some("/edits"));
+        assert_eq!(
+            exchange.response_headers.map()["content-length"],
+            "0",
+            "{module}"
+        );
+        assert_eq!(header(&exchange.response_headers, ":status"), Some("200"));
     }
 }
 

@@ -91,7 +91,7 @@ async fn plugin(rt: &Runtime, conf: &str) -> Arc<FilterPlugin> {
     filter_from_wat(rt, MODULE, config).await
 }
 
-async fn request_headers(filter: &Arc<FilterPlugin>) -> Result<HttpExchange, FilterError> {
+async fn request_headers(filter: &Arc<FilterPlugin>) -> Result<Box<HttpExchange>, FilterError> {
     headers_then_finish(filter, pairs(&[(":path", "/a/b?c="), ("x-empty", "")])).await
 }
 

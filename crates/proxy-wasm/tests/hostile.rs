@@ -45,7 +45,9 @@ async fn plugin(rt: &Runtime, conf: &str) -> std::sync::Arc<FilterPlugin> {
 }
 
 async fn request_headers(filter: &std::sync::Arc<FilterPlugin>) -> Result<(), FilterError> {
-    headers_then_finish(filter, Vec::new()).await.map(drop)
+    headers_then_finish(filter, Default::default())
+        .await
+        .map(drop)
 }
 
 #[tokio::test]

@@ -55,8 +55,8 @@ async fn counting_filter(rt: &Runtime, count: u64, timeout: Duration) -> Arc<Fil
         .unwrap()
 }
 
-async fn request_headers(filter: &Arc<FilterPlugin>) -> Result<HttpExchange, FilterError> {
-    let mut exchange = HttpExchange::default();
+async fn request_headers(filter: &Arc<FilterPlugin>) -> Result<Box<HttpExchange>, FilterError> {
+    let mut exchange = Box::<HttpExchange>::default();
     let mut stream = filter.stream().await?;
     stream.on_request_headers(&mut exchange, true).await?;
     stream.finish(&mut exchange).await?;
@@ -67,7 +67,7 @@ fn counted(exchange: &HttpExchange) -> bool {
     exchange
         .request_headers
         .iter()
-        .any(|(name, value)| name.as_slice() == b"x-counted" && value.as_slice() == b"yes")
+        .any(|(name, value)| name == b"x-counted" && value == b"yes")
 }
 
 #[tokio::test]

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use wasmgate_proxy_wasm::pairs::Pairs;
-use wasmgate_proxy_wasm::{FilterConfig, FilterError, FilterPlugin, HttpExchange, Runtime};
+use wasmgate_proxy_wasm::{
+    FilterConfig, FilterError, FilterPlugin, Headers, HttpExchange, Runtime,
+};
 
 /// Loads a hand-written module (WAT) with `config`; the tests' modules are
 /// meant to load, so failing to is the test's failure.
@@ -13,12 +14,14 @@ pub async fn filter_from_wat(rt: &Runtime, wat: &str, config: FilterConfig) -> A
     FilterPlugin::new(rt, wat.as_bytes(), config).await.unwrap()
 }
 
-/// Header pairs from text.
-pub fn pairs(items: &[(&str, &str)]) -> Pairs {
-    items
-        .iter()
-        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-        .collect()
+/// A header map from text, in order.
+pub fn pairs(items: &[(&str, &str)]) -> Headers {
+    Headers::from_pairs(
+        items
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect(),
+    )
 }
 
 /// One stream through `filter`: the request's headers (the whole request),
@@ -26,12 +29,12 @@ pub fn pairs(items: &[(&str, &str)]) -> Pairs {
 /// left it.
 pub async fn headers_then_finish(
     filter: &Arc<FilterPlugin>,
-    request_headers: Pairs,
-) -> Result<HttpExchange, FilterError> {
-    let mut exchange = HttpExchange {
+    request_headers: Headers,
+) -> Result<Box<HttpExchange>, FilterError> {
+    let mut exchange = Box::new(HttpExchange {
         request_headers,
         ..HttpExchange::default()
-    };
+    });
     let mut stream = filter.stream().await?;
     stream.on_request_headers(&mut exchange, true).await?;
     stream.finish(&mut exchange).await?;
