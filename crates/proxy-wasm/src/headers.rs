@@ -4,11 +4,11 @@
 //! filter that reads one header and adds another costs a lookup and an
 //! insert, not the whole map copied into byte pairs and rebuilt afterwards
 //! (that round trip was about a sixth of a header filter's host cost, issue
-//! 15). What a `HeaderMap` cannot hold sits beside it in `others`: the
-//! pseudo-headers (`:method`, `:path`, `:authority`, `:scheme`, `:status`),
-//! and a field a guest adds that HTTP/1 could not carry (a name with a space,
-//! a value with a newline). Filters see those like any other; they are not
-//! sent.
+//! 15). What a `HeaderMap` cannot hold sits beside it: the pseudo-headers
+//! (`:method`, `:path`, `:authority`, `:scheme`, `:status`), and in
+//! `unsendable` a field a guest adds that HTTP/1 could not carry (a name with
+//! a space, a value with a newline). Filters see those like any other; they
+//! are not sent.
 //!
 //! A map can be frozen when its fields have gone out (conceptually: the
 //! embedder may still hold them, to send after the last callback). Filters
@@ -18,8 +18,9 @@
 //! filter edits them too late to matter.
 //!
 //! Names compare case-insensitively and are kept lower-case, as HTTP/2
-//! requires. A listing gives `others` first (the pseudo-headers, as the ABI's
-//! users expect), then the fields; the values of one name keep their order.
+//! requires. A listing gives the pseudo-headers first, as the ABI's users
+//! expect, then the fields, then the unsendable ones; the values of one name
+//! keep their order.
 
 use std::borrow::Cow;
 
@@ -31,8 +32,9 @@ type Bytes = Cow<'static, [u8]>;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Headers {
-    others: Vec<(Bytes, Bytes)>,
+    pseudo: Vec<(Bytes, Bytes)>,
     map: HeaderMap,
+    unsendable: Vec<(Vec<u8>, Vec<u8>)>,
     freeze: Freeze,
 }
 
@@ -45,14 +47,21 @@ enum Freeze {
     Copied(Box<HeaderMap>),
 }
 
+/// Where a key lives.
+enum Key<'a> {
+    Pseudo,
+    Field(HeaderName),
+    /// Not a name HTTP can carry, lower-cased.
+    Unsendable(Cow<'a, [u8]>),
+}
+
 impl Headers {
     /// The fields of a message as received; add its pseudo-headers with
     /// [`Headers::push_pseudo`].
     pub fn from_map(map: HeaderMap) -> Headers {
         Headers {
-            others: Vec::new(),
             map,
-            freeze: Freeze::Open,
+            ..Headers::default()
         }
     }
 
@@ -60,96 +69,112 @@ impl Headers {
     pub fn from_pairs(pairs: Pairs) -> Headers {
         let mut headers = Headers::default();
         for (key, value) in pairs {
-            headers.add(key, value);
+            headers.add(&key, value);
         }
         headers
     }
 
     pub fn push_pseudo(&mut self, name: &'static str, value: impl Into<Bytes>) {
         debug_assert!(name.starts_with(':'));
-        self.others
+        self.pseudo
             .push((Cow::Borrowed(name.as_bytes()), value.into()));
     }
 
     /// The first value of `key`.
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        if key.first() != Some(&b':') {
-            if let Some(value) = field_name(key).and_then(|name| self.map.get(name)) {
-                return Some(value.as_bytes());
-            }
+        if key.first() == Some(&b':') {
+            return find(&self.pseudo, key).map(|(_, v)| v.as_ref());
         }
-        self.others
-            .iter()
-            .find(|(k, _)| same_name(k, key))
-            .map(|(_, v)| v.as_ref())
+        if let Some(value) = std::str::from_utf8(key)
+            .ok()
+            .and_then(|name| self.map.get(name))
+        {
+            return Some(value.as_bytes());
+        }
+        find(&self.unsendable, key).map(|(_, v)| v.as_slice())
     }
 
-    /// Adds a value. Key and value are taken owned: the host reads them out
-    /// of the guest's memory anyway, and the value's bytes become the
-    /// `HeaderValue`'s without a copy.
-    pub fn add(&mut self, key: Vec<u8>, value: Vec<u8>) {
+    /// Adds a value. The value is taken owned: the host reads it out of the
+    /// guest's memory anyway, and its bytes become the `HeaderValue`'s
+    /// without a copy; the key is parsed (and copied) where it lies.
+    pub fn add(&mut self, key: &[u8], value: Vec<u8>) {
         self.before_edit();
-        match field(key, value) {
-            Ok((name, value)) => {
-                self.map.append(name, value);
+        match classify(key, &value) {
+            Key::Pseudo => self
+                .pseudo
+                .push((lower_case(key).into_owned().into(), value.into())),
+            Key::Field(name) => {
+                self.map.append(name, header_value(value));
             }
-            Err((key, value)) => self.others.push((key.into(), value.into())),
+            Key::Unsendable(key) => self.unsendable.push((key.into_owned(), value)),
         }
     }
 
     /// Replaces every value of `key` with `value` (adds it if absent).
-    pub fn replace(&mut self, key: Vec<u8>, value: Vec<u8>) {
+    pub fn replace(&mut self, key: &[u8], value: Vec<u8>) {
         self.before_edit();
-        match field(key, value) {
-            Ok((name, value)) => {
-                self.others
-                    .retain(|(k, _)| !same_name(k, name.as_str().as_bytes()));
-                self.map.insert(name, value);
-            }
-            Err((key, value)) => match self.others.iter().position(|(k, _)| same_name(k, &key)) {
+        match classify(key, &value) {
+            Key::Pseudo => match self.pseudo.iter().position(|(k, _)| same_name(k, key)) {
                 Some(first) => {
-                    self.others[first].1 = value.into();
-                    let mut i = first + 1;
-                    while i < self.others.len() {
-                        if same_name(&self.others[i].0, &key) {
-                            self.others.remove(i);
-                        } else {
-                            i += 1;
-                        }
-                    }
-                    self.remove_field(&key);
+                    self.pseudo[first].1 = value.into();
+                    remove_after(&mut self.pseudo, first, key);
                 }
-                None => {
-                    self.remove_field(&key);
-                    self.others.push((key.into(), value.into()));
-                }
+                None => self
+                    .pseudo
+                    .push((lower_case(key).into_owned().into(), value.into())),
             },
+            Key::Field(name) => {
+                self.forget_unsendable(name.as_str().as_bytes());
+                self.map.insert(name, header_value(value));
+            }
+            Key::Unsendable(key) => {
+                if let Ok(name) = std::str::from_utf8(&key) {
+                    self.map.remove(name);
+                }
+                match self.unsendable.iter().position(|(k, _)| same_name(k, &key)) {
+                    Some(first) => {
+                        self.unsendable[first].1 = value;
+                        remove_after(&mut self.unsendable, first, &key);
+                    }
+                    None => self.unsendable.push((key.into_owned(), value)),
+                }
+            }
         }
     }
 
     pub fn remove(&mut self, key: &[u8]) {
         self.before_edit();
-        self.others.retain(|(k, _)| !same_name(k, key));
-        self.remove_field(key);
+        if key.first() == Some(&b':') {
+            self.pseudo.retain(|(k, _)| !same_name(k, key));
+            return;
+        }
+        if let Ok(name) = std::str::from_utf8(key) {
+            self.map.remove(name);
+        }
+        self.forget_unsendable(key);
     }
 
-    fn remove_field(&mut self, key: &[u8]) {
-        if let Some(name) = field_name(key) {
-            self.map.remove(name);
+    fn forget_unsendable(&mut self, key: &[u8]) {
+        if !self.unsendable.is_empty() {
+            self.unsendable.retain(|(k, _)| !same_name(k, key));
         }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        let others = self.others.iter().map(|(k, v)| (k.as_ref(), v.as_ref()));
+        let pseudo = self.pseudo.iter().map(|(k, v)| (k.as_ref(), v.as_ref()));
         let fields = self
             .map
             .iter()
             .map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()));
-        others.chain(fields)
+        let unsendable = self
+            .unsendable
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()));
+        pseudo.chain(fields).chain(unsendable)
     }
 
     pub fn len(&self) -> usize {
-        self.others.len() + self.map.len()
+        self.pseudo.len() + self.map.len() + self.unsendable.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -169,13 +194,9 @@ impl Headers {
             .sum::<usize>()
     }
 
-    /// The fields that go on the wire (no pseudo-headers, nothing invalid).
+    /// The fields that go on the wire (no pseudo-headers, nothing unsendable).
     pub fn map(&self) -> &HeaderMap {
         &self.map
-    }
-
-    pub fn map_mut(&mut self) -> &mut HeaderMap {
-        &mut self.map
     }
 
     /// Takes the fields out, leaving this map with its pseudo-headers only.
@@ -208,44 +229,58 @@ impl Headers {
     }
 }
 
+/// Where `key` (with `value`) goes: a field when HTTP can carry both.
+fn classify<'a>(key: &'a [u8], value: &[u8]) -> Key<'a> {
+    if key.first() == Some(&b':') {
+        return Key::Pseudo;
+    }
+    // http's own rule for values (`is_valid` in http's value.rs), checked
+    // here so that an invalid value is kept as the guest gave it
+    // (`HeaderValue::from_bytes` would copy it to check it).
+    if value.iter().all(|&b| b >= 32 && b != 127 || b == b'\t') {
+        if let Ok(name) = HeaderName::from_bytes(key) {
+            return Key::Field(name);
+        }
+    }
+    Key::Unsendable(lower_case(key))
+}
+
+fn lower_case(key: &[u8]) -> Cow<'_, [u8]> {
+    if key.iter().any(u8::is_ascii_uppercase) {
+        Cow::Owned(key.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(key)
+    }
+}
+
+/// A value `classify` accepted.
+fn header_value(value: Vec<u8>) -> HeaderValue {
+    // SAFETY: `classify` checked every byte with http's own rule, the one
+    // `from_maybe_shared` would apply again (about a tenth of an edit's
+    // cost); debug builds check again anyway.
+    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes::Bytes::from(value)) }
+}
+
+fn find<'a, K: AsRef<[u8]>, V>(list: &'a [(K, V)], key: &[u8]) -> Option<&'a (K, V)> {
+    list.iter().find(|(k, _)| same_name(k.as_ref(), key))
+}
+
+/// Removes the entries of `key` after the one at `first`.
+fn remove_after<K: AsRef<[u8]>, V>(list: &mut Vec<(K, V)>, first: usize, key: &[u8]) {
+    let mut i = first + 1;
+    while i < list.len() {
+        if same_name(list[i].0.as_ref(), key) {
+            list.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+}
+
 /// Names compare case-insensitively; guests almost always ask in lower
 /// case, as the names are kept, so the byte comparison usually decides.
 fn same_name(stored: &[u8], key: &[u8]) -> bool {
     stored == key || stored.eq_ignore_ascii_case(key)
-}
-
-/// `key` as a name `HeaderMap` can look up (it lower-cases while hashing);
-/// None for a pseudo-header or bytes that are no field name.
-fn field_name(key: &[u8]) -> Option<&str> {
-    if key.first() == Some(&b':') {
-        return None;
-    }
-    std::str::from_utf8(key).ok()
-}
-
-/// A field HTTP can carry, or the key (lower-cased) and value back.
-#[allow(clippy::type_complexity)]
-fn field(
-    mut key: Vec<u8>,
-    value: Vec<u8>,
-) -> Result<(HeaderName, HeaderValue), (Vec<u8>, Vec<u8>)> {
-    if key.first() != Some(&b':') {
-        // The value is checked before it is moved (an invalid one stays the
-        // guest's), with http's own rule: `HeaderValue::from_bytes` would
-        // check it by copying it into a buffer of its own.
-        if value
-            .iter()
-            .all(|&b| b == b'\t' || (b >= b' ' && b != 0x7f))
-        {
-            if let Ok(name) = HeaderName::from_bytes(&key) {
-                let value = HeaderValue::from_maybe_shared(bytes::Bytes::from(value))
-                    .expect("checked above");
-                return Ok((name, value));
-            }
-        }
-    }
-    key.make_ascii_lowercase();
-    Err((key, value))
 }
 
 #[cfg(test)]
@@ -262,11 +297,11 @@ mod tests {
     #[test]
     fn edits_ignore_case() {
         let mut m = Headers::from_pairs(owned(&[("x-a", "1")]));
-        m.add(b"X-A".to_vec(), b"2".to_vec());
+        m.add(b"X-A", b"2".to_vec());
         assert_eq!(m.get(b"X-a"), Some(&b"1"[..]));
-        m.replace(b"x-A".to_vec(), b"3".to_vec());
+        m.replace(b"x-A", b"3".to_vec());
         assert_eq!(m.to_pairs(), owned(&[("x-a", "3")]));
-        m.replace(b"NEW".to_vec(), b"v".to_vec());
+        m.replace(b"NEW", b"v".to_vec());
         m.remove(b"X-A");
         assert_eq!(m.to_pairs(), owned(&[("new", "v")]));
     }
@@ -274,9 +309,9 @@ mod tests {
     #[test]
     fn pseudo_headers_come_first_and_are_not_fields() {
         let mut m = Headers::default();
-        m.add(b"x-b".to_vec(), b"1".to_vec());
+        m.add(b"x-b", b"1".to_vec());
         m.push_pseudo(":method", &b"GET"[..]);
-        m.add(b":path".to_vec(), b"/p".to_vec());
+        m.add(b":path", b"/p".to_vec());
         assert_eq!(m.get(b":PATH"), Some(&b"/p"[..]));
         assert_eq!(
             m.to_pairs(),
@@ -284,7 +319,7 @@ mod tests {
         );
         assert_eq!(m.map().len(), 1);
         assert_eq!(m.encoded_len(), m.encode().len());
-        m.replace(b":path".to_vec(), b"/q".to_vec());
+        m.replace(b":path", b"/q".to_vec());
         assert_eq!(m.get(b":path"), Some(&b"/q"[..]));
         m.remove(b":method");
         assert_eq!(m.len(), 2);
@@ -293,21 +328,21 @@ mod tests {
     #[test]
     fn what_http_cannot_carry_is_seen_but_not_sent() {
         let mut m = Headers::default();
-        m.add(b"Bad Name".to_vec(), b"v".to_vec());
-        m.add(b"x-ok".to_vec(), b"line\nbreak".to_vec());
-        m.add(b"x-ok".to_vec(), b"fine".to_vec());
+        m.add(b"Bad Name", b"v".to_vec());
+        m.add(b"x-ok", b"line\nbreak".to_vec());
+        m.add(b"x-ok", b"fine".to_vec());
         assert_eq!(m.get(b"bad name"), Some(&b"v"[..]));
         assert_eq!(m.get(b"x-ok"), Some(&b"fine"[..]));
         assert_eq!(m.map().len(), 1);
         // A valid replacement drops the invalid value too.
-        m.replace(b"x-ok".to_vec(), b"one".to_vec());
-        assert_eq!(m.to_pairs(), owned(&[("bad name", "v"), ("x-ok", "one")]));
+        m.replace(b"x-ok", b"one".to_vec());
+        assert_eq!(m.to_pairs(), owned(&[("x-ok", "one"), ("bad name", "v")]));
         // An invalid replacement drops the valid values.
-        m.replace(b"X-OK".to_vec(), b"a\rb".to_vec());
+        m.replace(b"X-OK", b"a\rb".to_vec());
         assert_eq!(m.map().len(), 0);
         assert_eq!(m.get(b"x-ok"), Some(&b"a\rb"[..]));
         let bytes = vec![0xff, b'a'];
-        m.add(bytes.clone(), b"v".to_vec());
+        m.add(&bytes, b"v".to_vec());
         assert_eq!(m.get(&bytes), Some(&b"v"[..]));
         m.remove(&bytes);
         assert_eq!(m.get(&bytes), None);
@@ -341,9 +376,9 @@ mod tests {
         assert_eq!(m.take_sent(), map, "nothing edited: the fields themselves");
 
         let mut m = Headers::from_map(map.clone());
-        m.add(b"x-before".to_vec(), b"1".to_vec());
+        m.add(b"x-before", b"1".to_vec());
         m.freeze();
-        m.add(b"x-after".to_vec(), b"2".to_vec());
+        m.add(b"x-after", b"2".to_vec());
         m.remove(b"server");
         assert_eq!(m.get(b"x-after"), Some(&b"2"[..]));
         assert_eq!(m.get(b"server"), None);

@@ -213,11 +213,11 @@ fn map(state: &mut FilterState, kind: MapType) -> Option<&mut Headers> {
 
 /// Runs `edit` on the map `kind` names; BadArgument for maps this context
 /// lacks.
-fn edit_map(c: &mut Ctx, kind: i32, edit: impl FnOnce(&mut Headers)) -> i32 {
+fn edit_map(state: &mut FilterState, kind: i32, edit: impl FnOnce(&mut Headers)) -> i32 {
     let Some(kind) = MapType::from_code(kind) else {
         return BAD_ARGUMENT;
     };
-    let Some(headers) = map(c.data_mut(), kind) else {
+    let Some(headers) = map(state, kind) else {
         return BAD_ARGUMENT;
     };
     edit(headers);
@@ -248,7 +248,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         |mut c: Ctx, kind: i32, ptr: u32, len: u32| -> Result<i32> {
             let bytes = read(&mut c, "proxy_set_header_map_pairs", ptr, len)?;
             let new = pairs::decode(&bytes)?;
-            Ok(edit_map(&mut c, kind, |headers| {
+            Ok(edit_map(c.data_mut(), kind, |headers| {
                 *headers = Headers::from_pairs(new)
             }))
         },
@@ -286,7 +286,7 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
     for (name, op) in [
         (
             "proxy_replace_header_map_value",
-            Headers::replace as fn(&mut Headers, Vec<u8>, Vec<u8>),
+            Headers::replace as fn(&mut Headers, &[u8], Vec<u8>),
         ),
         ("proxy_add_header_map_value", Headers::add),
     ] {
@@ -300,9 +300,14 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
                   value_ptr: u32,
                   value_len: u32|
                   -> Result<i32> {
-                let key = read(&mut c, "header map edit", key_ptr, key_len)?;
+                // The key is parsed where it lies (a header name copies it).
                 let value = read(&mut c, "header map edit", value_ptr, value_len)?;
-                Ok(edit_map(&mut c, kind, |headers| op(headers, key, value)))
+                with_guest_bytes(
+                    &mut c,
+                    "header map edit",
+                    (key_ptr, key_len),
+                    |key, state| edit_map(state, kind, |headers| op(headers, key, value)),
+                )
             },
         )?;
     }
@@ -310,8 +315,10 @@ fn add_header_maps(linker: &mut Linker<FilterState>) -> Result<()> {
         MODULE,
         "proxy_remove_header_map_value",
         |mut c: Ctx, kind: i32, key_ptr: u32, key_len: u32| -> Result<i32> {
-            let key = read(&mut c, "proxy_remove_header_map_value", key_ptr, key_len)?;
-            Ok(edit_map(&mut c, kind, |headers| headers.remove(&key)))
+            const F: &str = "proxy_remove_header_map_value";
+            with_guest_bytes(&mut c, F, (key_ptr, key_len), |key, state| {
+                edit_map(state, kind, |headers| headers.remove(key))
+            })
         },
     )?;
     linker.func_wrap(

@@ -1551,7 +1551,7 @@ fn fuzz_exchange(rng: &mut Rng) -> Box<HttpExchange> {
         let (name_len, value_len) = (1 + rng.below(12), rng.below(40));
         let name = rng.bytes(name_len as usize);
         let value = rng.bytes(value_len as usize);
-        request_headers.add(name, value);
+        request_headers.add(&name, value);
     }
     let trailers = |rng: &mut Rng| {
         if rng.chance(30) {
