@@ -464,19 +464,20 @@ fn exchange_for(
         Endpoint::Upstream(upstream) => Some(upstream.cluster_name.clone()),
         _ => None,
     };
-    Box::new(HttpExchange {
-        request_headers,
-        info: RequestInfo {
-            id: REQUEST_IDS.fetch_add(1, Ordering::Relaxed),
-            protocol,
-            start_time: Some(SystemTime::now()),
-            source: Some(connection.peer),
-            destination: Some(connection.local),
-            connection_id: connection.id,
-            cluster,
-        },
-        ..HttpExchange::default()
-    })
+    // Filled in place: built whole, the exchange (about a kilobyte) would
+    // be written on the stack, then copied into its box.
+    let mut exchange = Box::<HttpExchange>::default();
+    exchange.request_headers = request_headers;
+    exchange.info = RequestInfo {
+        id: REQUEST_IDS.fetch_add(1, Ordering::Relaxed),
+        protocol,
+        start_time: Some(SystemTime::now()),
+        source: Some(connection.peer),
+        destination: Some(connection.local),
+        connection_id: connection.id,
+        cluster,
+    };
+    exchange
 }
 
 /// Host and port as the client sent them (URI for HTTP/2, Host for HTTP/1).
@@ -499,20 +500,20 @@ fn request_authority(parts: &Parts) -> Option<String> {
 /// of their header map (the exchange keeps its own: filters read the
 /// request's headers until `proxy_on_log`).
 fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> RequestHead {
-    let get = |name: &[u8]| exchange.request_headers.get(name).map(|v| v.to_vec());
+    let get = |name: &[u8]| exchange.request_headers.get(name);
     let mut headers = exchange.request_headers.map().clone();
     let authority = get(b":authority").unwrap_or_default();
-    if let Ok(value) = HeaderValue::from_bytes(&authority) {
+    if let Ok(value) = HeaderValue::from_bytes(authority) {
         headers.insert(header::HOST, value);
     }
-    let host = String::from_utf8_lossy(&authority).into_owned();
+    let host = String::from_utf8_lossy(authority);
     prepare_upstream_headers(&mut headers, peer, &host);
     RequestHead {
         method: get(b":method")
-            .and_then(|m| hyper::Method::from_bytes(&m).ok())
+            .and_then(|m| hyper::Method::from_bytes(m).ok())
             .unwrap_or(hyper::Method::GET),
         path: get(b":path")
-            .map(|p| String::from_utf8_lossy(&p).into_owned())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
             .unwrap_or_else(|| "/".into()),
         headers,
     }
