@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of two wasmgate binaries, interleaved in one run: `serve hello`, a
 # gateway route through the Rust add_header filter, and a route proxied to an
-# nginx upstream without filters; servers on core 0, wrk on core 1.
+# nginx upstream without filters and with that filter; servers on core 0, wrk
+# on core 1.
 # Usage: bench/ab.sh OLD_BINARY NEW_BINARY [ROUNDS]
 # (build an older commit with its own target dir, e.g.
 #  git worktree add /tmp/old <commit> && (cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo build --release -p wasmgate-cli))
@@ -34,6 +35,7 @@ upstreams:
 routes:
   - {name: tagged, path: {prefix: /tag}, plugins: [{plugin: tag}], respond: {status: 200, body: ok}}
   - {name: proxied, path: {prefix: /proxy}, upstream: up}
+  - {name: proxied-tagged, path: {prefix: /ptag}, plugins: [{plugin: tag}], upstream: up}
 YAML
 printf 'wrk.method = "POST"\nwrk.body = "John Doe"\n' >"$tmp/post.lua"
 measure() { # url [script]
@@ -48,12 +50,13 @@ round() { # binary label
   pid=$!; sleep 1.5
   local gateway; gateway="$(measure http://127.0.0.1:18701/tag)"
   local proxied; proxied="$(measure http://127.0.0.1:18701/proxy)"
+  local proxied_filter; proxied_filter="$(measure http://127.0.0.1:18701/ptag)"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   pid=""
-  echo "$2 serve=$serve gateway_filter=$gateway proxied=$proxied"
+  echo "$2 serve=$serve gateway_filter=$gateway proxied=$proxied proxied_filter=$proxied_filter"
 }
 for _ in $(seq "$rounds"); do round "$old" old; round "$new" new; done | tee "$tmp/out"
-awk -F'[ =]' '{s[$1]+=$3; g[$1]+=$5; p[$1]+=$7; n[$1]++}
-  END {printf "serve: new/old %.3f   gateway_filter: new/old %.3f   proxied: new/old %.3f\n",
+awk -F'[ =]' '{s[$1]+=$3; g[$1]+=$5; p[$1]+=$7; f[$1]+=$9; n[$1]++}
+  END {printf "serve: new/old %.3f   gateway_filter: new/old %.3f   proxied: new/old %.3f   proxied_filter: new/old %.3f\n",
     (s["new"]/n["new"])/(s["old"]/n["old"]), (g["new"]/n["new"])/(g["old"]/n["old"]),
-    (p["new"]/n["new"])/(p["old"]/n["old"])}' "$tmp/out"
+    (p["new"]/n["new"])/(p["old"]/n["old"]), (f["new"]/n["new"])/(f["old"]/n["old"])}' "$tmp/out"
