@@ -522,7 +522,7 @@ fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> RequestHead {
 /// Hop-by-hop headers are the connection's, not the message's (RFC 9110 7.6.1).
 /// (`Trailer` is end-to-end: it names the trailers the message ends with.)
 /// Names are built once: parsing them per request showed in profiles.
-const HOP_BY_HOP: [HeaderName; 7] = [
+const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -531,29 +531,50 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::UPGRADE,
     header::PROXY_AUTHENTICATE,
 ];
+const HOP_COUNT: usize = 7;
+/// Where `TE` is in [`HOP_BY_HOP`].
+const TE_INDEX: usize = 3;
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    // Most requests carry none of them: one look at the names present is
-    // cheaper than hashing seven names to remove.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
-        return;
+/// Removes the hop-by-hop fields, and the fields `Connection` names. Returns
+/// whether a `TE` field was among them.
+fn remove_hop_by_hop(headers: &mut HeaderMap) -> bool {
+    // Most messages carry none of them, or only `Connection: keep-alive`
+    // (every answer of an nginx upstream): one look at the names present
+    // decides which to remove, instead of hashing seven names to remove.
+    let mut present = [false; HOP_COUNT];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|hop| hop == name) {
+            present[i] = true;
+        }
     }
+    if !present.contains(&true) {
+        return false;
+    }
+    // `close` and `keep-alive` are connection options, not field names (a
+    // `Keep-Alive` field is hop-by-hop anyway): only other tokens are parsed.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .map(str::trim)
+        .filter(|token| {
+            !token.eq_ignore_ascii_case("keep-alive") && !token.eq_ignore_ascii_case("close")
+        })
+        .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
         .collect();
     for name in named {
         headers.remove(name);
     }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
+    for (name, present) in HOP_BY_HOP.iter().zip(present) {
+        if present {
+            headers.remove(name);
+        }
     }
+    present[TE_INDEX]
 }
 
 /// X-Forwarded-For gets the client appended; -Proto and -Host are set when
@@ -566,8 +587,7 @@ fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &st
         .get_all(header::TE)
         .iter()
         .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    remove_hop_by_hop(headers);
-    if accepts_trailers {
+    if remove_hop_by_hop(headers) && accepts_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
     let client = ip_text(peer.ip());
@@ -575,7 +595,8 @@ fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &st
         Some(earlier) => format!("{earlier}, {client}"),
         None => client,
     };
-    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+    // From the `String` itself: `from_str` would copy it.
+    if let Ok(value) = HeaderValue::try_from(forwarded_for) {
         headers.insert(X_FORWARDED_FOR, value);
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
@@ -613,6 +634,7 @@ fn ip_text(ip: std::net::IpAddr) -> String {
 }
 
 fn prepare_downstream_headers(headers: &mut HeaderMap) {
+    // A `TE` in an answer means nothing (RFC 9110 10.1.4): dropped with the rest.
     remove_hop_by_hop(headers);
     headers.append(header::VIA, HeaderValue::from_static(VIA));
 }
@@ -795,5 +817,37 @@ mod tests {
             let ip: std::net::IpAddr = ip.parse().unwrap();
             assert_eq!(ip_text(ip), ip.to_string());
         }
+    }
+
+    fn map(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in fields {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_the_ones_connection_names_are_removed() {
+        assert_eq!(HOP_BY_HOP[TE_INDEX], header::TE);
+        let mut upstream_answer = map(&[("server", "nginx"), ("connection", "keep-alive")]);
+        assert!(!remove_hop_by_hop(&mut upstream_answer));
+        assert_eq!(upstream_answer, map(&[("server", "nginx")]));
+
+        let mut request = map(&[
+            ("connection", "close, X-Private"),
+            ("connection", "keep-alive"),
+            ("x-private", "1"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("upgrade", "h2c"),
+            ("x-kept", "2"),
+        ]);
+        assert!(remove_hop_by_hop(&mut request));
+        assert_eq!(request, map(&[("x-kept", "2")]));
+
+        let mut plain = map(&[("x-kept", "2")]);
+        assert!(!remove_hop_by_hop(&mut plain));
+        assert_eq!(plain, map(&[("x-kept", "2")]));
     }
 }
