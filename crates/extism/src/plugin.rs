@@ -255,14 +255,14 @@ impl Plugin {
 
         // The call owns the lease while it runs, so that it can move to the
         // slow lane if it runs long.
-        let call = async move {
+        let call = Box::pin(async move {
             let store = &mut lease.instance().store;
             let outcome = match export {
                 Export::ReturnsCode(f) => f.call_async(&mut *store, ()).await,
                 Export::ReturnsNothing(f) => f.call_async(&mut *store, ()).await.map(|()| 0),
             };
             (lease, outcome)
-        };
+        });
         let finished = slow_lane::run(started, call).await;
         self.shared.stats.record_call(finished.wall, finished.cpu);
         let (mut lease, outcome) = finished.output;

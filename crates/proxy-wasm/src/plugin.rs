@@ -568,10 +568,10 @@ impl FilterInstance {
         store.set_epoch_deadline(ticks);
         // The callback owns the store while it runs, so that it can move to
         // the slow lane if it runs long.
-        let call = async move {
+        let call = Box::pin(async move {
             let outcome = callback.call(&mut store).await;
             (store, outcome)
-        };
+        });
         let finished = slow_lane::run(started, call).await;
         plugin.stats.record_call(finished.wall, finished.cpu);
         let (store, outcome) = finished.output;

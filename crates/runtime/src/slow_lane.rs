@@ -89,13 +89,13 @@ pub struct Timed<T> {
 /// `started` is when the caller started the call's budget (`CallBudget::start`,
 /// just before): the first poll counts from it rather than read the clock
 /// again.
-pub async fn run<F>(started: Instant, call: F) -> Timed<F::Output>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    // Boxed so that it can still move after it has been polled here.
-    let mut call: GuestCall<F::Output> = Box::pin(call);
+///
+/// The call comes boxed (it must be, to move after it has been polled here),
+/// and boxed by the caller where it is made: taken unboxed, the call's future
+/// (a few hundred bytes with wasmtime's) was a field of this one, and so of
+/// every future awaiting it up to the connection's, and was copied twice per
+/// call before reaching its box (`bench/instructions.py --cache-sim`).
+pub async fn run<T: Send + 'static>(started: Instant, mut call: GuestCall<T>) -> Timed<T> {
     let mut cpu = Duration::ZERO;
     let first_poll = started;
     let mut polled = false;
