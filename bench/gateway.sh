@@ -68,9 +68,11 @@ wait_port() { # port, pid
 
 nginx_start upstream "server { listen 127.0.0.1:$UP; location / { return 200 \"hello from upstream\n\"; } }"
 wait_port $UP "${pids[-1]}"
+upstream_pid="${pids[-1]}"
 nginx_start proxy "server { listen 127.0.0.1:$NGX; location / { proxy_pass http://up;
     proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
 wait_port $NGX "${pids[-1]}"
+nginx_pid="${pids[-1]}"
 
 # One gateway holds every wasmgate scenario as a route. One worker thread: it
 # shares CPU 0 with the upstream. Absolute wasm paths: the config lives in $tmp.
@@ -113,6 +115,7 @@ target/release/wasmgate check -c "$tmp/gateway.yaml" >/dev/null
 taskset -c 0 target/release/wasmgate run -c "$tmp/gateway.yaml" --log-level warn &
 pids+=($!)
 wait_port $GW "${pids[-1]}"
+gateway_pid="${pids[-1]}"
 
 declare -A url=(
   [upstream]="http://127.0.0.1:$UP/" [nginx]="http://127.0.0.1:$NGX/"
@@ -131,17 +134,35 @@ for s in "${scenarios[@]}"; do
   case "$s" in rust | go | chain3) grep -qi '^x-seen-path' "$tmp/headers" || { echo "$s: filter did not run" >&2; exit 1; } ;; esac
 done
 
-# Prints one JSON object: req/s, p50/p99 in µs, errors (non-2xx + socket errors).
+# The process that answers each scenario, and the upstream behind it (none
+# for the upstream itself and the local answers): their CPU time per request
+# is measured from /proc, steadier than req/s on this machine (issue 15).
+declare -A server_pid=([upstream]=$upstream_pid [nginx]=$nginx_pid)
+for s in none rust go chain3 fault-wasm fault-native; do server_pid[$s]=$gateway_pid; done
+declare -A behind_pid=([nginx]=$upstream_pid [none]=$upstream_pid [rust]=$upstream_pid
+  [go]=$upstream_pid [chain3]=$upstream_pid)
+cpu_ticks() { # pid (none: 0): user + system time in clock ticks
+  if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi
+}
+tck="$(getconf CLK_TCK)"
+
+# Prints one JSON object: req/s, p50/p99 in µs, errors (non-2xx + socket
+# errors), and CPU µs per request of the server and of the upstream behind it.
 measure() { # scenario, conns, seconds, round
-  taskset -c 1 wrk -t1 -c"$2" -d"$3s" --latency "${url[$1]}" | awk -v s="$1" -v c="$2" -v r="$4" '
+  local server="${server_pid[$1]}" behind="${behind_pid[$1]:-}" s0 b0 out
+  s0="$(cpu_ticks "$server")" b0="$(cpu_ticks "$behind")"
+  out="$(taskset -c 1 wrk -t1 -c"$2" -d"$3s" --latency "${url[$1]}")"
+  awk -v s="$1" -v c="$2" -v r="$4" -v tck="$tck" \
+    -v server_ticks="$(($(cpu_ticks "$server") - s0))" -v behind_ticks="$(($(cpu_ticks "$behind") - b0))" '
     function us(v) { return v ~ /us$/ ? v + 0 : v ~ /ms$/ ? v * 1000 : v * 1e6 }
     $1 == "50%" { p50 = us($2) }
     $1 == "99%" { p99 = us($2) }
+    /requests in/ { n = $1 }
     /^Requests\/sec:/ { rps = $2 }
     /^  Non-2xx/ { err += $NF }
     /^  Socket errors:/ { err += $4 + $6 + $8 + $10 }
-    END { printf "{\"scenario\":\"%s\",\"conns\":%d,\"round\":%d,\"rps\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"errors\":%d}\n",
-                 s, c, r, rps, p50, p99, err }'
+    END { printf "{\"scenario\":\"%s\",\"conns\":%d,\"round\":%d,\"rps\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"errors\":%d,\"cpu_us\":%.2f,\"upstream_cpu_us\":%.2f}\n",
+                 s, c, r, rps, p50, p99, err, server_ticks / tck / n * 1e6, behind_ticks / tck / n * 1e6 }' <<<"$out"
 }
 
 # Warm-up: instance pools, upstream keep-alive connections, caches.

@@ -60,11 +60,14 @@ def http():
         agg[(r["server"], r["conns"])].append(r)
     med = lambda rs, k: statistics.median(r[k] for r in rs)
     print()
-    print("| server | conns | req/s | p50 | p99 | errors | peak RSS | wasmgate req/s ÷ this |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| server | conns | req/s | p50 | p99 | errors | peak RSS | wasmgate req/s ÷ this | CPU per request | this ÷ wasmgate's CPU per request |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     plot = defaultdict(dict)
     for conns in (1, 100):
         base = med(agg[("wasmgate", conns)], "rps")
+        # Runs before CPU time was recorded have none.
+        cpu = lambda rs: med(rs, "cpu_us_per_request") if all("cpu_us_per_request" in r for r in rs) else None
+        base_cpu = cpu(agg[("wasmgate", conns)])
         for server in ("wasmgate", "native", "gofiber-pool", "gofiber-mutex"):
             rs = agg.get((server, conns))
             if not rs:
@@ -72,7 +75,8 @@ def http():
             rps = med(rs, "rps")
             plot[conns][server] = rps
             print(f"| {server} | {conns} | {rps:,.0f} | {med(rs,'p50_ms'):.2f} ms | {med(rs,'p99_ms'):.2f} ms | "
-                  f"{sum(r['errors'] for r in rs)} | {max(r['peak_rss_kib'] for r in rs)/1024:.1f} MiB | {base/rps:.2f}x |")
+                  f"{sum(r['errors'] for r in rs)} | {max(r['peak_rss_kib'] for r in rs)/1024:.1f} MiB | {base/rps:.2f}x | "
+                  + (f"{cpu(rs):.2f} µs | {cpu(rs)/base_cpu:.2f} |" if cpu(rs) and base_cpu else "- | - |"))
     two_panel_bars("http.png", [(f"POST 'John Doe' to hello, c={c}", plot[c]) for c in (1, 100)],
                    ["#3a7", "#888", "#c84", "#c44"])
 
