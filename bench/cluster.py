@@ -25,6 +25,7 @@ import sys
 # bench/http.py, next to this script, would shadow the standard library's
 # http package.
 HERE = os.path.dirname(os.path.abspath(__file__))
+from procstat import cpu_seconds  # noqa: E402 (from this folder, before it leaves sys.path)
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 import argparse
@@ -180,11 +181,6 @@ def etcd_metrics(etcd):
         out[key] = float(m.group(1)) if m else 0.0
     return out
 
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def propagation(servers, changes, first):

@@ -8,6 +8,8 @@ table reports medians and ratios. Usage: bench/http.py [--rounds N] [--seconds S
 """
 import argparse, json, os, re, signal, socket, subprocess, sys, time
 
+from procstat import cpu_seconds
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T = lambda *p: os.path.join(ROOT, "target", *p)
 HELLO = T("wasm", "hello.wasm")
@@ -35,13 +37,6 @@ def parse_latency(text, label):
     m = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
     value, unit = float(m.group(1)), m.group(2)
     return value * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-
-def cpu_seconds(pid):
-    """The server's CPU time so far, user and system (fields 14 and 15 of
-    /proc/<pid>/stat, after the command name in parentheses)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 def run_wrk(port, conns, seconds, pid=None):
     """req/s, latency and errors; with the server's `pid`, also its CPU time

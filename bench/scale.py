@@ -20,6 +20,7 @@ import sys
 # bench/http.py, next to this script, would shadow the standard library's
 # http package.
 HERE = os.path.dirname(os.path.abspath(__file__))
+from procstat import cpu_seconds  # noqa: E402 (from this folder, before it leaves sys.path)
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 import argparse
@@ -49,11 +50,6 @@ def rss_mb(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) / 1024
 
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_http(url, deadline_s=30, headers=None):
