@@ -92,9 +92,10 @@ pub struct Timed<T> {
 ///
 /// The call comes boxed (it must be, to move after it has been polled here),
 /// and boxed by the caller where it is made: taken unboxed, the call's future
-/// (a few hundred bytes with wasmtime's) was a field of this one, and so of
-/// every future awaiting it up to the connection's, and was copied twice per
-/// call before reaching its box (`bench/instructions.py --cache-sim`).
+/// (wasmtime's call future inside it) was a field of this one, and so of every
+/// future awaiting it up to the connection's, and was copied twice per call
+/// before reaching its box (fewer data-cache misses without:
+/// `bench/instructions.py --cache-sim`).
 pub async fn run<T: Send + 'static>(started: Instant, mut call: GuestCall<T>) -> Timed<T> {
     let mut cpu = Duration::ZERO;
     let first_poll = started;
