@@ -182,7 +182,6 @@ def etcd_metrics(etcd):
     return out
 
 
-
 def propagation(servers, changes, first):
     """Edits /prop `changes` times, each through the next node's admin API;
     returns (seconds until every node serves it, seconds the PUT took)."""

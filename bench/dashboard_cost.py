@@ -40,7 +40,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)

@@ -51,7 +51,6 @@ def rss_mb(pid):
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) / 1024
 
 
-
 def wait_http(url, deadline_s=30, headers=None):
     deadline = time.time() + deadline_s
     while True:
