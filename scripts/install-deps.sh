@@ -43,6 +43,9 @@ command -v protoc >/dev/null || test_pkgs+=(protobuf-compiler)
 # etcd's protos import protobuf's own (google/protobuf/descriptor.proto, ...),
 # which Debian ships in libprotobuf-dev, not with protoc itself.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || test_pkgs+=(libprotobuf-dev)
+# promtool (Debian's prometheus package) checks /metrics as Prometheus reads it
+# (crates/cli/tests/trust.rs); the server it comes with is not started.
+command -v promtool >/dev/null || test_pkgs+=(prometheus)
 # Chromium for the dashboard's browser tests (tests/browser/, docs/dashboard.md),
 # driven by Playwright for Python (installed below, pinned), which uses this
 # Chromium instead of downloading its own browser.

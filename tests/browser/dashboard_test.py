@@ -4,7 +4,10 @@ driven by Playwright for Python, against real `wasmgate run` processes with
 real traffic through a real upstream. Run by `make test`.
 
 Checks: every page loads; the overview's request counts are the ones
-/metrics reports; a route named `<script>...` shows as text and runs nothing;
+/metrics reports; a route matching `/<script>...` shows it as text and runs
+nothing; a route and a plugin named `constructor` show like any other, and
+names with spaces or markup are refused with the reason (names follow one
+rule, docs/gateway.md);
 a route added through the edit form is served by the gateway; an invalid
 change shows the gateway's reason next to the editor and changes nothing; a
 plugin's last crash shows its stack; a CPU profile's flame graph appears in
@@ -36,7 +39,8 @@ WASMGATE = os.path.join(ROOT, "target/release/wasmgate")
 WASM = os.path.join(ROOT, "target/wasm")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SHOTS = os.environ.get("DASHBOARD_SCREENSHOTS") or tempfile.mkdtemp(prefix="wasmgate-dashboard-")
-XSS_ROUTE = "<script>alert('x')</script>"
+XSS_PREFIX = "/<script>alert('x')</script>"
+HOSTILE_NAMES = ["auth v2", "\"><script>alert(1)</script>", "__proto__"]
 
 
 def free_port():
@@ -162,17 +166,19 @@ upstreams:
   - {{name: backend, nodes: [{{address: "127.0.0.1:{self.upstream.server_port}"}}]}}
 plugins:
   - {{name: tag, wasm: "{WASM}/add_header.wasm"}}
+  - {{name: constructor, wasm: "{WASM}/add_header.wasm"}}
   - {{name: faults, wasm: "{WASM}/faults.wasm"}}
 routes:
   - {{name: api, path: {{prefix: /api}}, plugins: [{{plugin: tag, conf: dashboard}}], upstream: backend}}
-  - {{name: "{XSS_ROUTE}", path: {{prefix: /xss}}, respond: {{status: 200, body: x}}}}
+  - {{name: xss, path: {{prefix: "{XSS_PREFIX}"}}, respond: {{status: 200, body: x}}}}
+  - {{name: constructor, path: {{prefix: /constructor}}, plugins: [{{plugin: constructor}}], respond: {{status: 200, body: c}}}}
   - {{name: functions, path: {{prefix: /f/}}, function: {{plugin: faults}}}}
 """)
         try:
             for _ in range(30):
                 self.assertEqual(gw.get("/api"), (200, "hello from upstream"))
-            for _ in range(3):
-                gw.get("/xss")
+            for _ in range(4):
+                self.assertEqual(gw.get("/constructor"), (200, "c"))
             status, _ = gw.get("/f/trap", method="POST")
             self.assertEqual(status, 500)
             page = self.new_page()
@@ -208,9 +214,9 @@ routes:
             functions_5xx = page.locator('#route-totals tr[data-route="functions"] td').nth(4)
             self.assertEqual(functions_5xx.text_content(), "1")
             self.assertIn("generation", page.locator("#facts").text_content())
-            # The <script> route: shown as its characters, nothing ran.
-            xss = page.locator("#route-totals tr td").filter(has_text="alert")
-            self.assertEqual(xss.first.text_content(), XSS_ROUTE)
+            # A route named like what every object inherits counts as any other.
+            constructor = page.locator('#route-totals tr[data-route="constructor"] td')
+            self.assertEqual(constructor.nth(1).text_content(), "4")
             self.assertEqual(page.evaluate("document.scripts.length"), 1)
             self.assertEqual(self.dialogs, [])
             page.screenshot(path=os.path.join(SHOTS, "dashboard-overview.png"), full_page=True)
@@ -222,13 +228,18 @@ routes:
             self.assertIn("upstream backend", api)
             upstream_row = page.locator("#upstreams-table tbody tr").first.text_content()
             self.assertIn(f"127.0.0.1:{self.upstream.server_port}", upstream_row)
-            self.assertEqual(page.locator('#routes-table td', has_text="alert").first.text_content(), XSS_ROUTE)
+            # The <script> in a route's match: shown as its characters, nothing ran.
+            xss = page.locator('#routes-table tr[data-route="xss"]').text_content()
+            self.assertIn(XSS_PREFIX, xss)
+            self.assertEqual(page.evaluate("document.scripts.length"), 1)
             page.screenshot(path=os.path.join(SHOTS, "dashboard-routes.png"), full_page=True)
 
             # Plugins: the crash's stack, then a profile of live traffic.
             self.open(page, gw, "plugins")
             faults = page.locator('#plugins-table tr[data-plugin="faults"] td')
             self.assertEqual(faults.nth(5).text_content(), "1")  # traps
+            calls = page.locator('#plugins-table tr[data-plugin="constructor"] td').nth(3)
+            self.assertGreaterEqual(int(calls.text_content()), 4)
             faults.last.locator("button").click()
             crash = page.locator("#plugin-crash").text_content()
             self.assertIn("trap", crash)
@@ -288,6 +299,19 @@ routes:
             self.assertEqual(gw.get("/broken")[0], 404)
             self.assertEqual(gw.get("/added"), (200, "changed"))
             page.screenshot(path=os.path.join(SHOTS, "dashboard-edit.png"), full_page=True)
+            # Names with spaces or markup: refused with the rule, shown as
+            # text, nothing applied.
+            for name in HOSTILE_NAMES:
+                page.evaluate("() => { document.getElementById('edit-error').textContent = ''; }")
+                page.fill("#edit-name", name)
+                page.fill("#edit-body", json.dumps({"respond": {"status": 200, "body": "hostile"}}))
+                page.click("#edit-apply")
+                page.wait_for_function("() => document.getElementById('edit-error').textContent.length > 0")
+                error = page.locator("#edit-error").text_content()
+                self.assertIn("not a valid name", error, name)
+            self.assertEqual(page.evaluate("document.scripts.length"), 1)
+            _, routes = gw.admin_get("/routes")
+            self.assertNotIn("hostile", routes)
             # Delete.
             page.fill("#edit-name", "added")
             page.click("#edit-delete")

@@ -1,7 +1,6 @@
 //! `wasmgate run` on a node whose configuration is in etcd, and `wasmgate
 //! config push` (docs/cluster.md).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -11,7 +10,6 @@ use wasmgate_cluster::EtcdStore;
 use wasmgate_gateway::config::GatewayConfig;
 use wasmgate_gateway::{Gateway, LiveGateway};
 use wasmgate_runtime::Runtime;
-use wasmgate_services::Services;
 
 #[derive(Subcommand)]
 pub enum ConfigCommand {
@@ -23,9 +21,16 @@ pub enum ConfigCommand {
 
 #[derive(Args)]
 pub struct PushArgs {
-    /// The configuration to publish (checked first, as `wasmgate check` does).
-    #[arg(long, short)]
-    config: PathBuf,
+    /// The configuration to publish. It is checked first as `wasmgate check`
+    /// checks it (every plugin loaded, hashed and configured) and refused
+    /// if that fails: nodes would reject it anyway.
+    #[command(flatten)]
+    config: crate::gateway::ConfigArgs,
+    /// Check only the file itself (fields, references, names), without
+    /// loading the plugins: for a machine that cannot reach the modules.
+    /// Nodes still refuse a configuration whose plugins do not load.
+    #[arg(long)]
+    no_load: bool,
     /// etcd endpoints (repeatable, or comma-separated).
     #[arg(long, value_delimiter = ',', required = true)]
     etcd: Vec<String>,
@@ -41,23 +46,31 @@ pub fn config(command: ConfigCommand) -> Result<ExitCode> {
 }
 
 fn push(args: PushArgs) -> Result<ExitCode> {
-    let config = match GatewayConfig::load(&args.config) {
-        Ok(config) => config,
-        Err(errors) => {
-            eprintln!("{errors}");
-            return Ok(ExitCode::FAILURE);
-        }
-    };
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let checked = if args.no_load {
+        GatewayConfig::load(args.config.file()).map_err(|e| e.to_string())
+    } else {
+        tokio
+            .block_on(crate::gateway::build(&args.config))
+            .map(|(gateway, _)| gateway.config().clone())
+    };
+    let config = match checked {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}\nnothing was pushed");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
     let pushed = tokio.block_on(wasmgate_cluster::push::push(
         &config,
         &args.etcd,
         &args.prefix,
     ))?;
     println!(
-        "pushed {} objects to {} under {} (revision {}; {} deleted; {} transaction{})",
+        "{}: pushed {} objects to {} under {} (revision {}; {} deleted; {} transaction{})",
+        args.config.file().display(),
         pushed.written,
         args.etcd.join(", "),
         args.prefix,
@@ -100,24 +113,18 @@ pub async fn start(
     runtime: Runtime,
 ) -> Result<Arc<LiveGateway>, String> {
     check_node_file(&node)?;
-    let mut waiting = node.clone();
-    waiting.routes = GatewayConfig::parse(
-        r#"routes:
-  - name: _waiting_for_configuration
-    respond:
-      status: 503
-      headers: {content-type: application/json, retry-after: "1"}
-      body: '{"error":{"kind":"no_configuration","message":"this node has no configuration yet: it is waiting for etcd (docs/cluster.md)"}}'
-"#,
-    )
-    .expect("the placeholder route parses")
-    .routes;
-    let services = Arc::new(Services::new());
-    let gateway = Gateway::build(waiting, file, &runtime, &services)
+    // Nothing to serve until etcd (or the cache file) gives a configuration:
+    // the node answers 503 with the reason meanwhile (`set_waiting`).
+    let gateway = Gateway::build(node.clone(), file, &runtime, None)
         .await
         .map_err(|e| e.to_string())?;
-    let live = Arc::new(LiveGateway::new(gateway, file, runtime, services));
-    live.set_ready(false);
+    let live = Arc::new(LiveGateway::new(gateway, file, runtime));
+    live.set_waiting(&format!(
+        "waiting for etcd ({}; docs/cluster.md)",
+        node.config
+            .as_ref()
+            .map_or(String::new(), |c| c.etcd.join(", "))
+    ));
     let store = EtcdStore::new(node, &live).map_err(|e| format!("{e:#}"))?;
     live.set_store(store.clone());
     tokio::spawn(store.clone().run());

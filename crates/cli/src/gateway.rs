@@ -14,7 +14,6 @@ use wasmgate_gateway::admin::Admin;
 use wasmgate_gateway::config::GatewayConfig;
 use wasmgate_gateway::{Gateway, ListenerConfig, LiveGateway};
 use wasmgate_runtime::{Runtime, RuntimeConfig};
-use wasmgate_services::Services;
 
 use crate::plugin_args::default_cache_dir;
 
@@ -54,6 +53,13 @@ pub struct RunArgs {
     no_watch: bool,
 }
 
+impl ConfigArgs {
+    /// The configuration file.
+    pub fn file(&self) -> &std::path::Path {
+        &self.config
+    }
+}
+
 fn runtime(args: &ConfigArgs) -> Result<Runtime> {
     Runtime::new(RuntimeConfig {
         cache_dir: if args.no_cache {
@@ -66,14 +72,13 @@ fn runtime(args: &ConfigArgs) -> Result<Runtime> {
 }
 
 /// Reads, checks and builds; errors are printed one per line with file and field.
-async fn build(args: &ConfigArgs) -> Result<(Gateway, Runtime, Arc<Services>), String> {
+pub async fn build(args: &ConfigArgs) -> Result<(Gateway, Runtime), String> {
     let config = GatewayConfig::load(&args.config).map_err(|e| e.to_string())?;
     let runtime = runtime(args).map_err(|e| format!("{e:#}"))?;
-    let services = Arc::new(Services::new());
-    let gateway = Gateway::build(config, &args.config, &runtime, &services)
+    let gateway = Gateway::build(config, &args.config, &runtime, None)
         .await
         .map_err(|e| e.to_string())?;
-    Ok((gateway, runtime, services))
+    Ok((gateway, runtime))
 }
 
 pub fn check(
@@ -87,7 +92,7 @@ pub fn check(
         .enable_all()
         .build()?;
     match tokio.block_on(build(&args)) {
-        Ok((gateway, _, _)) => {
+        Ok((gateway, _)) => {
             let config = gateway.config();
             let mut out = std::io::stdout().lock();
             writeln!(
@@ -163,16 +168,9 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         let runtime = runtime(&args.config)?;
         crate::cluster::start(node, &args.config.config, runtime).await
     } else {
-        build(&args.config)
-            .await
-            .map(|(gateway, runtime, services)| {
-                Arc::new(LiveGateway::new(
-                    gateway,
-                    &args.config.config,
-                    runtime,
-                    services,
-                ))
-            })
+        build(&args.config).await.map(|(gateway, runtime)| {
+            Arc::new(LiveGateway::new(gateway, &args.config.config, runtime))
+        })
     };
     let live = match started {
         Ok(live) => live,
@@ -218,7 +216,13 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         plugins = config.plugins.len(),
         "gateway listening"
     );
-    crate::serve::serve_until_signal(listener, threads, live, listener_config).await?;
+    let store = live.store().cloned();
+    let leave = async move {
+        if let Some(store) = store {
+            store.leave().await;
+        }
+    };
+    crate::serve::serve_until_signal(listener, threads, live, listener_config, leave).await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -6,13 +6,20 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use wasmgate_extism::{Manifest, Plugin, PluginOptions, PoolConfig, Runtime, RuntimeConfig};
+use wasmgate_extism::{
+    Manifest, Plugin, PluginOptions, PoolConfig, PrecompiledPolicy, Runtime, RuntimeConfig,
+};
 use wasmgate_services::{ServiceConfig, Services};
 
 #[derive(Args, Clone, Debug)]
 pub struct PluginArgs {
-    /// Plugin: a .wasm/.wat module, a .cwasm from `wasmgate compile`, or an Extism manifest (.json).
+    /// Plugin: a .wasm/.wat module, a .cwasm from `wasmgate compile` (with --allow-precompiled), or an Extism manifest (.json).
     pub plugin: PathBuf,
+    /// Load a precompiled module (.cwasm from `wasmgate compile`) named by
+    /// this plugin or its manifest's `path` entries. It is native code that
+    /// runs without the sandbox's checks: only for files you compiled.
+    #[arg(long)]
+    pub allow_precompiled: bool,
     /// Config value for the plugin, `KEY=VALUE` (repeatable).
     #[arg(long = "config", value_name = "KEY=VALUE")]
     pub config: Vec<String>,
@@ -140,10 +147,9 @@ impl PluginArgs {
             }
             configs.push(config);
         }
-        let built = Services::new()
-            .update(&configs)
+        let built = Services::build(&configs, &Services::new())
             .map_err(|(name, e)| anyhow::anyhow!("--service {name}: {e}"))?;
-        Ok(wasmgate_services::Grants::new(built))
+        Ok(wasmgate_services::Grants::new(built.all()))
     }
 
     pub fn load(&self, runtime: &Runtime, pool: PoolConfig, manifest: &Manifest) -> Result<Plugin> {
@@ -156,6 +162,11 @@ impl PluginArgs {
                 pool,
                 host_functions: Vec::new(),
                 services,
+                precompiled: if self.allow_precompiled {
+                    PrecompiledPolicy::Allowed
+                } else {
+                    PrecompiledPolicy::Refused
+                },
             },
         )
         .with_context(|| {

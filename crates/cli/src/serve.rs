@@ -57,6 +57,12 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish on SIGTERM/SIGINT.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_secs: u64,
+    /// Whether a crashed call's answer carries its crash report (message,
+    /// backtrace with source files and lines). On by default for local use;
+    /// `--error-details false` on a server others reach: the answer then
+    /// names the request id, under which the report is in the log.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    error_details: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
@@ -112,31 +118,35 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
             default_function: args.function.clone(),
             max_body_bytes: args.max_body_bytes,
             content_type: args.content_type.clone(),
+            error_details: args.error_details,
         },
     ));
     let config = ListenerConfig {
         shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_secs),
         ..ListenerConfig::default()
     };
-    serve_until_signal(listener, threads, route, config).await?;
+    serve_until_signal(listener, threads, route, config, async {}).await?;
     tracing::info!("stopped");
     Ok(())
 }
 
 /// Serves on worker threads until SIGTERM or SIGINT, then lets them finish
-/// their in-flight requests.
+/// their in-flight requests while `on_stop` runs (a cluster node leaves the
+/// cluster then).
 pub async fn serve_until_signal<H: Handler>(
     listener: std::net::TcpListener,
     threads: usize,
     handler: Arc<H>,
     config: ListenerConfig,
+    on_stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let workers = wasmgate_gateway::serve_workers(listener, threads, handler, config, stopped)?;
     shutdown_signal().await;
     tracing::info!("shutting down: waiting for in-flight requests");
     let _ = stop.send(true);
-    workers.wait().await
+    let (finished, ()) = tokio::join!(workers.wait(), on_stop);
+    finished
 }
 
 pub async fn shutdown_signal() {

@@ -77,7 +77,20 @@ fn compile_then_run_the_precompiled_module() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(std::fs::metadata(&cwasm).unwrap().len() > 0);
-    let (ok, out, err) = call(&[cwasm.to_str().unwrap(), "hello", "--input", "AOT"]);
+    // Native code: refused unless the operator says it is theirs.
+    let (ok, _, err) = call(&[cwasm.to_str().unwrap(), "hello", "--input", "AOT"]);
+    assert!(!ok);
+    assert!(
+        err.contains("precompiled module") && err.contains("--allow-precompiled"),
+        "{err}"
+    );
+    let (ok, out, err) = call(&[
+        cwasm.to_str().unwrap(),
+        "hello",
+        "--input",
+        "AOT",
+        "--allow-precompiled",
+    ]);
     assert!(ok, "{err}");
     assert_eq!(out, r#"{"message":"Hello AOT"}"#);
 }

@@ -29,6 +29,12 @@ config: {{etcd: ["{}"], node_name: {name}{extra}}}
 
 /// Publishes `yaml` (a whole configuration) with `wasmgate config push`.
 fn push(etcd: &EtcdServer, yaml: &str) {
+    let (ok, text) = try_push(etcd, yaml, &[]);
+    assert!(ok, "{text}");
+}
+
+/// `wasmgate config push` with `args`: whether it succeeded, and its output.
+fn try_push(etcd: &EtcdServer, yaml: &str, args: &[&str]) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cluster.yaml");
     std::fs::write(&file, common::gateway::render(yaml, 0, 0)).unwrap();
@@ -36,13 +42,35 @@ fn push(etcd: &EtcdServer, yaml: &str) {
         .args(["config", "push", "-c"])
         .arg(&file)
         .args(["--etcd", &etcd.url()])
+        .args(args)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// This node's own entry in its `/cluster` view.
+async fn me(c: &HttpClient, gw: &GatewayProc) -> Value {
+    let view = cluster(c, gw).await;
+    view["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == view["this_node"]))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits until `check` holds for `gw`'s `/cluster` view.
+async fn until_cluster(c: &HttpClient, gw: &GatewayProc, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let view = cluster(c, gw).await;
+        if check(&view) {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "{view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn body(c: &HttpClient, gw: &GatewayProc, path: &str) -> (u16, String) {
@@ -270,12 +298,7 @@ async fn a_broken_change_is_rejected_everywhere_with_its_reason() {
     for gw in &nodes {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let view = cluster(&c, gw).await;
-            let me = view["nodes"]
-                .as_array()
-                .and_then(|n| n.iter().find(|n| n["node"] == view["this_node"]))
-                .cloned()
-                .unwrap_or_default();
+            let me = me(&c, gw).await;
             if me["last_error"]
                 .as_str()
                 .is_some_and(|e| e.contains("nowhere"))
@@ -283,7 +306,7 @@ async fn a_broken_change_is_rejected_everywhere_with_its_reason() {
                 assert_eq!(me["healthy"], false);
                 break;
             }
-            assert!(Instant::now() < deadline, "{view}");
+            assert!(Instant::now() < deadline, "{me}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // The previous version keeps serving.
@@ -415,4 +438,250 @@ routes:
         }
     }
     assert_eq!(allowed, 5, "the limit is the cluster's, not each node's");
+}
+
+/// `config push` refuses what `check` refuses (a module whose sha256 is not
+/// the configuration's, a precompiled module), and pushes nothing; with
+/// `--no-load` it pushes, the nodes reject it, and then an admin write says
+/// that the configuration in etcd is rejected (not "retry"), and a node
+/// started meanwhile says why it has nothing to serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_configuration_is_refused_by_push_and_explained_by_the_nodes() {
+    let etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let writer = node(&etcd, "writer", "");
+    let c = client();
+    until_serves(&c, &writer, "/home", "home-v1").await;
+    let revision = etcd.etcdctl(&["get", "/wasmgate/changed", "-w", "json"]);
+    let wrong_sha = format!(
+        "plugins:\n  - {{name: tag, wasm: \"{{wasm:add_header}}\", sha256: \"{}\"}}\nroutes:\n  - {{name: home, path: {{prefix: /home}}, plugins: [{{plugin: tag}}], respond: {{body: bad}}}}\n",
+        "0".repeat(64)
+    );
+    let (ok, text) = try_push(&etcd, &wrong_sha, &[]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("sha256 mismatch") && text.contains("nothing was pushed"),
+        "{text}"
+    );
+    // Precompiled modules are native code: never from etcd.
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = dir.path().join("add_header.cwasm");
+    let compiled = common::wasmgate()
+        .args([
+            "compile",
+            common::plugin("add_header").to_str().unwrap(),
+            "-o",
+        ])
+        .arg(&cwasm)
+        .output()
+        .unwrap();
+    assert!(compiled.status.success());
+    let native = format!(
+        "plugins:\n  - {{name: tag, wasm: \"{}\"}}\nroutes:\n  - {{name: home, path: {{prefix: /home}}, plugins: [{{plugin: tag}}], respond: {{body: native}}}}\n",
+        cwasm.display()
+    );
+    let (ok, text) = try_push(&etcd, &native, &[]);
+    assert!(!ok && text.contains("precompiled module"), "{text}");
+    assert_eq!(
+        etcd.etcdctl(&["get", "/wasmgate/changed", "-w", "json"]),
+        revision,
+        "a refused push wrote nothing"
+    );
+
+    // Pushed anyway (--no-load checks only the file): every node rejects it.
+    let (ok, text) = try_push(&etcd, &native, &["--no-load"]);
+    assert!(ok, "{text}");
+    let view = until_cluster(&c, &writer, |view| {
+        view["nodes"][0]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("precompiled module"))
+    })
+    .await;
+    assert_eq!(view["nodes"][0]["healthy"], false, "{view}");
+    assert_eq!(body(&c, &writer, "/home").await.1, "home-v1");
+    // An admin write that leaves it broken: 422, saying why, not 409.
+    let put = send(
+        &c,
+        "PUT",
+        &writer.admin_url("/routes/more"),
+        &[],
+        r#"{"path": {"prefix": "/more"}, "respond": {"body": "more"}}"#,
+    )
+    .await;
+    assert_eq!(put.status, 422, "{}", put.text());
+    let text = put.text();
+    assert!(text.contains("precompiled module"), "{text}");
+    assert!(text.contains("already rejected by this node"), "{text}");
+    assert!(text.contains("config push"), "{text}");
+    // A node started now has nothing it can build, and says why.
+    let fresh = node(&etcd, "fresh", "");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send(&c, "GET", &fresh.url("/home"), &[], "").await;
+        assert_eq!(r.status, 503, "{}", r.text());
+        if r.text().contains("precompiled module") {
+            let ready = send(&c, "GET", &fresh.admin_url("/readyz"), &[], "").await;
+            assert_eq!(ready.status, 503);
+            assert!(
+                ready.text().contains("precompiled module"),
+                "{}",
+                ready.text()
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", r.text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // An admin write that fixes it is accepted, and every node serves it.
+    let fix = send(
+        &c,
+        "PUT",
+        &writer.admin_url("/plugins/tag"),
+        &[],
+        format!(
+            r#"{{"wasm": "{}"}}"#,
+            common::plugin("add_header").display()
+        ),
+    )
+    .await;
+    assert_eq!(fix.status, 200, "{}", fix.text());
+    until_serves(&c, &writer, "/home", "native").await;
+    until_serves(&c, &fresh, "/home", "native").await;
+}
+
+/// The cache file holds every configuration a node applied, its own admin
+/// writes included: restarted while etcd is down, it serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_from_the_cache_keeps_the_nodes_own_writes() {
+    let mut etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let cache = tempfile::tempdir().unwrap();
+    let cache_file = cache.path().join("cache.json");
+    let extra = format!(r#", cache_file: "{}""#, cache_file.display());
+    let c = client();
+    let mut first = node(&etcd, "n", &extra);
+    until_serves(&c, &first, "/home", "home-v1").await;
+    let put = send(
+        &c,
+        "PUT",
+        &first.admin_url("/routes/prop"),
+        &[],
+        r#"{"path": {"prefix": "/prop"}, "respond": {"body": "own write"}}"#,
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.text());
+    first.terminate();
+    etcd.kill();
+    let again = node(&etcd, "n", &extra);
+    until_serves(&c, &again, "/prop", "own write").await;
+    until_serves(&c, &again, "/home", "home-v1").await;
+}
+
+/// Nodes serving the same configuration report the same revision (the
+/// newest of its objects), whatever else moves etcd's revision (nodes
+/// registering and leaving), and none is `behind`; after a change, all
+/// report its revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_are_equal_and_nobody_is_behind_under_registration_churn() {
+    let etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let nodes: Vec<GatewayProc> = (1..=3)
+        .map(|i| node(&etcd, &format!("node{i}"), ""))
+        .collect();
+    let c = client();
+    for gw in &nodes {
+        until_serves(&c, gw, "/home", "home-v1").await;
+    }
+    let revisions = |view: &Value| -> Vec<i64> {
+        view["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["node"].as_str().is_some_and(|n| n.starts_with("node")))
+            .map(|n| n["revision"].as_i64().unwrap())
+            .collect()
+    };
+    let metric = |gw: &GatewayProc| {
+        let (c, url) = (c.clone(), gw.admin_url("/metrics"));
+        async move {
+            let text = send(&c, "GET", &url, &[], "").await.text();
+            text.lines()
+                .find_map(|l| l.strip_prefix("wasmgate_config_revision "))
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap()
+        }
+    };
+    for round in 0..2 {
+        // Churn: nodes come and go (each a registration and a revocation).
+        for i in 0..3 {
+            let mut passing = node(&etcd, &format!("passing{round}{i}"), "");
+            until_serves(
+                &c,
+                &passing,
+                "/home",
+                if round == 0 { "home-v1" } else { "home-v2" },
+            )
+            .await;
+            passing.terminate();
+        }
+        let view = until_cluster(&c, &nodes[0], |view| revisions(view).len() == 3).await;
+        let seen = revisions(&view);
+        assert!(seen.iter().all(|r| *r == seen[0]), "{view}");
+        for n in view["nodes"].as_array().unwrap() {
+            assert_eq!(n["behind"], false, "{view}");
+        }
+        for gw in &nodes {
+            assert_eq!(metric(gw).await, seen[0], "{view}");
+        }
+        if round == 0 {
+            push(&etcd, &BASE.replace("home-v1", "home-v2"));
+            for gw in &nodes {
+                until_serves(&c, gw, "/home", "home-v2").await;
+            }
+            let view = until_cluster(&c, &nodes[1], |view| {
+                let r = revisions(view);
+                r.len() == 3 && r.iter().all(|x| *x == r[0])
+            })
+            .await;
+            assert!(revisions(&view)[0] > seen[0], "{view}");
+        }
+    }
+}
+
+/// A node stopped cleanly leaves `/cluster` at once (its lease revoked),
+/// also when etcd restarted while it ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_leaves_the_cluster_at_once() {
+    let mut etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let stays = node(&etcd, "stays", "");
+    let mut leaves = node(&etcd, "leaves", "");
+    let c = client();
+    until_serves(&c, &stays, "/home", "home-v1").await;
+    until_serves(&c, &leaves, "/home", "home-v1").await;
+    until_cluster(&c, &stays, |v| {
+        v["nodes"].as_array().is_some_and(|n| n.len() == 2)
+    })
+    .await;
+    etcd.stop();
+    etcd.start_again();
+    // Both registered again (the view lists two once etcd answers).
+    until_cluster(&c, &stays, |v| {
+        v["nodes"].as_array().is_some_and(|n| n.len() == 2)
+    })
+    .await;
+    let status = leaves.terminate();
+    assert!(status.success(), "{status}");
+    let started = Instant::now();
+    until_cluster(&c, &stays, |v| {
+        v["nodes"]
+            .as_array()
+            .is_some_and(|n| n.len() == 1 && n[0]["node"] == "stays")
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "left after {:?}",
+        started.elapsed()
+    );
 }

@@ -526,15 +526,23 @@ routes:
         let reply = get(&c, &gw.url("/metrics/x")).await;
         assert_eq!(number(&reply, "x-requests-seen"), expected);
     }
-    // The Go plugin's metric names carry a go_ prefix (metric names are global).
+    // Exported under the guest prefix, with the plugin and the name it gave
+    // (the Go plugin's names carry a go_ prefix).
     let text = get(&c, &gw.admin_url("/metrics")).await.text();
+    let labels = |name: &str| format!(r#"{{plugin="metrics",name="{sdk}{name}"}}"#);
     assert!(
-        text.contains(&format!("\n{sdk}wasm_requests_total 3")),
+        text.contains(&format!(
+            "\nwasmcustom_{sdk}wasm_requests_total{} 3",
+            labels("wasm_requests_total")
+        )),
         "{text}"
     );
-    let gauge = format!("# TYPE {sdk}wasm_last_request_headers gauge");
+    let gauge = format!("# TYPE wasmcustom_{sdk}wasm_last_request_headers gauge");
     assert!(text.contains(&gauge), "{text}");
-    let histogram = format!("\n{sdk}wasm_request_header_count_count 3");
+    let histogram = format!(
+        "\nwasmcustom_{sdk}wasm_request_header_count_count{} 3",
+        labels("wasm_request_header_count")
+    );
     assert!(text.contains(&histogram), "{text}");
     assert!(
         text.contains(r#"wasmgate_route_requests_total{route="metrics",class="2xx"} 3"#),

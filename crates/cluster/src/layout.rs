@@ -7,8 +7,15 @@
 //! <prefix>/plugins/<name>     {...}
 //! <prefix>/services/<name>    {...}
 //! <prefix>/global_plugins     [{"plugin": ..., "conf": ...}, ...]
+//! <prefix>/changed            {"by": ..., "at_ms": ...} (written with every change)
 //! <prefix>/nodes/<node>       the node's registration (under a lease)
 //! ```
+//!
+//! A configuration's revision is the newest mod revision of its keys: equal
+//! on every node serving the same configuration, whatever else happened in
+//! etcd meanwhile (node registrations are revisions too). `changed` is
+//! written in every change's transaction so that a change that only deletes
+//! keys moves the revision as well.
 //!
 //! Routes match in order, so each carries its position (`seq`): a new route
 //! goes after every other (as a route added to a file's end), a replaced
@@ -25,6 +32,7 @@ use wasmgate_gateway::config::{FilterRef, GatewayConfig, NamedEntry};
 /// The kinds of named objects, as key segments.
 pub const KINDS: [&str; 4] = ["services", "plugins", "upstreams", "routes"];
 pub const GLOBAL_PLUGINS: &str = "global_plugins";
+pub const CHANGED: &str = "changed";
 pub const NODES: &str = "nodes";
 
 /// Key of object `name` of `kind` under `prefix`.
@@ -34,6 +42,28 @@ pub fn key(prefix: &str, kind: &str, name: &str) -> String {
 
 pub fn global_plugins_key(prefix: &str) -> String {
     format!("{}/{GLOBAL_PLUGINS}", prefix.trim_end_matches('/'))
+}
+
+pub fn changed_key(prefix: &str) -> String {
+    format!("{}/{CHANGED}", prefix.trim_end_matches('/'))
+}
+
+/// The value of the `changed` key for a change made by `by`.
+pub fn changed_value(by: &str) -> Vec<u8> {
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    serde_json::to_vec(&json!({ "by": by, "at_ms": at_ms })).expect("JSON values serialise")
+}
+
+/// The revision of the configuration `objects` make: their newest mod
+/// revision (0 for none).
+pub fn config_revision(objects: &Objects) -> i64 {
+    objects
+        .values()
+        .map(|(revision, _)| *revision)
+        .max()
+        .unwrap_or(0)
 }
 
 pub fn nodes_prefix(prefix: &str) -> String {
@@ -53,6 +83,7 @@ pub fn is_config_key(prefix: &str, key: &str) -> bool {
         return false;
     };
     rest == GLOBAL_PLUGINS
+        || rest == CHANGED
         || KINDS
             .iter()
             .any(|k| rest.strip_prefix(k).is_some_and(|r| r.starts_with('/')))
@@ -71,6 +102,9 @@ pub fn merge(local: &GatewayConfig, prefix: &str, objects: &Objects) -> Result<G
             .unwrap_or(key);
         let value: Value =
             serde_json::from_slice(bytes).with_context(|| format!("{key}: not JSON"))?;
+        if rest == CHANGED {
+            continue;
+        }
         if rest == GLOBAL_PLUGINS {
             config.global_plugins =
                 serde_json::from_value::<Vec<FilterRef>>(value).with_context(|| key.clone())?;
@@ -154,6 +188,7 @@ pub struct Write {
 
 /// The key writes that `changes` makes under `prefix`; new routes get
 /// positions after `last_seq`, replaced ones keep theirs (from `objects`).
+/// The `changed` key is not among them (see [`changed_key`]).
 pub fn writes(
     prefix: &str,
     changes: &AdminChanges,
@@ -204,9 +239,10 @@ pub fn writes(
 }
 
 /// Every object of a whole configuration (what `config push` writes), routes
-/// numbered in file order.
+/// numbered in file order, and `changed`.
 pub fn all_objects(prefix: &str, config: &GatewayConfig) -> BTreeMap<String, Vec<u8>> {
     let mut objects = BTreeMap::new();
+    objects.insert(changed_key(prefix), changed_value("config push"));
     for s in &config.services {
         objects.insert(key(prefix, "services", &s.name), entry_value(s));
     }
@@ -246,6 +282,7 @@ global_plugins: []
             .map(|(k, v)| (k, (1, v)))
             .collect();
         assert!(objects.contains_key("/wg/routes/zeta"));
+        assert!(is_config_key("/wg", "/wg/changed"));
         assert!(is_config_key("/wg", "/wg/routes/zeta"));
         assert!(!is_config_key("/wg", "/wg/nodes/n1"));
         assert!(!is_config_key("/wg", "/wgx/routes/a"));

@@ -2,8 +2,10 @@
 //! `<prefix>/nodes/<node>` under a lease (10 s, kept alive every 3 s), with
 //! its address, version, the configuration revision and generation it
 //! serves, since when, whether it is healthy and its last error. A node
-//! that stops or loses etcd disappears when its lease expires. `GET
-//! /cluster` on any node lists them all, with which nodes are behind.
+//! that stops cleanly revokes its lease, so it leaves the list at once; one
+//! that crashes or loses etcd disappears when its lease expires. `GET
+//! /cluster` on any node lists them all, with which nodes are behind (serve
+//! an older configuration revision than another node).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +13,10 @@ use std::time::Duration;
 use etcd_client::{GetOptions, PutOptions};
 use serde_json::{json, Value};
 
+use wasmgate_runtime::backoff::Backoff;
+
 use crate::layout;
-use crate::store::{now_ms, EtcdStore};
+use crate::store::{now_ms, EtcdStore, BACKOFF_MAX, BACKOFF_MIN};
 
 const LEASE_TTL_SECS: i64 = 10;
 const KEEPALIVE: Duration = Duration::from_secs(3);
@@ -43,18 +47,42 @@ fn registration(store: &EtcdStore) -> Option<Value> {
 /// the node lives; a lost etcd or lease is registered again with backoff.
 pub async fn register(store: Arc<EtcdStore>) {
     let key = format!("{}{}", layout::nodes_prefix(&store.prefix), store.node);
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
     loop {
-        if store.live.upgrade().is_none() {
+        if store.live.upgrade().is_none() || store.state.lock().expect("store state").leaving {
             return;
         }
         match keep_registered(&store, &key).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::debug!(node = %store.node, error = %e, "node registration lost; registering again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(backoff.next_delay()).await;
             }
+        }
+    }
+}
+
+/// At a clean stop: no more registering, and the lease revoked so the
+/// registration goes at once (bounded: a stop never waits long for etcd).
+pub(crate) async fn leave(store: &EtcdStore) {
+    let lease = {
+        let mut state = store.state.lock().expect("store state");
+        state.leaving = true;
+        state.lease.take()
+    };
+    let Some(lease) = lease else { return };
+    let revoke = async {
+        let mut client = store.client().await?;
+        client.lease_revoke(lease).await?;
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(Duration::from_secs(2), revoke).await {
+        Ok(Ok(())) => tracing::info!(node = %store.node, "left the cluster"),
+        Ok(Err(e)) => {
+            tracing::warn!(node = %store.node, error = %e, "could not revoke the node's lease; it leaves the cluster view when the lease expires")
+        }
+        Err(_) => {
+            tracing::warn!(node = %store.node, "etcd did not answer in time; the node leaves the cluster view when its lease expires")
         }
     }
 }
@@ -62,6 +90,17 @@ pub async fn register(store: Arc<EtcdStore>) {
 async fn keep_registered(store: &EtcdStore, key: &str) -> anyhow::Result<()> {
     let mut client = store.client().await?;
     let lease = client.lease_grant(LEASE_TTL_SECS, None).await?.id();
+    let leaving = {
+        let mut state = store.state.lock().expect("store state");
+        if !state.leaving {
+            state.lease = Some(lease);
+        }
+        state.leaving
+    };
+    if leaving {
+        let _ = client.lease_revoke(lease).await;
+        return Ok(());
+    }
     let (mut keeper, mut answers) = client.lease_keep_alive(lease).await?;
     // What was last written, without its timestamp: the key is written again
     // only when something in it changed (each write is an etcd revision).
@@ -71,6 +110,9 @@ async fn keep_registered(store: &EtcdStore, key: &str) -> anyhow::Result<()> {
             let _ = client.lease_revoke(lease).await;
             return Ok(());
         };
+        if store.state.lock().expect("store state").leaving {
+            return Ok(());
+        }
         let mut compared = value.clone();
         compared["updated_at_ms"] = Value::Null;
         if written.as_ref() != Some(&compared) {

@@ -7,11 +7,19 @@
 //! with the one this node last saw, so two admins cannot lose each other's
 //! change (the second gets 409).
 //!
+//! An admin edit is made to the configuration etcd holds as this node last
+//! read it (not only what it serves: when etcd's configuration does not
+//! build here, the edit is checked against it, and the refusal says so),
+//! and written with compare-and-swap against those objects' revisions.
+//!
 //! When etcd is unreachable the node keeps serving what it has, and
-//! reconnects with backoff; it resumes its watch from the last revision it
+//! reconnects with backoff (with jitter, so a cluster's nodes do not
+//! reconnect in lock-step); it resumes its watch from the last revision it
 //! saw, or reloads whole when etcd compacted that revision away. A node that
-//! starts while etcd is down serves nothing (503, `/readyz` 503) until it has
-//! a configuration, or starts from `cache_file`, the last one it applied.
+//! starts while etcd is down, or finds there a configuration it cannot build,
+//! serves from `cache_file` (the configuration it last applied, whatever
+//! made the change) if it has one, and otherwise answers 503 (and `/readyz`
+//! 503) with the reason until it has a configuration.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
@@ -29,10 +37,12 @@ use wasmgate_gateway::reload::EditError;
 use wasmgate_gateway::LiveGateway;
 
 use crate::layout::{self, Objects};
+use wasmgate_runtime::backoff::Backoff;
 
-/// Backoff between attempts to reach etcd: from 100 ms, doubling, to 5 s.
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Backoff between attempts to reach etcd: from about 100 ms, doubling, to
+/// about 5 s (with jitter).
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Watch events arriving this close together are applied as one change
 /// (a `config push` is many keys in one revision, but a script's edits may
 /// come as several).
@@ -59,13 +69,25 @@ pub(crate) struct State {
     /// edit is based on, so what its compare-and-swap compares with (the
     /// objects may be ahead, absorbed from the watch but not yet applied).
     pub applied_objects: Objects,
-    /// The latest etcd revision seen (loaded, watched or written).
+    /// The objects the admin edit being made is based on (set by
+    /// `latest`, taken by `write`; both run under the node's reload lock).
+    pub edit_base: Option<Objects>,
+    /// The latest etcd revision seen (loaded, watched or written): where a
+    /// watch resumes.
     pub seen: i64,
-    /// The revision whose configuration this node serves (0: none yet).
+    /// The revision of the configuration this node serves (the newest mod
+    /// revision of its objects, `layout::config_revision`; 0: none yet).
     pub applied: i64,
     pub connected: bool,
     /// Why the last change was rejected here, or etcd could not be reached.
     pub last_error: Option<String>,
+    /// Why the configuration etcd holds (as last read) does not build on
+    /// this node, with its revision; None when it serves it.
+    pub rejected: Option<(i64, String)>,
+    /// The lease the node's registration lives under (revoked on a clean stop).
+    pub lease: Option<i64>,
+    /// Set when the node stops: it does not register again.
+    pub leaving: bool,
     pub started_at_ms: u64,
 }
 
@@ -92,10 +114,14 @@ impl EtcdStore {
             state: Mutex::new(State {
                 objects: Objects::new(),
                 applied_objects: Objects::new(),
+                edit_base: None,
                 seen: 0,
                 applied: 0,
                 connected: false,
                 last_error: None,
+                rejected: None,
+                lease: None,
+                leaving: false,
                 started_at_ms: now_ms(),
             }),
         }))
@@ -104,22 +130,19 @@ impl EtcdStore {
     /// Follows etcd for as long as the node lives: load, watch, apply;
     /// reconnecting with backoff when etcd goes away.
     pub async fn run(self: Arc<Self>) {
-        let mut backoff = BACKOFF_MIN;
-        let mut first = true;
+        let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
         loop {
             if self.live.upgrade().is_none() {
                 return;
             }
             let loaded = self.load().await;
             if let Err(e) = &loaded {
-                self.failed(format!("cannot read the configuration from etcd: {e:#}"));
-                if first {
-                    self.start_from_cache().await;
-                }
+                let reason = format!("cannot read the configuration from etcd: {e:#}");
+                self.failed(reason.clone());
+                self.fall_back_to_cache(&reason).await;
             }
-            first = false;
             if loaded.is_ok() {
-                backoff = BACKOFF_MIN;
+                backoff.reset();
                 // Follows until the watch breaks, then resumes from the last
                 // revision seen; reloads whole when that was compacted away.
                 loop {
@@ -127,15 +150,13 @@ impl EtcdStore {
                         Ok(Compacted) => break,
                         Err(e) => {
                             self.failed(format!("lost etcd: {e:#}"));
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(BACKOFF_MAX);
+                            tokio::time::sleep(backoff.next_delay()).await;
                         }
                     }
                 }
                 continue;
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
 
@@ -198,7 +219,7 @@ impl EtcdStore {
             state.seen = revision;
             state.connected = true;
         }
-        self.apply_current(revision, "etcd: load").await;
+        self.apply_current("etcd: load").await;
         Ok(revision)
     }
 
@@ -269,8 +290,7 @@ impl EtcdStore {
                 }
             }
             if changed {
-                let seen = self.state.lock().expect("store state").seen;
-                self.apply_current(seen, "etcd: watch").await;
+                self.apply_current("etcd: watch").await;
             }
         }
     }
@@ -305,10 +325,9 @@ impl EtcdStore {
         changed
     }
 
-    /// Builds and serves the configuration the objects make, as revision
-    /// `revision`, unless it is what the node serves already (the echo of
-    /// its own write, a node's registration).
-    async fn apply_current(&self, revision: i64, trigger: &str) {
+    /// Builds and serves the configuration the objects make, unless it is
+    /// what the node serves already (the echo of its own write).
+    async fn apply_current(&self, trigger: &str) {
         let Some(live) = self.live.upgrade() else {
             return;
         };
@@ -319,72 +338,103 @@ impl EtcdStore {
             // already (same values, same revisions), so there is nothing to
             // build, and nothing it failed to apply.
             if live.is_ready() && state.objects == state.applied_objects {
-                state.applied = state.applied.max(revision);
                 state.last_error = None;
+                state.rejected = None;
                 drop(state);
                 self.changed.notify_one();
                 return;
             }
             state.objects.clone()
         };
+        let revision = layout::config_revision(&objects);
         let merged = layout::merge(&self.local, &self.prefix, &objects);
         let result = match merged {
-            Ok(config) if live.is_ready() && config == *live.current().config() => Ok(None),
+            Ok(config) if live.is_ready() && config == *live.current().config() => Ok(()),
             Ok(config) => live
                 .apply(config, &format!("{trigger} (revision {revision})"))
                 .await
-                .map(Some),
-            Err(e) => Err(format!("revision {revision}: {e:#}")),
+                .map(drop),
+            Err(e) => Err(format!("{e:#}")),
         };
-        let mut state = self.state.lock().expect("store state");
-        self.changed.notify_one();
-        match result {
-            Ok(applied) => {
-                state.applied = revision;
-                state.applied_objects = objects.clone();
-                state.last_error = None;
-                drop(state);
-                if applied.is_some() {
-                    self.write_cache(revision, &objects);
+        let rejected = {
+            let mut state = self.state.lock().expect("store state");
+            match &result {
+                Ok(()) => {
+                    state.applied = revision;
+                    state.applied_objects = objects;
+                    state.last_error = None;
+                    state.rejected = None;
+                }
+                Err(reason) => {
+                    state.last_error = Some(format!("revision {revision} rejected: {reason}"));
+                    state.rejected = Some((revision, reason.clone()));
                 }
             }
-            Err(reason) => {
+            result.err()
+        };
+        self.changed.notify_one();
+        match rejected {
+            None => self.write_cache(),
+            Some(reason) => {
                 tracing::error!(node = %self.node, revision, "configuration from etcd rejected; the previous version keeps serving:\n{reason}");
-                state.last_error = Some(format!("revision {revision} rejected: {reason}"));
+                let why = format!(
+                    "the configuration in etcd (revision {revision}) does not build on this node: {reason}"
+                );
+                self.fall_back_to_cache(&why).await;
             }
         }
     }
 
-    /// Keeps the configuration applied last, to start from it while etcd is down.
-    fn write_cache(&self, revision: i64, objects: &Objects) {
+    /// Keeps the configuration this node serves, to start from it while
+    /// etcd is down (or holds one it cannot build). Written beside the file
+    /// and renamed over it, so a crash never leaves half of it.
+    fn write_cache(&self) {
         let Some(path) = &self.cache_file else { return };
-        let entries: serde_json::Map<String, Value> = objects
-            .iter()
-            .map(|(key, (rev, bytes))| {
-                let value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-                (key.clone(), json!({ "mod_revision": rev, "value": value }))
-            })
-            .collect();
+        let (revision, entries) = {
+            let state = self.state.lock().expect("store state");
+            let entries: serde_json::Map<String, Value> = state
+                .applied_objects
+                .iter()
+                .map(|(key, (rev, bytes))| {
+                    let value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+                    (key.clone(), json!({ "mod_revision": rev, "value": value }))
+                })
+                .collect();
+            (state.applied, entries)
+        };
         let text = json!({ "prefix": self.prefix, "revision": revision, "objects": entries });
-        if let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&text).expect("JSON")) {
+        let bytes = serde_json::to_vec_pretty(&text).expect("JSON");
+        if let Err(e) = wasmgate_gateway::reload::write_atomically(path, &bytes) {
             tracing::warn!(file = %path.display(), error = %e, "cannot write the configuration cache");
         }
     }
 
-    /// At start-up with etcd unreachable: the cached configuration, if any.
-    async fn start_from_cache(&self) {
+    /// A node with nothing to serve yet (etcd unreachable at start-up, or
+    /// holding a configuration this node cannot build) serves the cached
+    /// configuration if it has one; otherwise it answers 503 with `why`.
+    async fn fall_back_to_cache(&self, why: &str) {
+        let Some(live) = self.live.upgrade() else {
+            return;
+        };
+        if live.is_ready() {
+            return;
+        }
         let Some(path) = &self.cache_file else {
-            tracing::warn!(node = %self.node, "no configuration yet: etcd is unreachable and no `cache_file` is set; answering 503 until etcd is back");
+            tracing::warn!(node = %self.node, "no configuration to serve: {why}; no `cache_file` is set, so the node answers 503 until it has one");
+            live.set_waiting(why);
             return;
         };
         let cached = std::fs::read(path)
             .ok()
             .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
         let Some(cached) = cached else {
-            tracing::warn!(node = %self.node, file = %path.display(), "no configuration yet: etcd is unreachable and the cache file is missing or unreadable; answering 503 until etcd is back");
+            tracing::warn!(node = %self.node, file = %path.display(), "no configuration to serve: {why}; the cache file is missing or unreadable, so the node answers 503 until it has one");
+            live.set_waiting(&format!(
+                "{why}; the cache file {} is missing or unreadable",
+                path.display()
+            ));
             return;
         };
-        let revision = cached["revision"].as_i64().unwrap_or(0);
         let objects: Objects = cached["objects"]
             .as_object()
             .into_iter()
@@ -397,13 +447,32 @@ impl EtcdStore {
                 )
             })
             .collect();
-        {
-            let mut state = self.state.lock().expect("store state");
-            state.objects = objects;
-            state.seen = revision;
+        let revision = layout::config_revision(&objects);
+        tracing::warn!(node = %self.node, revision, file = %path.display(), "{why}: serving the configuration cached in the cache file until etcd gives one this node can build");
+        let applied = match layout::merge(&self.local, &self.prefix, &objects) {
+            Ok(config) => live
+                .apply(config, &format!("cache file (revision {revision})"))
+                .await
+                .map(drop),
+            Err(e) => Err(format!("{e:#}")),
+        };
+        match applied {
+            Ok(()) => {
+                // Served, but not what etcd holds: `objects` stays etcd's,
+                // so the next change there is built again.
+                let mut state = self.state.lock().expect("store state");
+                state.applied = revision;
+                state.applied_objects = objects;
+                drop(state);
+                self.changed.notify_one();
+            }
+            Err(reason) => {
+                tracing::error!(node = %self.node, file = %path.display(), "the cached configuration does not build either:\n{reason}");
+                live.set_waiting(&format!(
+                    "{why}; the cached configuration does not build either: {reason}"
+                ));
+            }
         }
-        tracing::warn!(node = %self.node, revision, file = %path.display(), "etcd is unreachable: serving the configuration cached at start-up until it is back");
-        self.apply_current(revision, "cache file").await;
     }
 }
 
@@ -413,12 +482,15 @@ struct Compacted;
 impl ConfigStore for EtcdStore {
     fn write(&self, changes: AdminChanges) -> StoreFuture<'_, Result<(), EditError>> {
         Box::pin(async move {
-            let (writes, compares) = {
-                let state = self.state.lock().expect("store state");
-                // Compared with what this node serves: the edit was made to
-                // that (the node's reload lock keeps it from changing until
-                // the write is done).
-                let base = &state.applied_objects;
+            let (mut writes, compares, base) = {
+                let mut state = self.state.lock().expect("store state");
+                // Compared with what the edit was made to (`latest`): the
+                // node's reload lock keeps another edit from coming between.
+                let base = state
+                    .edit_base
+                    .take()
+                    .unwrap_or_else(|| state.applied_objects.clone());
+                let base = &base;
                 let last_seq = base
                     .iter()
                     .filter(|(key, _)| key.starts_with(&format!("{}/routes/", self.prefix)))
@@ -435,8 +507,17 @@ impl ConfigStore for EtcdStore {
                         None => Compare::version(w.key.clone(), CompareOp::Equal, 0),
                     })
                     .collect();
-                (writes, compares)
+                (writes, compares, base.clone())
             };
+            // Every writer writes it, so it is not compared: two edits of
+            // different entries both succeed.
+            writes.push(layout::Write {
+                key: layout::changed_key(&self.prefix),
+                value: Some(layout::changed_value(&format!(
+                    "admin API on {}",
+                    self.node
+                ))),
+            });
             let ops: Vec<TxnOp> = writes
                 .iter()
                 .map(|w| match &w.value {
@@ -459,7 +540,12 @@ impl ConfigStore for EtcdStore {
                 }
             };
             if !response.succeeded() {
-                let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
+                let changed = layout::changed_key(&self.prefix);
+                let keys: Vec<&str> = writes
+                    .iter()
+                    .map(|w| w.key.as_str())
+                    .filter(|key| *key != changed)
+                    .collect();
                 return Err(EditError::Conflict(format!(
                     "{} changed in etcd since this node read it (another writer got there first); read it again and retry",
                     keys.join(", ")
@@ -468,6 +554,9 @@ impl ConfigStore for EtcdStore {
             let revision = response.header().map_or(0, |h| h.revision());
             let mut guard = self.state.lock().expect("store state");
             let state = &mut *guard;
+            // What the node now serves is the base with the writes; what
+            // etcd holds, as far as it knows, its objects with them.
+            state.applied_objects = base;
             for w in writes {
                 for objects in [&mut state.objects, &mut state.applied_objects] {
                     match &w.value {
@@ -481,10 +570,36 @@ impl ConfigStore for EtcdStore {
                 }
             }
             state.seen = state.seen.max(revision);
-            state.applied = revision;
+            state.applied = layout::config_revision(&state.applied_objects);
+            state.rejected = None;
+            drop(guard);
             self.changed.notify_one();
+            self.write_cache();
             Ok(())
         })
+    }
+
+    fn latest(&self) -> Result<GatewayConfig, EditError> {
+        let mut state = self.state.lock().expect("store state");
+        let config = layout::merge(&self.local, &self.prefix, &state.objects).map_err(|e| {
+            EditError::Invalid(format!(
+                "the configuration in etcd (revision {}) cannot be read: {e:#}; publish a valid one with `wasmgate config push`",
+                layout::config_revision(&state.objects)
+            ))
+        })?;
+        state.edit_base = Some(state.objects.clone());
+        Ok(config)
+    }
+
+    fn rejected(&self) -> Option<String> {
+        let state = self.state.lock().expect("store state");
+        state.rejected.as_ref().map(|(revision, reason)| {
+            format!("the configuration in etcd (revision {revision}) was already rejected by this node: {reason}")
+        })
+    }
+
+    fn leave(&self) -> StoreFuture<'_, ()> {
+        Box::pin(crate::nodes::leave(self))
     }
 
     fn reload(&self) -> StoreFuture<'_, Result<u64, String>> {

@@ -30,4 +30,4 @@ pub use error::CallError;
 pub use host_function::{CurrentPlugin, HostFunction};
 pub use manifest::Manifest;
 pub use plugin::{Plugin, PluginOptions, PluginStatus};
-pub use wasmgate_runtime::{PoolConfig, Runtime, RuntimeConfig};
+pub use wasmgate_runtime::{PoolConfig, PrecompiledPolicy, Runtime, RuntimeConfig};

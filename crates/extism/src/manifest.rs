@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use wasmgate_runtime::wasmtime::Module;
-use wasmgate_runtime::Runtime;
+use wasmgate_runtime::{PrecompiledPolicy, Runtime};
 
 /// A manifest as written in JSON.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -129,7 +129,13 @@ impl Manifest {
 
     /// Loads every module with `runtime`, checks hashes, and names them;
     /// exactly one is `main`.
-    pub fn load_modules(&self, runtime: &Runtime) -> Result<Vec<LoadedModule>> {
+    /// Loads every module; `path` modules may be precompiled artifacts when
+    /// `precompiled` allows it, inline `data` never.
+    pub fn load_modules(
+        &self,
+        runtime: &Runtime,
+        precompiled: PrecompiledPolicy,
+    ) -> Result<Vec<LoadedModule>> {
         if self.wasm.is_empty() {
             bail!("the manifest lists no wasm modules");
         }
@@ -142,7 +148,7 @@ impl Manifest {
                 (Some(_), _) => Some(format!("wasm[{i}]")),
                 (None, _) => Some(format!("wasm[{i}] ({origin})")),
             };
-            let (module, hash) = match (source.load(runtime), label) {
+            let (module, hash) = match (source.load(runtime, precompiled), label) {
                 (Ok(loaded), _) => loaded,
                 (Err(e), Some(label)) => return Err(e.context(label)),
                 (Err(e), None) => return Err(e),
@@ -180,9 +186,13 @@ impl Manifest {
 
 impl WasmSource {
     /// The compiled module and the SHA-256 of its bytes.
-    fn load(&self, runtime: &Runtime) -> Result<(Module, [u8; 32])> {
+    fn load(
+        &self,
+        runtime: &Runtime,
+        precompiled: PrecompiledPolicy,
+    ) -> Result<(Module, [u8; 32])> {
         let bytes = match (&self.path, &self.data, &self.url) {
-            (Some(path), None, None) => return runtime.load_module_file(path),
+            (Some(path), None, None) => return runtime.load_module_file(path, precompiled),
             (None, Some(WasmData::Bytes(b)), None) => b.clone(),
             (None, Some(WasmData::Base64(s)), None) => base64::engine::general_purpose::STANDARD
                 .decode(s.trim())
@@ -255,7 +265,9 @@ mod tests {
         ))
         .unwrap();
         let runtime = runtime();
-        let modules = m.load_modules(&runtime).unwrap();
+        let modules = m
+            .load_modules(&runtime, PrecompiledPolicy::Refused)
+            .unwrap();
         assert_eq!(modules[0].name, "main");
         assert_eq!(modules[0].origin, "inline data");
 
@@ -264,7 +276,11 @@ mod tests {
             "ab".repeat(32)
         ))
         .unwrap();
-        let err = format!("{:#}", bad.load_modules(&runtime).unwrap_err());
+        let err = format!(
+            "{:#}",
+            bad.load_modules(&runtime, PrecompiledPolicy::Refused)
+                .unwrap_err()
+        );
         assert!(err.contains("hash mismatch"), "{err}");
     }
 
@@ -283,12 +299,14 @@ mod tests {
             ))
             .unwrap()
         };
-        let modules = manifest(&hash).load_modules(&runtime).unwrap();
+        let modules = manifest(&hash)
+            .load_modules(&runtime, PrecompiledPolicy::Refused)
+            .unwrap();
         assert_eq!(modules[0].origin, path.display().to_string());
         let err = format!(
             "{:#}",
             manifest(&"cd".repeat(32))
-                .load_modules(&runtime)
+                .load_modules(&runtime, PrecompiledPolicy::Refused)
                 .unwrap_err()
         );
         assert!(
@@ -296,7 +314,12 @@ mod tests {
             "{err}"
         );
         std::fs::remove_file(&path).unwrap();
-        let err = format!("{:#}", manifest(&hash).load_modules(&runtime).unwrap_err());
+        let err = format!(
+            "{:#}",
+            manifest(&hash)
+                .load_modules(&runtime, PrecompiledPolicy::Refused)
+                .unwrap_err()
+        );
         assert!(
             err.starts_with(&format!("cannot read {}", path.display())),
             "{err}"
@@ -309,12 +332,23 @@ mod tests {
         let no_main =
             Manifest::from_json(r#"{"wasm":[{"data":[0,97,115,109,1,0,0,0],"name":"lib"}]}"#)
                 .unwrap();
-        assert!(
-            format!("{:#}", no_main.load_modules(&runtime).unwrap_err()).contains("no main module")
-        );
+        assert!(format!(
+            "{:#}",
+            no_main
+                .load_modules(&runtime, PrecompiledPolicy::Refused)
+                .unwrap_err()
+        )
+        .contains("no main module"));
         let url = Manifest::from_json(r#"{"wasm":[{"url":"https://x/y.wasm"}]}"#).unwrap();
-        assert!(format!("{:#}", url.load_modules(&runtime).unwrap_err()).contains("not fetched"));
+        assert!(format!(
+            "{:#}",
+            url.load_modules(&runtime, PrecompiledPolicy::Refused)
+                .unwrap_err()
+        )
+        .contains("not fetched"));
         let empty = Manifest::from_json(r#"{"wasm":[]}"#).unwrap();
-        assert!(empty.load_modules(&runtime).is_err());
+        assert!(empty
+            .load_modules(&runtime, PrecompiledPolicy::Refused)
+            .is_err());
     }
 }

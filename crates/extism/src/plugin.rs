@@ -11,7 +11,9 @@ use anyhow::{bail, Result};
 use rustc_hash::FxHashMap;
 use wasmgate_runtime::limits::install_epoch_policy;
 use wasmgate_runtime::slow_lane;
-use wasmgate_runtime::{CrashReport, InstancePool, PluginStats, PoolConfig, PoolStats, Runtime};
+use wasmgate_runtime::{
+    CrashReport, InstancePool, PluginStats, PoolConfig, PoolStats, PrecompiledPolicy, Runtime,
+};
 use wasmtime::{AsContextMut, ExternType, Instance, Linker, Module, Store, TypedFunc, ValType};
 use wasmtime_wasi::I32Exit;
 
@@ -39,6 +41,10 @@ pub struct PluginOptions {
     /// Services the plugin may reach through `wasmgate:host/services`;
     /// none by default.
     pub services: wasmgate_services::Grants,
+    /// Whether the manifest's `path` modules may be precompiled artifacts
+    /// (refused by default; inline `data` never may: see
+    /// [`PrecompiledPolicy`]).
+    pub precompiled: PrecompiledPolicy,
 }
 
 /// What every instance of a plugin shares.
@@ -113,7 +119,7 @@ impl Plugin {
     /// Compiles the manifest's modules and links them; fails with a message
     /// naming the module and import when something is missing.
     pub fn new(runtime: &Runtime, manifest: &Manifest, options: PluginOptions) -> Result<Plugin> {
-        let loaded = manifest.load_modules(runtime)?;
+        let loaded = manifest.load_modules(runtime, options.precompiled)?;
         let mut modules: Vec<_> = loaded
             .iter()
             .map(|m| (m.name.clone(), m.module.clone()))
@@ -235,12 +241,34 @@ impl Plugin {
         self.call_with(function, input, <[u8]>::to_vec).await
     }
 
+    /// [`Plugin::call`] on behalf of request `request_id`: a crash report
+    /// names it (in the log, the plugin's status and the error returned).
+    pub async fn call_in_request(
+        &self,
+        request_id: u64,
+        function: &str,
+        input: &[u8],
+    ) -> Result<Vec<u8>, CallError> {
+        self.call_inner(function, input, Some(request_id), <[u8]>::to_vec)
+            .await
+    }
+
     /// Like [`Plugin::call`], but hands the output to `read` where it lies in
     /// the instance's memory instead of copying it out.
     pub async fn call_with<R>(
         &self,
         function: &str,
         input: &[u8],
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, CallError> {
+        self.call_inner(function, input, None, read).await
+    }
+
+    async fn call_inner<R>(
+        &self,
+        function: &str,
+        input: &[u8],
+        request_id: Option<u64>,
         read: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, CallError> {
         let mut lease = self.pool.acquire(|| self.instantiate()).await?;
@@ -272,7 +300,7 @@ impl Plugin {
         let healthy = outcome.is_ok();
         let (bytes, state) = kernel::split(&mut *store);
         let result = self
-            .conclude(function, outcome, state, bytes)
+            .conclude(function, request_id, outcome, state, bytes)
             .map(|()| read(state.memory.output(bytes)));
         if healthy {
             lease.release();
@@ -287,6 +315,7 @@ impl Plugin {
     fn conclude(
         &self,
         function: &str,
+        request_id: Option<u64>,
         outcome: wasmtime::Result<i32>,
         state: &ExtismState,
         bytes: &[u8],
@@ -311,12 +340,13 @@ impl Plugin {
                 code => Err(CallError::Exit(code)),
             };
         }
-        let report = CrashReport::from_error(
+        let mut report = CrashReport::from_error(
             &self.shared.name,
             function,
             &error,
             state.budget.timed_out(),
         );
+        report.request_id = request_id;
         self.shared.stats.record_crash(&report);
         tracing::warn!(plugin = %self.shared.name, function, kind = report.kind.as_str(), "{report}");
         Err(plugin_error.unwrap_or_else(|| CallError::Crash(Box::new(report))))

@@ -88,9 +88,9 @@ fn main() {
     let mut config = ServiceConfig::from_flag(&format!("orders={url}")).expect("a postgres:// URL");
     config.pool_size = 16;
     config.tls_ca_file = args.next().map(Into::into);
-    let service = Services::new()
-        .update(&[config])
+    let service = Services::build(&[config], &Services::new())
         .unwrap_or_else(|(name, e)| panic!("service {name}: {e}"))
+        .all()
         .remove(0);
 
     // One worker thread with a single-threaded runtime, as `wasmgate serve

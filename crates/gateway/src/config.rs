@@ -43,6 +43,20 @@ pub struct GatewayConfig {
     /// rewritten (docs/admin.md). Off by default: this file is the truth.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admin_writes: bool,
+    /// Whether plugins declared in this file may be precompiled modules
+    /// (`.cwasm` from `wasmgate compile`). They are native code that runs
+    /// without the sandbox's checks, so they are refused by default, and
+    /// always when the plugin comes from the admin API, etcd or a URL
+    /// (those must be `.wasm`, compiled on the node).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_precompiled: bool,
+    /// Whether error answers carry a failed plugin's crash report (its
+    /// message, function names, source files and lines). Off by default: a
+    /// client then learns the error's kind, the plugin and a request id,
+    /// under which the report is in the log and `/plugins/{name}/status`.
+    /// A development setting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error_details: bool,
     /// Where routes, upstreams, plugins and services come from: this file
     /// (absent: the default) or an etcd cluster shared by many nodes
     /// (docs/cluster.md). With etcd, this file holds only the node's own
@@ -103,6 +117,8 @@ fn default_listen() -> String {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginConfig {
+    /// 1-64 letters, digits, `.`, `_` and `-`, beginning with a letter or digit.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
     pub name: String,
     /// Where the module is: a path (relative to the configuration file) or
     /// an `http://` / `https://` URL (then `sha256` is required), fetched
@@ -154,6 +170,13 @@ pub struct PluginConfig {
     /// Services (by name, from `services`) this plugin may use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<String>,
+    /// Whether this entry was read from the operator's own configuration
+    /// file (not the admin API, its admin file or etcd): only such entries
+    /// may name a precompiled module (`allow_precompiled`). Never read from
+    /// or written to any configuration.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub from_operator_file: bool,
 }
 
 fn default_pool_size() -> usize {
@@ -275,6 +298,8 @@ impl NamedEntry for PluginConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
+    /// 1-64 letters, digits, `.`, `_` and `-`, beginning with a letter or digit.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
     pub name: String,
     pub nodes: Vec<NodeConfig>,
     #[serde(default)]
@@ -402,6 +427,8 @@ fn default_ejection_ms() -> u64 {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
+    /// 1-64 letters, digits, `.`, `_` and `-`, beginning with a letter or digit.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
     pub name: String,
     /// `api.example.com` or `*.example.com`; empty matches any host.
     #[serde(default)]
@@ -619,11 +646,17 @@ impl GatewayConfig {
         }
     }
 
-    /// Reads `path` as it is written: no admin changes, no checks.
+    /// Reads `path` as it is written: no admin changes, no checks. Its
+    /// plugins are marked as the operator's (`from_operator_file`).
     pub fn read_file(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigErrors::one(path, String::new(), format!("cannot read: {e}")))?;
-        Self::parse(&text).map_err(|(field, message)| ConfigErrors::one(path, field, message))
+        let mut config = Self::parse(&text)
+            .map_err(|(field, message)| ConfigErrors::one(path, field, message))?;
+        for plugin in &mut config.plugins {
+            plugin.from_operator_file = true;
+        }
+        Ok(config)
     }
 
     /// Parses YAML (JSON is YAML too); an error is (field path, message).
@@ -851,6 +884,29 @@ impl GatewayConfig {
     }
 }
 
+/// The one rule for the names of routes, upstreams, plugins and services,
+/// wherever they come from (a file, the admin API, etcd): 1 to 64 ASCII
+/// letters, digits, `.`, `_` and `-`, beginning with a letter or digit (as
+/// APISIX restricts its ids). Names travel in URL paths, etcd keys, metric
+/// labels and the dashboard's pages, where spaces, slashes, quotes or markup
+/// would each need their own escaping and a name like `__proto__` means
+/// something else.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let valid = (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` is not a valid name: use 1-64 letters, digits, `.`, `_` and `-`, beginning with a letter or digit",
+            name.escape_debug()
+        ))
+    }
+}
+
 fn unique_names<'a>(
     names: impl Iterator<Item = &'a str>,
     section: &str,
@@ -858,8 +914,8 @@ fn unique_names<'a>(
 ) -> HashSet<&'a str> {
     let mut seen = HashSet::new();
     for (i, name) in names.enumerate() {
-        if name.is_empty() {
-            problem(format!("{section}[{i}].name"), "must not be empty".into());
+        if let Err(message) = check_name(name) {
+            problem(format!("{section}[{i}].name"), message);
         } else if !seen.insert(name) {
             problem(
                 format!("{section}[{i}].name"),
@@ -915,6 +971,36 @@ mod tests {
                 "routes[0].path.regex"
             ]
         );
+    }
+
+    #[test]
+    fn names_follow_one_rule() {
+        for good in ["api", "auth-v2", "a.b_c", "0day", &"x".repeat(64)] {
+            assert_eq!(check_name(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "auth v2",
+            "\"><script>alert(1)</script>",
+            "__proto__",
+            "-x",
+            ".",
+            "..",
+            "a/b",
+            "a%20b",
+            "é",
+            &"x".repeat(65),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+        let config = GatewayConfig::parse(
+            "routes:\n  - {name: 'auth v2', respond: {}}\nupstreams:\n  - {name: constructor, nodes: [{address: 'a:1'}]}\n",
+        )
+        .unwrap();
+        let problems = config.check();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].0, "routes[0].name");
+        assert!(problems[0].1.contains("not a valid name"), "{problems:?}");
     }
 
     #[test]

@@ -9,16 +9,31 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::admin_file::AdminChanges;
+use crate::config::GatewayConfig;
 use crate::reload::EditError;
 
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 pub trait ConfigStore: Send + Sync {
-    /// Persists `changes` (made to the configuration this node serves).
+    /// The configuration the store holds, as this node last read it: what
+    /// an admin edit is made to (the next [`ConfigStore::write`] compares
+    /// with it). It may be newer than what the node serves, or one the node
+    /// could not build.
+    fn latest(&self) -> Result<GatewayConfig, EditError>;
+
+    /// Persists `changes` (made to what [`ConfigStore::latest`] returned).
     /// Fails with [`EditError::Conflict`] when another writer changed one of
-    /// the entries since this node last saw it, so that two admins cannot
+    /// the entries since this node read it, so that two admins cannot
     /// lose each other's change.
     fn write(&self, changes: AdminChanges) -> StoreFuture<'_, Result<(), EditError>>;
+
+    /// Why the configuration the store holds is not served here (it did
+    /// not build on this node), if so.
+    fn rejected(&self) -> Option<String>;
+
+    /// Leaves the cluster at a clean stop: the node's registration goes at
+    /// once instead of when its lease expires.
+    fn leave(&self) -> StoreFuture<'_, ()>;
 
     /// Reads the whole configuration again and applies it (`POST /reload`).
     fn reload(&self) -> StoreFuture<'_, Result<u64, String>>;

@@ -1,8 +1,15 @@
 //! Failed calls as HTTP responses: one status per failure class and a JSON body
 //!
 //! ```json
-//! {"error":{"kind":"trap","message":"...","plugin":"hello","function":"greet","backtrace":[...]}}
+//! {"error":{"kind":"trap","message":"...","plugin":"hello","function":"greet","request_id":42,"backtrace":[...]}}
 //! ```
+//!
+//! A crash's report (the engine's message, function names, source files and
+//! lines) is the operator's: it goes to the log and the plugin's status
+//! (`/plugins/{name}/status`), both naming the request id, and into the
+//! answer only with `error_details` on (a development setting; `serve` has
+//! it on by default, the gateway off). The answer always names the kind, the
+//! plugin and the request id.
 //!
 //! | kind                                   | status |
 //! |----------------------------------------|--------|
@@ -33,17 +40,29 @@ pub fn status_for(error: &CallError) -> StatusCode {
     }
 }
 
-/// The response for a failed call of `function` on `plugin`.
-pub fn call_failed(plugin: &str, function: &str, error: &CallError) -> Response<Full<Bytes>> {
+/// The response for a failed call of `function` on `plugin`, made for
+/// request `request_id`; the crash report's details only with `details`.
+pub fn call_failed(
+    plugin: &str,
+    function: &str,
+    error: &CallError,
+    request_id: u64,
+    details: bool,
+) -> Response<Full<Bytes>> {
     let mut body = json!({
         "kind": error.kind(),
         "message": error.to_string(),
         "plugin": plugin,
         "function": function,
+        "request_id": request_id,
     });
     if let Some(report) = error.crash_report() {
-        body["message"] = json!(report.message);
-        body["backtrace"] = json!(report.frames);
+        if details {
+            body["message"] = json!(report.message);
+            body["backtrace"] = json!(report.frames);
+        } else {
+            body["message"] = json!(crash_summary(report, request_id));
+        }
     }
     let mut response = json_error(status_for(error), body);
     let retry_after = match error {
@@ -59,6 +78,20 @@ pub fn call_failed(plugin: &str, function: &str, error: &CallError) -> Response<
             .insert(hyper::header::RETRY_AFTER, seconds.into());
     }
     response
+}
+
+/// What a client learns of a crash without the details: what failed (the
+/// plugin's function or callback, and how) and where the operator finds the
+/// report. Nothing of the plugin's code (its own messages, function names,
+/// files) is in it.
+pub fn crash_summary(report: &wasmgate_runtime::CrashReport, request_id: u64) -> String {
+    format!(
+        "`{}` of plugin `{}` failed ({}); its crash report is in the gateway's log and GET /plugins/{}/status under request {request_id}",
+        report.function,
+        report.plugin,
+        report.kind.as_str(),
+        report.plugin
+    )
 }
 
 /// A JSON error response with `{"error": body}`.

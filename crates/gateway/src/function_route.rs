@@ -22,6 +22,9 @@ pub struct FunctionRouteConfig {
     pub max_body_bytes: usize,
     /// Content-Type of successful responses; `None` guesses JSON / text / binary.
     pub content_type: Option<String>,
+    /// Whether a crash's report (message, backtrace with files and lines)
+    /// goes into the error answer, not only the log (error_response.rs).
+    pub error_details: bool,
 }
 
 impl Default for FunctionRouteConfig {
@@ -30,6 +33,7 @@ impl Default for FunctionRouteConfig {
             default_function: None,
             max_body_bytes: 16 * 1024 * 1024,
             content_type: None,
+            error_details: false,
         }
     }
 }
@@ -63,7 +67,7 @@ impl FunctionRoute {
             );
         };
         match read_body(request.into_body(), self.config.max_body_bytes).await {
-            Ok(body) => self.call(&function, &body).await,
+            Ok(body) => self.call(crate::request_id::next(), &function, &body).await,
             Err((status, kind, message)) => error_response::before_call(
                 status,
                 kind,
@@ -74,11 +78,27 @@ impl FunctionRoute {
         }
     }
 
-    /// Calls `function` with `input`: its output, or the error as a response.
-    pub async fn call(&self, function: &str, input: &[u8]) -> Response<Full<Bytes>> {
-        match self.plugin.call(function, input).await {
+    /// Calls `function` with `input` for request `request_id`: its output,
+    /// or the error as a response.
+    pub async fn call(
+        &self,
+        request_id: u64,
+        function: &str,
+        input: &[u8],
+    ) -> Response<Full<Bytes>> {
+        match self
+            .plugin
+            .call_in_request(request_id, function, input)
+            .await
+        {
             Ok(output) => self.success(output),
-            Err(error) => error_response::call_failed(self.plugin.name(), function, &error),
+            Err(error) => error_response::call_failed(
+                self.plugin.name(),
+                function,
+                &error,
+                request_id,
+                self.config.error_details,
+            ),
         }
     }
 

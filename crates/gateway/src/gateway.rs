@@ -18,8 +18,8 @@ use wasmgate_proxy_wasm::{
 };
 
 use wasmgate_runtime::wasmtime::Module;
-use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats};
-use wasmgate_services::{Grants, Service, Services};
+use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats, PrecompiledPolicy};
+use wasmgate_services::{Grants, Services};
 
 use crate::chain::RouteFilter;
 use crate::config::{
@@ -42,6 +42,8 @@ pub struct Gateway {
     /// Host functions a plugin imports that wasmgate does not implement
     /// (calls to them fail), by plugin: what `wasmgate check` warns about.
     pub unimplemented_imports: Vec<(String, Vec<String>)>,
+    /// The services its plugins were granted, with their pools.
+    services: Services,
 }
 
 impl AsRef<RouteMatcher> for Route {
@@ -95,13 +97,14 @@ enum LoadedPlugin {
 
 impl Gateway {
     /// Loads every plugin and builds every route of `config` (read from
-    /// `file`); services come from `services`, which keeps those whose
-    /// configuration did not change (and their connections).
+    /// `file`). Services whose configuration is as in `previous` (the
+    /// gateway serving now, if any) are shared with it, connections and
+    /// all; `previous` itself is not changed.
     pub async fn build(
         config: GatewayConfig,
         file: &Path,
         runtime: &Runtime,
-        services: &Services,
+        previous: Option<&Gateway>,
     ) -> Result<Gateway, ConfigErrors> {
         let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
         let mut errors = Vec::new();
@@ -112,12 +115,10 @@ impl Gateway {
                 message,
             })
         };
-        let built_services: HashMap<String, Arc<Service>> = match services.update(&config.services)
-        {
-            Ok(built) => built
-                .into_iter()
-                .map(|s| (s.name().to_string(), s))
-                .collect(),
+        let no_services = Services::new();
+        let running = previous.map_or(&no_services, |g| &g.services);
+        let services = match Services::build(&config.services, running) {
+            Ok(built) => built,
             Err((name, message)) => {
                 let i = config
                     .services
@@ -125,14 +126,14 @@ impl Gateway {
                     .position(|s| s.name == name)
                     .unwrap_or(0);
                 error(format!("services[{i}] ({name})"), message);
-                HashMap::new()
+                Services::new()
             }
         };
         let grants = |p: &PluginConfig| {
             Grants::new(
                 p.services
                     .iter()
-                    .filter_map(|name| built_services.get(name).cloned())
+                    .filter_map(|name| services.get(name).cloned())
                     .collect(),
             )
         };
@@ -160,7 +161,10 @@ impl Gateway {
             .zip(files)
             .map(|(p, file)| {
                 let (p, runtime, grants) = (p.clone(), runtime.clone(), grants(p));
-                tokio::task::spawn_blocking(move || load_plugin(&p, file?, &runtime, grants))
+                let precompiled = precompiled_policy(&config, &p);
+                tokio::task::spawn_blocking(move || {
+                    load_plugin(&p, file?, &runtime, grants, precompiled)
+                })
             })
             .collect();
         let mut loaded = HashMap::new();
@@ -307,6 +311,7 @@ impl Gateway {
                 plugin_kinds,
                 plugin_hashes,
                 unimplemented_imports,
+                services,
             })
         } else {
             Err(ConfigErrors(errors))
@@ -315,6 +320,11 @@ impl Gateway {
 
     pub fn config(&self) -> &GatewayConfig {
         &self.config
+    }
+
+    /// The services its plugins may use, with their pools.
+    pub fn services(&self) -> &Services {
+        &self.services
     }
 
     /// SHA-256 of the module plugin `name` was loaded from.
@@ -391,13 +401,25 @@ fn first_warning(name: &str, hash: &str) -> bool {
     true
 }
 
+/// Precompiled modules (native code) only for plugins the operator's own
+/// file declares, when it says `allow_precompiled: true`; never for entries
+/// from the admin API or etcd, nor for modules fetched from a URL.
+fn precompiled_policy(config: &GatewayConfig, p: &PluginConfig) -> PrecompiledPolicy {
+    if config.allow_precompiled && p.from_operator_file && !crate::plugin_fetch::is_url(p) {
+        PrecompiledPolicy::Allowed
+    } else {
+        PrecompiledPolicy::Refused
+    }
+}
+
 fn load_plugin(
     p: &PluginConfig,
     path: PathBuf,
     runtime: &Runtime,
     grants: Grants,
+    precompiled: PrecompiledPolicy,
 ) -> anyhow::Result<(LoadedPlugin, String)> {
-    let (module, hash) = runtime.load_module_file(&path)?;
+    let (module, hash) = runtime.load_module_file(&path, precompiled)?;
     let hash = hex::encode(hash);
     if let Some(expected) = &p.sha256 {
         if !expected.eq_ignore_ascii_case(&hash) {
@@ -407,7 +429,7 @@ fn load_plugin(
             );
         }
     }
-    load_module_as(p, &path, module, runtime, grants).map(|plugin| (plugin, hash))
+    load_module_as(p, &path, module, runtime, grants, precompiled).map(|plugin| (plugin, hash))
 }
 
 fn load_module_as(
@@ -416,6 +438,7 @@ fn load_module_as(
     module: Module,
     runtime: &Runtime,
     grants: Grants,
+    precompiled: PrecompiledPolicy,
 ) -> anyhow::Result<LoadedPlugin> {
     let abi = AbiVersion::detect(module.exports().map(|e| e.name()));
     let kind = match (p.kind, &abi) {
@@ -455,6 +478,7 @@ fn load_module_as(
             pool: pool_config(p),
             host_functions: Vec::new(),
             services: grants,
+            precompiled,
         },
     )?;
     Ok(LoadedPlugin::Extism(Arc::new(plugin)))

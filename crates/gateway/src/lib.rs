@@ -23,6 +23,7 @@ mod node_pool;
 mod plugin_fetch;
 mod proxy;
 pub mod reload;
+pub mod request_id;
 mod router;
 mod upstream;
 

@@ -12,7 +12,7 @@
 //! Routes without filters skip the Proxy-Wasm work entirely.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -36,8 +36,6 @@ use crate::upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
 const VIA: &str = "1.1 wasmgate";
 /// Frames in flight between a body pump and its reader.
 const BODY_CHANNEL_FRAMES: usize = 8;
-
-static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
 
 impl Handler for Gateway {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
@@ -142,7 +140,9 @@ impl Gateway {
                     Ok(input) => input,
                     Err(response) => return response,
                 };
-                call_endpoint(endpoint, parts.uri.path(), input).await
+                let request_id = crate::request_id::next();
+                self.call_endpoint(endpoint, parts.uri.path(), input, request_id)
+                    .await
             }
         }
     }
@@ -159,14 +159,16 @@ impl Gateway {
         let mut exchange = exchange_for(parts, connection, host, route);
         let mut chain = match Chain::start(&route.filters).await {
             Ok(chain) => chain,
-            Err(stop) => return stopped(&route.name, stop, &mut exchange),
+            Err(stop) => {
+                return stopped(&route.name, stop, &mut exchange, self.config.error_details)
+            }
         };
         let request_ends = body.is_end_stream();
         if let Err(stop) = chain
             .headers(Direction::Request, &mut exchange, request_ends)
             .await
         {
-            let response = stopped(&route.name, stop, &mut exchange);
+            let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
             chain.finish(&mut exchange).await;
             return response;
         }
@@ -196,7 +198,8 @@ impl Gateway {
                             .map(|p| String::from_utf8_lossy(p).into_owned())
                             .unwrap_or_default();
                         let path = path.split('?').next().unwrap_or_default().to_string();
-                        Ok(call_endpoint(endpoint, &path, input).await)
+                        let request_id = exchange.info.id;
+                        Ok(self.call_endpoint(endpoint, &path, input, request_id).await)
                     }
                     Err(stop) => Err(stop),
                 }
@@ -205,7 +208,7 @@ impl Gateway {
         let response = match sent {
             Ok(response) => response,
             Err(stop) => {
-                let response = stopped(&route.name, stop, &mut exchange);
+                let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
                 chain.finish(&mut exchange).await;
                 return response;
             }
@@ -293,7 +296,7 @@ impl Gateway {
             .headers(Direction::Response, &mut exchange, response_ends)
             .await
         {
-            let response = stopped(&route.name, stop, &mut exchange);
+            let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
             chain.finish(&mut exchange).await;
             return response;
         }
@@ -330,7 +333,9 @@ impl Gateway {
                 let filtered = chain
                     .body_chunk(Direction::Response, &mut exchange, data, true)
                     .await;
-                let filtered = filtered.map_err(|stop| stopped(&route.name, stop, &mut exchange));
+                let filtered = filtered.map_err(|stop| {
+                    stopped(&route.name, stop, &mut exchange, self.config.error_details)
+                });
                 chain.finish(&mut exchange).await;
                 return match filtered {
                     Ok(out) => {
@@ -407,34 +412,47 @@ async fn filter_whole_body(
     Ok(Bytes::from(out))
 }
 
-async fn call_endpoint(endpoint: &Endpoint, path: &str, input: Bytes) -> Response<Body> {
-    match endpoint {
-        Endpoint::Function { plugin, function } => {
-            let function = function.clone().unwrap_or_else(|| {
-                path.rsplit('/')
-                    .find(|s| !s.is_empty())
-                    .unwrap_or_default()
-                    .to_string()
-            });
-            let route = crate::FunctionRoute::new(plugin.clone(), Default::default());
-            body_response(route.call(&function, &input).await)
-        }
-        Endpoint::Respond(fixed) => {
-            let mut builder = Response::builder().status(fixed.status);
-            for (k, v) in &fixed.headers {
-                builder = builder.header(k.as_str(), v.as_str());
+impl Gateway {
+    /// Calls a function or answers a fixed response, for request `request_id`.
+    async fn call_endpoint(
+        &self,
+        endpoint: &Endpoint,
+        path: &str,
+        input: Bytes,
+        request_id: u64,
+    ) -> Response<Body> {
+        match endpoint {
+            Endpoint::Function { plugin, function } => {
+                let function = function.clone().unwrap_or_else(|| {
+                    path.rsplit('/')
+                        .find(|s| !s.is_empty())
+                        .unwrap_or_default()
+                        .to_string()
+                });
+                let config = crate::FunctionRouteConfig {
+                    error_details: self.config.error_details,
+                    ..Default::default()
+                };
+                let route = crate::FunctionRoute::new(plugin.clone(), config);
+                body_response(route.call(request_id, &function, &input).await)
             }
-            builder
-                .body(body::full(fixed.body.clone()))
-                .unwrap_or_else(|_| {
-                    body_response(error_response::simple(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "bad_fixed_response",
-                        "the route's fixed response has an invalid header",
-                    ))
-                })
+            Endpoint::Respond(fixed) => {
+                let mut builder = Response::builder().status(fixed.status);
+                for (k, v) in &fixed.headers {
+                    builder = builder.header(k.as_str(), v.as_str());
+                }
+                builder
+                    .body(body::full(fixed.body.clone()))
+                    .unwrap_or_else(|_| {
+                        body_response(error_response::simple(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "bad_fixed_response",
+                            "the route's fixed response has an invalid header",
+                        ))
+                    })
+            }
+            Endpoint::Upstream(_) => unreachable!("upstream endpoints are sent, not called"),
         }
-        Endpoint::Upstream(_) => unreachable!("upstream endpoints are sent, not called"),
     }
 }
 
@@ -469,7 +487,7 @@ fn exchange_for(
     let mut exchange = Box::<HttpExchange>::default();
     exchange.request_headers = request_headers;
     exchange.info = RequestInfo {
-        id: REQUEST_IDS.fetch_add(1, Ordering::Relaxed),
+        id: crate::request_id::next(),
         protocol,
         start_time: Some(SystemTime::now()),
         source: Some(connection.peer),
@@ -680,7 +698,9 @@ fn exchange_hash_key(
 }
 
 /// The response for a request the chain stopped.
-fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange) -> Response<Body> {
+/// The response for a request the chain stopped; a crash's report (or any
+/// failure's inner message) only with `details` (`error_details`).
+fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange, details: bool) -> Response<Body> {
     match stop {
         Stop::Respond => {
             let local = exchange
@@ -719,10 +739,17 @@ fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange) -> Response<Bod
                 }
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "filter_failed"),
             };
-            tracing::warn!(%route, %plugin, %error, "filter failed; failing the request closed");
+            let request_id = exchange.info.id;
+            tracing::warn!(%route, %plugin, request_id, %error, "filter failed; failing the request closed");
+            let message = match &error {
+                wasmgate_proxy_wasm::FilterError::Crash(report) if !details => {
+                    error_response::crash_summary(report, request_id)
+                }
+                error => error.to_string(),
+            };
             let mut response = error_response::json_error(
                 status,
-                json!({"kind": kind, "plugin": plugin, "route": route, "message": error.to_string()}),
+                json!({"kind": kind, "plugin": plugin, "route": route, "request_id": request_id, "message": message}),
             );
             if status == StatusCode::SERVICE_UNAVAILABLE {
                 // Busy or backing off: worth trying again shortly.

@@ -20,7 +20,6 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde::Serialize;
 use wasmgate_runtime::Runtime;
-use wasmgate_services::Services;
 
 use crate::admin_file::{admin_file_path, AdminChanges};
 use crate::body::Body;
@@ -34,9 +33,6 @@ pub struct LiveGateway {
     current: ArcSwap<Gateway>,
     file: PathBuf,
     runtime: Runtime,
-    /// The services' pools, kept across reloads while their configuration
-    /// is unchanged.
-    services: Arc<Services>,
     status: Mutex<ReloadStatus>,
     /// One reload at a time: a file change and a SIGHUP arriving together
     /// build once after the other, never interleaved.
@@ -52,8 +48,11 @@ pub struct LiveGateway {
     /// file; set once at start-up (see `config_store.rs`).
     store: OnceLock<Arc<dyn ConfigStore>>,
     /// False while the node has no configuration yet (a store it could not
-    /// reach at start, and no cached copy): `/readyz` answers 503.
+    /// reach at start, or holding one it cannot build, and no cached copy):
+    /// requests and `/readyz` are answered 503 with `waiting`.
     ready: AtomicBool,
+    /// Why the node has no configuration yet.
+    waiting: Mutex<String>,
 }
 
 /// Why an admin API change was not applied.
@@ -70,6 +69,19 @@ pub enum EditError {
     StoreUnavailable(String),
     /// The change was checked or built and refused, for these reasons.
     Invalid(String),
+}
+
+impl EditError {
+    /// The reason, for triggers that report only text.
+    pub fn into_reason(self) -> String {
+        match self {
+            EditError::NotFound(reason)
+            | EditError::WritesOff(reason)
+            | EditError::Conflict(reason)
+            | EditError::StoreUnavailable(reason)
+            | EditError::Invalid(reason) => reason,
+        }
+    }
 }
 
 /// One admin write, for the audit log and `/status`.
@@ -104,6 +116,28 @@ impl AdminChange {
     }
 }
 
+/// The next configuration, and the admin change it makes, if it is one.
+struct Proposal {
+    config: GatewayConfig,
+    changes: Option<(AdminChanges, Persist)>,
+}
+
+impl Proposal {
+    /// A configuration read whole (a file, a store): nothing to keep.
+    fn plain(config: GatewayConfig) -> Proposal {
+        Proposal {
+            config,
+            changes: None,
+        }
+    }
+}
+
+/// Where an admin change is kept once it builds.
+enum Persist {
+    AdminFile,
+    Store,
+}
+
 /// What the admin API reports about reloads.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReloadStatus {
@@ -118,18 +152,11 @@ pub struct ReloadStatus {
 }
 
 impl LiveGateway {
-    /// `services` is the registry `gateway` was built with.
-    pub fn new(
-        gateway: Gateway,
-        file: &Path,
-        runtime: Runtime,
-        services: Arc<Services>,
-    ) -> LiveGateway {
+    pub fn new(gateway: Gateway, file: &Path, runtime: Runtime) -> LiveGateway {
         let live = LiveGateway {
             current: ArcSwap::from_pointee(gateway),
             file: file.to_path_buf(),
             runtime,
-            services,
             status: Mutex::new(ReloadStatus {
                 generation: 1,
                 loaded_at_ms: now_ms(),
@@ -143,6 +170,7 @@ impl LiveGateway {
             last_change: Mutex::new(None),
             store: OnceLock::new(),
             ready: AtomicBool::new(true),
+            waiting: Mutex::new(String::new()),
         };
         *live.seen.lock().expect("seen lock") = fingerprint(&live.watched_files());
         live
@@ -165,11 +193,6 @@ impl LiveGateway {
 
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
-    }
-
-    /// The services of the current configuration, with their pools.
-    pub fn services(&self) -> &Services {
-        &self.services
     }
 
     pub fn status(&self) -> ReloadStatus {
@@ -197,30 +220,25 @@ impl LiveGateway {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
+    /// Marks the node as having no configuration to serve, and says why:
+    /// requests and `/readyz` get 503 with the reason until one is applied.
+    pub fn set_waiting(&self, why: &str) {
+        *self.waiting.lock().expect("waiting lock") = why.to_string();
+        self.set_ready(false);
+    }
+
+    /// Why the node has no configuration yet (when not ready).
+    pub fn waiting(&self) -> String {
+        self.waiting.lock().expect("waiting lock").clone()
+    }
+
     /// Builds `config` and swaps it in, as a reload does (what a store
     /// applies). Returns the new generation, or every reason it was
     /// rejected (the running gateway is untouched then).
     pub async fn apply(&self, config: GatewayConfig, trigger: &str) -> Result<u64, String> {
-        let _one_at_a_time = self.reloading.lock().await;
-        let started = std::time::Instant::now();
-        let stamp = self.runtime.module_load_stamp();
-        let problems = config.check();
-        if !problems.is_empty() {
-            let reason = problems
-                .iter()
-                .map(|(field, message)| format!("{field}: {message}"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            return Err(self.reject(trigger, reason));
-        }
-        match Gateway::build(config, &self.file, &self.runtime, &self.services).await {
-            Ok(gateway) => {
-                let generation = self.swap(gateway, trigger, started, stamp);
-                self.set_ready(true);
-                Ok(generation)
-            }
-            Err(e) => Err(self.reject(trigger, e.to_string())),
-        }
+        self.install(trigger, |_| Ok(Proposal::plain(config)))
+            .await
+            .map_err(EditError::into_reason)
     }
 
     /// Builds the gateway from the file as it is now and swaps it in (with a
@@ -230,45 +248,71 @@ impl LiveGateway {
         if let Some(store) = self.store.get() {
             return store.reload().await;
         }
-        let _one_at_a_time = self.reloading.lock().await;
-        let started = std::time::Instant::now();
-        let stamp = self.runtime.module_load_stamp();
-        let built = match GatewayConfig::load(&self.file) {
-            Ok(config) => {
-                self.warn_about_restart_only_changes(&config);
-                Gateway::build(config, &self.file, &self.runtime, &self.services)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            Err(errors) => Err(errors.to_string()),
-        };
-        let outcome = match built {
-            Ok(gateway) => Ok(self.swap(gateway, trigger, started, stamp)),
-            Err(reason) => Err(self.reject(trigger, reason)),
-        };
-        *self.seen.lock().expect("seen lock") = fingerprint(&self.watched_files());
-        outcome
+        self.install(trigger, |live| {
+            let config = GatewayConfig::load(&live.file)
+                .map_err(|errors| EditError::Invalid(errors.to_string()))?;
+            live.warn_about_restart_only_changes(&config);
+            Ok(Proposal::plain(config))
+        })
+        .await
+        .map_err(EditError::into_reason)
     }
 
     /// Changes the running configuration with `edit` (the admin API's
-    /// writes): the operator's file as it is now, with the admin file's
-    /// changes applied, is edited, checked and built like a reload, swapped
-    /// in, and what now differs from the operator's file is written to the
-    /// admin file (see `admin_file.rs`). The operator's file is not written.
+    /// writes) and swaps the result in, as a reload does. In file mode the
+    /// operator's file as it is now, with the admin file's changes applied,
+    /// is edited, and what then differs from the operator's file is written
+    /// to the admin file (see `admin_file.rs`); the operator's file is not
+    /// written. With a store, the configuration in the store is edited and
+    /// the change written to it with compare-and-swap (see `config_store.rs`).
     /// A rejected change touches nothing.
     pub async fn update(
         &self,
         trigger: &str,
         edit: impl FnOnce(&mut GatewayConfig) -> Result<(), EditError>,
     ) -> Result<u64, EditError> {
-        if let Some(store) = self.store.get() {
-            return self.update_store(store.as_ref(), trigger, edit).await;
-        }
-        let _one_at_a_time = self.reloading.lock().await;
-        let started = std::time::Instant::now();
-        let stamp = self.runtime.module_load_stamp();
-        let base = GatewayConfig::read_file(&self.file)
-            .map_err(|e| EditError::Invalid(self.reject(trigger, e.to_string())))?;
+        self.install(trigger, |live| {
+            let (base, mut config, persist) = match live.store.get() {
+                Some(store) => {
+                    let base = store.latest()?;
+                    (base.clone(), base, Persist::Store)
+                }
+                None => {
+                    let base = live.admin_base()?;
+                    let mut config = base.clone();
+                    AdminChanges::read(&live.admin_file)
+                        .map_err(|(field, message)| {
+                            EditError::Invalid(format!(
+                                "{}: {field}: {message}",
+                                live.admin_file.display()
+                            ))
+                        })?
+                        .apply_to(&mut config);
+                    (base, config, Persist::AdminFile)
+                }
+            };
+            edit(&mut config)?;
+            Ok(Proposal {
+                changes: Some((AdminChanges::between(&base, &config), persist)),
+                config,
+            })
+        })
+        .await
+        .map_err(|e| match (e, self.store.get().and_then(|s| s.rejected())) {
+            // The store's configuration did not build here before this
+            // edit either: say so, and what fixes it, with the reasons.
+            (EditError::Invalid(reason), Some(rejected)) => EditError::Invalid(format!(
+                "{reason}\n{rejected}; the change was checked against it: publish a valid configuration with `wasmgate config push`, or fix the entries named above through this API"
+            )),
+            (e, _) => e,
+        })
+    }
+
+    /// The operator's file, which admin changes are made against (file
+    /// mode), if it takes them.
+    fn admin_base(&self) -> Result<GatewayConfig, EditError> {
+        let base =
+            GatewayConfig::read_file(&self.file).map_err(|e| EditError::Invalid(e.to_string()))?;
         if !base.admin_writes {
             return Err(EditError::WritesOff(format!(
                 "the admin API does not change this gateway's configuration: {} is the source of truth (edit it, then POST /reload); set `admin_writes: true` in it to keep admin changes in {} beside it",
@@ -276,51 +320,64 @@ impl LiveGateway {
                 self.admin_file.display()
             )));
         }
-        let mut config = base.clone();
-        AdminChanges::read(&self.admin_file)
-            .map_err(|(field, message)| {
-                let reason = format!("{}: {field}: {message}", self.admin_file.display());
-                EditError::Invalid(self.reject(trigger, reason))
-            })?
-            .apply_to(&mut config);
-        edit(&mut config)?;
-        let problems = config.check();
-        if !problems.is_empty() {
-            let reason = problems
-                .iter()
-                .map(|(field, message)| format!("{field}: {message}"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            return Err(EditError::Invalid(self.reject(trigger, reason)));
-        }
-        let changes = AdminChanges::between(&base, &config);
-        let gateway = Gateway::build(config, &self.file, &self.runtime, &self.services)
-            .await
-            .map_err(|e| EditError::Invalid(self.reject(trigger, e.to_string())))?;
-        changes.write(&self.admin_file).map_err(|e| {
-            EditError::Invalid(format!("writing {}: {e}", self.admin_file.display()))
-        })?;
-        let generation = self.swap(gateway, trigger, started, stamp);
-        *self.seen.lock().expect("seen lock") = fingerprint(&self.watched_files());
-        Ok(generation)
+        Ok(base)
     }
 
-    /// An admin edit with a store: checked and built here (a change that
-    /// does not build is refused before anything is written), written to the
-    /// store with compare-and-swap, then served at once (the store's echo of
-    /// the write is not applied twice).
-    async fn update_store(
+    /// The one way the serving configuration changes, whatever asked for it
+    /// (the file watcher, SIGHUP, `POST /reload`, an admin write, a store's
+    /// watch): one change at a time, `propose` reads or makes the next
+    /// configuration, which is checked (`wasmgate check`'s rules) and built
+    /// whole beside the running gateway; an admin change is then kept (the
+    /// admin file, or the store), and only then is the new gateway swapped
+    /// in. A failure at any step leaves the running gateway, its services
+    /// and pools as they were, and is recorded in the status.
+    async fn install(
         &self,
-        store: &dyn ConfigStore,
         trigger: &str,
-        edit: impl FnOnce(&mut GatewayConfig) -> Result<(), EditError>,
+        propose: impl FnOnce(&Self) -> Result<Proposal, EditError>,
     ) -> Result<u64, EditError> {
         let _one_at_a_time = self.reloading.lock().await;
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let stamp = self.runtime.module_load_stamp();
-        let current = self.current().config().clone();
-        let mut config = current.clone();
-        edit(&mut config)?;
+        let outcome = self.propose_and_build(propose).await;
+        let outcome = match outcome {
+            Ok((gateway, changes)) => match changes {
+                Some((changes, Persist::AdminFile)) => changes
+                    .write(&self.admin_file)
+                    .map_err(|e| {
+                        EditError::Invalid(format!("writing {}: {e}", self.admin_file.display()))
+                    })
+                    .map(|()| gateway),
+                Some((changes, Persist::Store)) => {
+                    let store = self.store.get().expect("Persist::Store comes with a store");
+                    store.write(changes).await.map(|()| gateway)
+                }
+                None => Ok(gateway),
+            },
+            Err(e) => Err(e),
+        };
+        let result = match outcome {
+            Ok(gateway) => {
+                let generation = self.swap(gateway, trigger, started, stamp);
+                self.set_ready(true);
+                Ok(generation)
+            }
+            Err(EditError::Invalid(reason)) => {
+                Err(EditError::Invalid(self.reject(trigger, reason)))
+            }
+            Err(other) => Err(other),
+        };
+        if self.store.get().is_none() {
+            *self.seen.lock().expect("seen lock") = fingerprint(&self.watched_files());
+        }
+        result
+    }
+
+    async fn propose_and_build(
+        &self,
+        propose: impl FnOnce(&Self) -> Result<Proposal, EditError>,
+    ) -> Result<(Gateway, Option<(AdminChanges, Persist)>), EditError> {
+        let Proposal { config, changes } = propose(self)?;
         let problems = config.check();
         if !problems.is_empty() {
             let reason = problems
@@ -328,14 +385,13 @@ impl LiveGateway {
                 .map(|(field, message)| format!("{field}: {message}"))
                 .collect::<Vec<_>>()
                 .join("\n");
-            return Err(EditError::Invalid(self.reject(trigger, reason)));
+            return Err(EditError::Invalid(reason));
         }
-        let changes = AdminChanges::between(&current, &config);
-        let gateway = Gateway::build(config, &self.file, &self.runtime, &self.services)
+        let running = self.current();
+        let gateway = Gateway::build(config, &self.file, &self.runtime, Some(&running))
             .await
-            .map_err(|e| EditError::Invalid(self.reject(trigger, e.to_string())))?;
-        store.write(changes).await?;
-        Ok(self.swap(gateway, trigger, started, stamp))
+            .map_err(|e| EditError::Invalid(e.to_string()))?;
+        Ok((gateway, changes))
     }
 
     /// Records an admin change (or an attempt) for `/status`, and logs it.
@@ -444,9 +500,31 @@ impl LiveGateway {
 
 impl Handler for LiveGateway {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+        if !self.is_ready() {
+            return self.not_ready();
+        }
         // The request keeps this version alive until it is answered.
         let gateway = self.current.load_full();
         gateway.handle(request, connection).await
+    }
+}
+
+impl LiveGateway {
+    /// 503 while the node has no configuration, with the reason.
+    fn not_ready(&self) -> Response<Body> {
+        let mut response = crate::error_response::simple(
+            hyper::StatusCode::SERVICE_UNAVAILABLE,
+            "no_configuration",
+            format!(
+                "this node has no configuration to serve yet: {}",
+                self.waiting()
+            ),
+        );
+        response.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("1"),
+        );
+        response.map(crate::body::boxed)
     }
 }
 
@@ -465,7 +543,7 @@ fn fingerprint(files: &[PathBuf]) -> Fingerprint {
 
 /// Written beside the file and renamed over it: a reader (or the watcher)
 /// never sees half of it.
-pub(crate) fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
     let mut staged = tempfile::NamedTempFile::new_in(dir)?;
     std::io::Write::write_all(&mut staged, bytes)?;

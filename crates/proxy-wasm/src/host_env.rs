@@ -629,7 +629,8 @@ fn add_metrics(linker: &mut Linker<FilterState>) -> Result<()> {
                 _ => return Ok(BAD_ARGUMENT),
             };
             let name = read(&mut c, "proxy_define_metric", name_ptr, name_len)?;
-            let id = shared().define_metric(kind, &String::from_utf8_lossy(&name));
+            let plugin = c.data().plugin.config.name.clone();
+            let id = shared().define_metric(kind, &plugin, &String::from_utf8_lossy(&name));
             write_u32(&mut c, "proxy_define_metric", id_out, id)?;
             Ok(OK)
         },
@@ -637,18 +638,25 @@ fn add_metrics(linker: &mut Linker<FilterState>) -> Result<()> {
     linker.func_wrap(
         MODULE,
         "proxy_increment_metric",
-        |_: Ctx, id: u32, offset: i64| shared().increment_metric(id, offset) as i32,
+        |c: Ctx, id: u32, offset: i64| {
+            shared().increment_metric(id, &c.data().plugin.config.name, offset) as i32
+        },
     )?;
     linker.func_wrap(
         MODULE,
         "proxy_record_metric",
-        |_: Ctx, id: u32, value: i64| shared().record_metric(id, value) as i32,
+        |c: Ctx, id: u32, value: i64| {
+            shared().record_metric(id, &c.data().plugin.config.name, value) as i32
+        },
     )?;
     linker.func_wrap(
         MODULE,
         "proxy_get_metric",
         |mut c: Ctx, id: u32, out: u32| -> Result<i32> {
-            let Some(metric) = shared().metric(id) else {
+            let Some(metric) = shared()
+                .metric(id)
+                .filter(|m| m.plugin == c.data().plugin.config.name)
+            else {
                 return Ok(NOT_FOUND);
             };
             let value = match metric.kind {

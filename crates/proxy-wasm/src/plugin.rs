@@ -578,7 +578,11 @@ impl FilterInstance {
         let store = self.store.insert(store);
         outcome.map_err(|error| {
             let timed_out = store.data().budget.timed_out();
-            let report = CrashReport::from_error(&plugin.config.name, name, &error, timed_out);
+            let mut report = CrashReport::from_error(&plugin.config.name, name, &error, timed_out);
+            // A stream's callback has the request's exchange; a root
+            // context's (ticks, queues) has none (id 0).
+            let request = store.data().exchange.info.id;
+            report.request_id = (request != 0).then_some(request);
             plugin.stats.record_crash(&report);
             tracing::warn!(plugin = %plugin.config.name, route = %plugin.config.route, callback = name, kind = report.kind.as_str(), "{report}");
             FilterError::Crash(Box::new(report))

@@ -47,7 +47,7 @@ struct Queues {
     items: Vec<VecDeque<Vec<u8>>>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MetricKind {
     Counter,
     Gauge,
@@ -57,6 +57,10 @@ pub enum MetricKind {
 /// One metric a plugin defined, for the Prometheus endpoint.
 #[derive(Clone, Debug)]
 pub struct Metric {
+    /// The plugin that defined it (metrics are per plugin: one plugin cannot
+    /// read, change or pose as another's).
+    pub plugin: String,
+    /// The name as the plugin gave it.
     pub name: String,
     pub kind: MetricKind,
     /// Counter and gauge value; for histograms, the last recorded value.
@@ -69,7 +73,9 @@ pub struct Metric {
 
 #[derive(Default)]
 struct Metrics {
-    ids: HashMap<String, u32>,
+    /// By (plugin, name, kind): as in Envoy, a name is a counter, a gauge
+    /// and a histogram apart.
+    ids: HashMap<(String, String, MetricKind), u32>,
     all: Vec<Metric>,
 }
 
@@ -157,27 +163,30 @@ impl Shared {
         }
     }
 
-    /// Defines (or finds) metric `name`.
-    pub fn define_metric(&self, kind: MetricKind, name: &str) -> u32 {
+    /// Defines (or finds) plugin `plugin`'s metric `name`. The same plugin
+    /// on several routes (or VMs) shares it, as in Envoy.
+    pub fn define_metric(&self, kind: MetricKind, plugin: &str, name: &str) -> u32 {
         let mut metrics = self.metrics.lock().unwrap();
-        if let Some(&id) = metrics.ids.get(name) {
+        let key = (plugin.to_string(), name.to_string(), kind);
+        if let Some(&id) = metrics.ids.get(&key) {
             return id;
         }
         let id = metrics.all.len() as u32 + 1;
         metrics.all.push(Metric {
+            plugin: plugin.to_string(),
             name: name.to_string(),
             kind,
             value: 0,
             count: 0,
             sum: 0,
         });
-        metrics.ids.insert(name.to_string(), id);
+        metrics.ids.insert(key, id);
         id
     }
 
-    /// Adds `offset` to a counter or gauge (counters only grow).
-    pub fn increment_metric(&self, id: u32, offset: i64) -> Status {
-        self.with_metric(id, |m| match m.kind {
+    /// Adds `offset` to plugin `plugin`'s counter or gauge (counters only grow).
+    pub fn increment_metric(&self, id: u32, plugin: &str, offset: i64) -> Status {
+        self.with_metric(id, plugin, |m| match m.kind {
             MetricKind::Counter if offset < 0 => Status::BadArgument,
             MetricKind::Counter | MetricKind::Gauge => {
                 m.value = m.value.wrapping_add(offset);
@@ -187,9 +196,9 @@ impl Shared {
         })
     }
 
-    /// Sets a gauge or counter, or records a histogram sample.
-    pub fn record_metric(&self, id: u32, value: i64) -> Status {
-        self.with_metric(id, |m| {
+    /// Sets plugin `plugin`'s gauge or counter, or records a histogram sample.
+    pub fn record_metric(&self, id: u32, plugin: &str, value: i64) -> Status {
+        self.with_metric(id, plugin, |m| {
             if m.kind == MetricKind::Histogram {
                 m.count += 1;
                 m.sum = m.sum.wrapping_add(value);
@@ -209,11 +218,13 @@ impl Shared {
         self.metrics.lock().unwrap().all.clone()
     }
 
-    fn with_metric(&self, id: u32, f: impl FnOnce(&mut Metric) -> Status) -> Status {
+    /// Runs `f` on metric `id` if plugin `plugin` defined it (another
+    /// plugin's id is not found).
+    fn with_metric(&self, id: u32, plugin: &str, f: impl FnOnce(&mut Metric) -> Status) -> Status {
         let mut metrics = self.metrics.lock().unwrap();
         match metrics.all.get_mut((id as usize).wrapping_sub(1)) {
-            Some(m) => f(m),
-            None => Status::NotFound,
+            Some(m) if m.plugin == plugin => f(m),
+            _ => Status::NotFound,
         }
     }
 }
@@ -258,16 +269,18 @@ mod tests {
     #[test]
     fn metrics() {
         let s = Shared::default();
-        let c = s.define_metric(MetricKind::Counter, "requests");
-        assert_eq!(s.define_metric(MetricKind::Counter, "requests"), c);
-        assert_eq!(s.increment_metric(c, 2), Status::Ok);
-        assert_eq!(s.increment_metric(c, -1), Status::BadArgument);
-        let h = s.define_metric(MetricKind::Histogram, "size");
-        s.record_metric(h, 10);
-        s.record_metric(h, 30);
+        let c = s.define_metric(MetricKind::Counter, "p", "requests");
+        assert_eq!(s.define_metric(MetricKind::Counter, "p", "requests"), c);
+        assert_ne!(s.define_metric(MetricKind::Counter, "q", "requests"), c);
+        assert_eq!(s.increment_metric(c, "p", 2), Status::Ok);
+        assert_eq!(s.increment_metric(c, "p", -1), Status::BadArgument);
+        assert_eq!(s.increment_metric(c, "q", 1), Status::NotFound);
+        let h = s.define_metric(MetricKind::Histogram, "p", "size");
+        s.record_metric(h, "p", 10);
+        s.record_metric(h, "p", 30);
         let h = s.metric(h).unwrap();
         assert_eq!((h.count, h.sum), (2, 40));
         assert_eq!(s.metric(c).unwrap().value, 2);
-        assert_eq!(s.increment_metric(42, 1), Status::NotFound);
+        assert_eq!(s.increment_metric(42, "p", 1), Status::NotFound);
     }
 }

@@ -1945,11 +1945,12 @@ impl Probe {
         }
     }
 
-    fn metric_value(&self) -> i64 {
+    /// The probe's counter, as `plugin` defined it (metrics are per plugin).
+    fn metric_value(&self, plugin: &str) -> i64 {
         shared()
             .metrics()
             .iter()
-            .find(|m| m.name == self.metric)
+            .find(|m| m.plugin == plugin && m.name == self.metric)
             .map_or(0, |m| m.value)
     }
 
@@ -1979,7 +1980,7 @@ impl Probe {
                 .properties
                 .insert(script_path(*phase), script.clone());
         }
-        let metric_before = self.metric_value();
+        let metric_before = self.metric_value(plugin.name());
         let mut reports = Vec::new();
         let (end, flows) = tokio::time::timeout(
             Duration::from_secs(30),
@@ -2031,9 +2032,13 @@ impl Probe {
             shared().get(vm_id, b"probe-shared").map(|(v, _)| v),
             Some(token.into_bytes())
         );
-        // Hostile scripts may have set this counter anywhere (an id is easy to
-        // guess), even to i64::MAX; the host's increment wraps, so must this.
-        assert_eq!(self.metric_value(), metric_before.wrapping_add(1));
+        // Hostile scripts of this plugin may have set this counter anywhere
+        // (an id is easy to guess), even to i64::MAX; the host's increment
+        // wraps, so must this.
+        assert_eq!(
+            self.metric_value(plugin.name()),
+            metric_before.wrapping_add(1)
+        );
     }
 }
 

@@ -51,6 +51,11 @@ pub struct CrashReport {
     pub kind: FailureKind,
     pub message: String,
     pub frames: Vec<Frame>,
+    /// The request whose call failed, when the call served one: what its
+    /// error answer names, so the report can be found from it (the answer
+    /// itself does not show the report unless the operator asks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<u64>,
 }
 
 impl CrashReport {
@@ -87,6 +92,7 @@ impl CrashReport {
             kind,
             message,
             frames,
+            request_id: None,
         }
     }
 
@@ -177,12 +183,15 @@ impl fmt::Display for CrashReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "plugin `{}` function `{}` failed ({}): {}",
+            "plugin `{}` function `{}` failed ({}",
             self.plugin,
             self.function,
             self.kind.as_str(),
-            self.message
         )?;
+        if let Some(id) = self.request_id {
+            write!(f, ", request {id}")?;
+        }
+        write!(f, "): {}", self.message)?;
         for frame in &self.frames {
             write!(f, "\n    at {}", frame.function)?;
             if let Some(file) = &frame.file {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, Module, OptLevel, PoolingAllocationConfig,
-    Precompiled, WasmBacktraceDetails,
+    Precompiled as ArtifactKind, WasmBacktraceDetails,
 };
 
 use crate::cache::ModuleCache;
@@ -46,6 +46,23 @@ impl Default for RuntimeConfig {
             epoch_tick: Duration::from_millis(1),
         }
     }
+}
+
+/// Whether a precompiled artifact (a `.cwasm` from `wasmgate compile`) may
+/// be loaded. An artifact is native code: wasmtime maps and runs it without
+/// verifying it (its docs: deserialize only trusted bytes), so whoever can
+/// supply one runs code outside the sandbox. It is therefore accepted only
+/// from a file the operator names with an explicit setting
+/// (`allow_precompiled: true`, `--allow-precompiled`); bytes from anywhere
+/// else (the admin API, etcd, a URL, inline data) must be wasm, which is
+/// validated and compiled here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrecompiledPolicy {
+    /// Only wasm (binary or text); an artifact is refused with the reason.
+    #[default]
+    Refused,
+    /// An artifact made by this wasmgate version is loaded as it is.
+    Allowed,
 }
 
 /// One wasmtime engine plus what every plugin shares: the module cache and the
@@ -119,18 +136,20 @@ impl Runtime {
         self.inner.epoch_tick
     }
 
-    /// Compile (or load from the cache) a module from wasm, WAT text, or a
-    /// `.cwasm` produced by [`Runtime::precompile`].
-    ///
-    /// Precompiled input is machine code: wasmtime checks that it was made by a
-    /// compatible engine, but its contents are trusted, so only load `.cwasm`
-    /// files you produced yourself.
+    /// Compile (or load from the cache) a module from wasm or WAT text.
+    /// Precompiled artifacts are refused here: these bytes come from no file
+    /// an operator named (see [`PrecompiledPolicy`]).
     pub fn load_module(&self, bytes: &[u8]) -> Result<Module> {
+        refuse_artifact(
+            &bytes[..bytes.len().min(ARTIFACT_MAGIC.len())],
+            PrecompiledPolicy::Refused,
+        )?;
         self.load_module_keyed(bytes, sha256(bytes))
     }
 
     /// [`Runtime::load_module`] for a file, also returning the SHA-256 of the
-    /// bytes the module came from.
+    /// bytes the module came from; a `.cwasm` produced by
+    /// [`Runtime::precompile`] loads only when `precompiled` allows it.
     ///
     /// A module loaded before is found by hashing the file in small chunks,
     /// so reloading a configuration whose plugins did not change (megabytes
@@ -140,7 +159,11 @@ impl Runtime {
     ///
     /// Errors name the file once. WAT text is parsed here, so that a syntax
     /// error names the file and line rather than `<anon>`.
-    pub fn load_module_file(&self, path: &Path) -> Result<(Module, [u8; 32])> {
+    pub fn load_module_file(
+        &self,
+        path: &Path,
+        precompiled: PrecompiledPolicy,
+    ) -> Result<(Module, [u8; 32])> {
         use sha2::{Digest, Sha256};
         use std::io::Read;
         let cannot_read = |e: std::io::Error| {
@@ -158,10 +181,19 @@ impl Runtime {
         let mut file = std::fs::File::open(path).map_err(cannot_read)?;
         let mut hasher = Sha256::new();
         let mut chunk = [0u8; 16 * 1024];
+        let mut first = true;
         loop {
             match file.read(&mut chunk) {
                 Ok(0) => break,
-                Ok(n) => hasher.update(&chunk[..n]),
+                Ok(n) => {
+                    // Before any module loaded earlier is handed out: the same
+                    // bytes may have been allowed from another source.
+                    if std::mem::take(&mut first) {
+                        refuse_artifact(&chunk[..n], precompiled)
+                            .with_context(|| path.display().to_string())?;
+                    }
+                    hasher.update(&chunk[..n])
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(cannot_read(e)),
             }
@@ -187,7 +219,7 @@ impl Runtime {
             _ => std::borrow::Cow::Borrowed(&bytes[..]),
         };
         let module = self
-            .load_new(&binary, key)
+            .load_new(&binary, key, precompiled)
             .with_context(|| path.display().to_string())?;
         Ok((module, key))
     }
@@ -197,16 +229,21 @@ impl Runtime {
             return Ok(module);
         }
         let _turn = self.load_turn(key);
-        self.load_new(bytes, key)
+        self.load_new(bytes, key, PrecompiledPolicy::Refused)
     }
 
     /// Compiles or deserializes `bytes` unless a module with `key` is
     /// loaded by now, and keeps it.
-    fn load_new(&self, bytes: &[u8], key: [u8; 32]) -> Result<Module> {
+    fn load_new(
+        &self,
+        bytes: &[u8],
+        key: [u8; 32],
+        precompiled: PrecompiledPolicy,
+    ) -> Result<Module> {
         if let Some(module) = self.loaded_module(&key) {
             return Ok(module);
         }
-        let module = self.compile_or_deserialize(bytes)?;
+        let module = self.compile_or_deserialize(bytes, precompiled)?;
         let stamp = self.next_load_stamp();
         self.inner
             .loaded
@@ -262,13 +299,19 @@ impl Runtime {
             .retain(|_, (_, used)| *used > stamp);
     }
 
-    fn compile_or_deserialize(&self, bytes: &[u8]) -> Result<Module> {
+    fn compile_or_deserialize(
+        &self,
+        bytes: &[u8],
+        precompiled: PrecompiledPolicy,
+    ) -> Result<Module> {
+        refuse_artifact(bytes, precompiled)?;
         if let Some(kind) = Engine::detect_precompiled(bytes) {
             anyhow::ensure!(
-                kind == Precompiled::Module,
+                kind == ArtifactKind::Module,
                 "this precompiled artifact is a component, not a core module"
             );
-            // SAFETY: documented above: a .cwasm is trusted input given by the operator.
+            // SAFETY: `refuse_artifact` let it through, so the operator named
+            // this file and allowed precompiled modules (PrecompiledPolicy).
             return unsafe { Module::deserialize(self.engine(), bytes) }
                 .map_err(anyhow::Error::from)
                 .context(
@@ -304,6 +347,21 @@ impl Drop for LoadTurn<'_> {
         loading.remove(&self.key);
         self.inner.load_done.notify_all();
     }
+}
+
+/// How every precompiled artifact begins: wasmtime writes ELF objects.
+/// Neither wasm (`\0asm`) nor WAT text can start this way.
+const ARTIFACT_MAGIC: &[u8] = b"\x7fELF";
+
+/// Fails when `start` (the first bytes of a module) is a precompiled
+/// artifact and `policy` refuses those.
+fn refuse_artifact(start: &[u8], policy: PrecompiledPolicy) -> Result<()> {
+    if policy == PrecompiledPolicy::Refused && start.starts_with(ARTIFACT_MAGIC) {
+        anyhow::bail!(
+            "this is a precompiled module (native code, which runs outside the sandbox's checks), and precompiled modules are not allowed here: give the .wasm (wasmgate compiles and caches it); a .cwasm you made with `wasmgate compile` loads only from a file named in the configuration file with `allow_precompiled: true`, or with `--allow-precompiled` on the command line, never through the admin API, etcd or a URL"
+        );
+    }
+    Ok(())
 }
 
 /// A quick, specific error for files that are not wasm at all (a common mistake:
@@ -497,9 +555,13 @@ mod tests {
         // Bigger than the hashing chunk, so the file is hashed in pieces.
         let big = format!("(module (data \"{}\"))", "x".repeat(100_000));
         std::fs::write(&path, &big).unwrap();
-        let (first, hash) = runtime.load_module_file(&path).unwrap();
+        let (first, hash) = runtime
+            .load_module_file(&path, PrecompiledPolicy::Refused)
+            .unwrap();
         assert_eq!(hash, <[u8; 32]>::from(Sha256::digest(big.as_bytes())));
-        let (again, hash_again) = runtime.load_module_file(&path).unwrap();
+        let (again, hash_again) = runtime
+            .load_module_file(&path, PrecompiledPolicy::Refused)
+            .unwrap();
         assert!(Module::same(&first, &again));
         assert_eq!(hash, hash_again);
         // Loading the same bytes from memory also finds it.
@@ -509,25 +571,72 @@ mod tests {
         ));
 
         std::fs::write(&path, "(module (func (export \"f\")))").unwrap();
-        let (changed, changed_hash) = runtime.load_module_file(&path).unwrap();
+        let (changed, changed_hash) = runtime
+            .load_module_file(&path, PrecompiledPolicy::Refused)
+            .unwrap();
         assert!(!Module::same(&first, &changed));
         assert_ne!(hash, changed_hash);
         assert!(changed.get_export("f").is_some());
 
         let err = runtime
-            .load_module_file(&dir.path().join("missing.wasm"))
+            .load_module_file(&dir.path().join("missing.wasm"), PrecompiledPolicy::Refused)
             .unwrap_err();
         assert!(err.to_string().contains("cannot read"), "{err}");
         std::fs::write(&path, "not wasm").unwrap();
-        let err = format!("{:#}", runtime.load_module_file(&path).unwrap_err());
+        let err = format!(
+            "{:#}",
+            runtime
+                .load_module_file(&path, PrecompiledPolicy::Refused)
+                .unwrap_err()
+        );
         assert!(
             err.starts_with(&format!("{}: not a WebAssembly module", path.display())),
             "{err}"
         );
         // WAT syntax errors name the file and line.
         std::fs::write(&path, "(module\n  (func (export \"f\"))\n  bad)").unwrap();
-        let err = format!("{:#}", runtime.load_module_file(&path).unwrap_err());
+        let err = format!(
+            "{:#}",
+            runtime
+                .load_module_file(&path, PrecompiledPolicy::Refused)
+                .unwrap_err()
+        );
         assert!(err.contains(&format!("{}:3:", path.display())), "{err}");
+    }
+
+    /// A precompiled artifact is native code: it loads from a file only
+    /// when the caller allows it, never from bytes, and a module loaded
+    /// once from an allowed file is not handed out to a refusing caller.
+    #[test]
+    fn precompiled_artifacts_load_only_where_allowed() {
+        let runtime = unpooled_runtime();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.cwasm");
+        let artifact = runtime
+            .precompile(b"(module (func (export \"f\")))")
+            .unwrap();
+        std::fs::write(&path, &artifact).unwrap();
+        let refused = |result: Result<Module>| {
+            let err = format!("{:#}", result.unwrap_err());
+            assert!(err.contains("precompiled module"), "{err}");
+            assert!(err.contains("allow_precompiled"), "{err}");
+        };
+        refused(
+            runtime
+                .load_module_file(&path, PrecompiledPolicy::Refused)
+                .map(|(m, _)| m),
+        );
+        refused(runtime.load_module(&artifact));
+        let (allowed, _) = runtime
+            .load_module_file(&path, PrecompiledPolicy::Allowed)
+            .unwrap();
+        assert!(allowed.get_export("f").is_some());
+        refused(
+            runtime
+                .load_module_file(&path, PrecompiledPolicy::Refused)
+                .map(|(m, _)| m),
+        );
+        refused(runtime.load_module(&artifact));
     }
 
     /// Plugins of one configuration load in parallel; those naming the same
@@ -549,7 +658,10 @@ mod tests {
                 .map(|_| {
                     scope.spawn(|| {
                         start.wait();
-                        runtime.load_module_file(&path).unwrap().0
+                        runtime
+                            .load_module_file(&path, PrecompiledPolicy::Refused)
+                            .unwrap()
+                            .0
                     })
                 })
                 .collect();

@@ -5,6 +5,7 @@
 //! allocator (with an on-demand fallback where the virtual-memory reservation
 //! fails). Around it:
 //!
+//! - [`backoff`]: the exponential backoff with jitter every retry loop uses.
 //! - [`cache`]: compiled modules cached on disk, keyed by content hash and
 //!   engine compatibility, verified before they are loaded.
 //! - [`limits`]: per-store memory caps ([`MemoryLimiter`]) and call deadlines
@@ -21,6 +22,7 @@
 //!
 //! The ABI crates build their own `Linker`s and store data on top of this.
 
+pub mod backoff;
 pub mod cache;
 pub mod crash;
 mod engine;
@@ -34,7 +36,7 @@ pub mod stats;
 pub mod wasi;
 
 pub use crash::{CrashReport, FailureKind, Frame};
-pub use engine::{Runtime, RuntimeConfig};
+pub use engine::{PrecompiledPolicy, Runtime, RuntimeConfig};
 pub use limits::{CallBudget, MemoryLimiter};
 pub use pool::{AcquireError, InstancePool, Lease, PoolConfig, PoolStats};
 pub use stats::{HistogramSnapshot, LastCrash, LatencyHistogram, PluginStats, StatsSnapshot};

@@ -95,12 +95,24 @@ struct PoolInner<I> {
     waits: AtomicU64,
 }
 
-#[derive(Default)]
 struct Backoff {
     consecutive_failures: u32,
     until: Option<Instant>,
     last_error: String,
     total_failures: u64,
+    delays: crate::backoff::Backoff,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            consecutive_failures: 0,
+            until: None,
+            last_error: String::new(),
+            total_failures: 0,
+            delays: crate::backoff::Backoff::new(Self::FIRST, Self::MAX),
+        }
+    }
 }
 
 impl Backoff {
@@ -112,12 +124,17 @@ impl Backoff {
         self.total_failures += 1;
         self.last_error = format!("{error:#}");
         // The first failure is retried at once (it may be a transient pool
-        // exhaustion); from the second on, wait 50 ms, 100 ms, ... up to 30 s.
+        // exhaustion); from the second on, wait about 50 ms, 100 ms, ... up
+        // to 30 s (each with jitter).
         if self.consecutive_failures >= 2 {
-            let exp = (self.consecutive_failures - 2).min(16);
-            let wait = Self::FIRST.saturating_mul(1 << exp).min(Self::MAX);
-            self.until = Some(Instant::now() + wait);
+            self.until = Some(Instant::now() + self.delays.next_delay());
         }
+    }
+
+    fn record_success(&mut self) {
+        self.consecutive_failures = 0;
+        self.until = None;
+        self.delays.reset();
     }
 }
 
@@ -183,10 +200,7 @@ impl<I: Send> InstancePool<I> {
         match create().await {
             Ok(instance) => {
                 self.inner.created.fetch_add(1, Ordering::Relaxed);
-                let mut backoff = self.inner.backoff.lock().unwrap();
-                backoff.consecutive_failures = 0;
-                backoff.until = None;
-                drop(backoff);
+                self.inner.backoff.lock().unwrap().record_success();
                 Ok(Lease::new(self.inner.clone(), instance, permit))
             }
             Err(error) => {
@@ -398,7 +412,8 @@ mod tests {
         }
         assert_eq!(attempts.load(Ordering::SeqCst), 2);
         // After the backoff window a success resets it.
-        tokio::time::sleep(Backoff::FIRST + Duration::from_millis(10)).await;
+        // The first wait is FIRST plus up to as much again (jitter).
+        tokio::time::sleep(Backoff::FIRST * 2 + Duration::from_millis(10)).await;
         let mut lease = pool.acquire(|| async { Ok(5) }).await.unwrap();
         assert_eq!(*lease.instance(), 5);
     }

@@ -169,6 +169,7 @@ mod tests {
             kind: FailureKind::Timeout,
             message: "late".into(),
             frames: vec![],
+            request_id: None,
         });
         let s = stats.snapshot();
         assert_eq!(s.calls.count, 3);

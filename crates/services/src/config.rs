@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceConfig {
-    /// The name plugins use (and grants list).
+    /// The name plugins use (and grants list): 1-64 letters, digits, `.`,
+    /// `_` and `-`, beginning with a letter or digit.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
     pub name: String,
     /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]

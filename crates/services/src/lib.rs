@@ -29,7 +29,7 @@ pub mod stats;
 mod tls;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub use config::{ServiceConfig, ServiceKind};
 pub use stats::ServiceStats;
@@ -115,47 +115,55 @@ impl Service {
     }
 }
 
-/// Every service of the running configuration, by name. Building one is
-/// cheap: pools connect lazily, on the first call, so a node starts (and a
-/// reload succeeds) while a database is down, and calls fail with
-/// `unavailable` until it is back.
+/// The services of one configuration, by name. Building one is cheap:
+/// pools connect lazily, on the first call, so a node starts (and a reload
+/// succeeds) while a database is down, and calls fail with `unavailable`
+/// until it is back.
+///
+/// A set belongs to the gateway built with it and is never changed: a
+/// reload builds a new set beside the running one ([`Services::build`]),
+/// reusing the running set's services whose configuration is unchanged (so
+/// their warm connections survive), and the new set serves only if the
+/// whole gateway builds and is swapped in. A rejected reload leaves the
+/// running set, its pools and its metrics as they were.
 #[derive(Default)]
 pub struct Services {
-    /// Built services by name, with the configuration they were built from:
-    /// a reload with the same configuration keeps the service and its pool.
-    built: Mutex<HashMap<String, (ServiceConfig, Arc<Service>)>>,
+    /// By name, with the configuration each was built from.
+    built: HashMap<String, (ServiceConfig, Arc<Service>)>,
 }
 
 impl Services {
+    /// No services.
     pub fn new() -> Services {
         Services::default()
     }
 
-    /// The services of a configuration: those built before with the same
-    /// configuration are kept (with their connections), the others are
-    /// built; services no longer configured are dropped from the registry
-    /// (their pools close once the last plugin using them is gone).
-    /// Errors name the service.
-    pub fn update(&self, configs: &[ServiceConfig]) -> Result<Vec<Arc<Service>>, (String, String)> {
-        let mut built = self.built.lock().expect("services lock");
-        let mut next = HashMap::new();
-        let mut services = Vec::with_capacity(configs.len());
+    /// The services of `configs`: those `previous` built with the same
+    /// configuration are shared (with their connections), the others are
+    /// built. `previous` is not changed. Errors name the service.
+    pub fn build(
+        configs: &[ServiceConfig],
+        previous: &Services,
+    ) -> Result<Services, (String, String)> {
+        let mut built = HashMap::with_capacity(configs.len());
         for config in configs {
-            let service = match built.get(&config.name) {
-                Some((previous, service)) if previous == config => service.clone(),
+            let service = match previous.built.get(&config.name) {
+                Some((before, service)) if before == config => service.clone(),
                 _ => Arc::new(build(config).map_err(|e| (config.name.clone(), format!("{e:#}")))?),
             };
-            next.insert(config.name.clone(), (config.clone(), service.clone()));
-            services.push(service);
+            built.insert(config.name.clone(), (config.clone(), service));
         }
-        *built = next;
-        Ok(services)
+        Ok(Services { built })
     }
 
-    /// Every service built and still configured, for metrics.
+    /// The service named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Service>> {
+        self.built.get(name).map(|(_, service)| service)
+    }
+
+    /// Every service, by name, for metrics.
     pub fn all(&self) -> Vec<Arc<Service>> {
-        let built = self.built.lock().expect("services lock");
-        let mut all: Vec<Arc<Service>> = built.values().map(|(_, s)| s.clone()).collect();
+        let mut all: Vec<Arc<Service>> = self.built.values().map(|(_, s)| s.clone()).collect();
         all.sort_by(|a, b| a.name().cmp(b.name()));
         all
     }

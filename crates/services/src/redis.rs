@@ -1,10 +1,19 @@
 //! A Redis service: `pool_size` multiplexed connections (redis-rs's
-//! `ConnectionManager`: it reconnects by itself, with backoff, after a
-//! connection breaks), commands spread over them round robin and pipelined,
-//! as Envoy's Redis client does for Higress. No checkout, so no wait for a
-//! free connection and no round trip to test one before use; a blocking
-//! command (`BLPOP`) holds up the others on its connection, so use a service
-//! of its own for those. `pool_size: 0` opens a connection per command.
+//! `ConnectionManager`), commands spread over them round robin and
+//! pipelined, as Envoy's Redis client does for Higress. No checkout, so no
+//! wait for a free connection and no round trip to test one before use; a
+//! blocking command (`BLPOP`) holds up the others on its connection, so use a
+//! service of its own for those. `pool_size: 0` opens a connection per
+//! command.
+//!
+//! A connection manager learns that its connection broke (Redis restarted,
+//! a proxy dropped it) only when a command fails on it, and then reconnects.
+//! So that a restart costs no command: a command that fails because its
+//! connection broke is sent once more on the replacement, and the pool's
+//! other connections are then tested in the background (`PING`, repeated
+//! with backoff while Redis is away) and so replaced before a command meets
+//! them. A command Redis received just before its connection broke may
+//! thereby run twice, as with any client that retries.
 //!
 //! Two ways in: [`RedisService::command`] (arguments in, a parsed reply out:
 //! the Extism ABI) and [`RedisService::call_resp`] (a RESP-encoded command in,
@@ -13,7 +22,7 @@
 //! each such [`Access`] gets connections of its own.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +60,49 @@ struct Pool {
     client: redis::Client,
     connections: Vec<ConnectionManager>,
     next: AtomicUsize,
+    /// Whether a task is testing (and so replacing) broken connections.
+    healing: AtomicBool,
+}
+
+/// Whether `e` means the connection broke (its manager is replacing it),
+/// not that Redis refused the command.
+fn broken_connection(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_unrecoverable_error()
+}
+
+impl Pool {
+    /// Tests every connection until all answer, so that the broken ones are
+    /// replaced before a command meets them; one task at a time per pool,
+    /// ending with the pool.
+    fn heal(self: &Arc<Self>, timeout: Duration) {
+        if self.healing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut backoff = wasmgate_runtime::backoff::Backoff::new(
+                Duration::from_millis(50),
+                Duration::from_secs(5),
+            );
+            loop {
+                let Some(pool) = pool.upgrade() else { return };
+                let mut all_answer = true;
+                for connection in &pool.connections {
+                    let mut connection = connection.clone();
+                    let ping = redis::cmd("PING");
+                    let answered =
+                        tokio::time::timeout(timeout, connection.req_packed_command(&ping)).await;
+                    all_answer &= matches!(answered, Ok(Ok(_)));
+                }
+                if all_answer {
+                    pool.healing.store(false, Ordering::Release);
+                    return;
+                }
+                drop(pool);
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        });
+    }
 }
 
 impl RedisService {
@@ -153,6 +205,7 @@ impl RedisService {
             cmd.arg(&arg[..]);
         }
         let timeout = deadline.map_or(self.timeout, |d| d.min(self.timeout));
+        let started = Instant::now();
         let _counted = InFlight::enter(&self.in_flight);
         let pool = self
             .pool(access)
@@ -175,7 +228,17 @@ impl RedisService {
         } else {
             let index = pool.next.fetch_add(1, Ordering::Relaxed) % pool.connections.len();
             let mut connection = pool.connections[index].clone();
-            tokio::time::timeout(timeout, connection.req_packed_command(&cmd)).await
+            let reply = tokio::time::timeout(timeout, connection.req_packed_command(&cmd)).await;
+            match reply {
+                Ok(Err(e)) if broken_connection(&e) => {
+                    // Its manager is reconnecting: this waits for that
+                    // connection, and the others are tested meanwhile.
+                    pool.heal(self.connect_timeout);
+                    let left = timeout.saturating_sub(started.elapsed());
+                    tokio::time::timeout(left, connection.req_packed_command(&cmd)).await
+                }
+                reply => reply,
+            }
         };
         match reply {
             Ok(Ok(value)) => Ok(value),
@@ -258,6 +321,7 @@ impl RedisService {
             client,
             connections,
             next: AtomicUsize::new(0),
+            healing: AtomicBool::new(false),
         });
         pools.insert(access.clone(), pool.clone());
         Ok(pool)

@@ -12,7 +12,10 @@ use wasmgate_services::{Service, ServiceConfig, ServiceError, Services};
 use wasmgate_testkit::{PostgresOptions, PostgresServer};
 
 fn service(config: ServiceConfig) -> Arc<Service> {
-    Services::new().update(&[config]).unwrap().remove(0)
+    Services::build(&[config], &Services::new())
+        .unwrap()
+        .all()
+        .remove(0)
 }
 
 fn pg(service: &Service) -> &PgService {
@@ -364,4 +367,37 @@ async fn a_restart_under_load_recovers_without_leaking_connections() {
         (1..=4).contains(&open),
         "{open} connections open for a pool of 4"
     );
+}
+
+/// As for Redis: PostgreSQL restarted while the pool's connections sit idle
+/// costs no query; the first query on every pooled connection succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_query_after_a_restart_succeeds_on_every_connection() {
+    let mut server = PostgresServer::start();
+    let s = service(config(server.url()));
+    // Four queries at once open the pool's four connections.
+    let open: Vec<_> = (0..4)
+        .map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move { pg(&s).query("select pg_sleep(0.1)", &[], None).await })
+        })
+        .collect();
+    for query in open {
+        query.await.unwrap().unwrap();
+    }
+    assert_eq!(server.app_connection_count(), 4);
+    server.stop();
+    server.start_again();
+    let after: Vec<_> = (0..4)
+        .map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move { pg(&s).query("select 1 as one", &[], None).await })
+        })
+        .collect();
+    for (i, query) in after.into_iter().enumerate() {
+        query
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("query {i} after the restart: {e}"));
+    }
 }

@@ -15,7 +15,10 @@ fn service(url: &str, pool_size: usize) -> Arc<Service> {
     config.pool_size = pool_size;
     config.timeout_ms = Some(500);
     config.connect_timeout_ms = 500;
-    Services::new().update(&[config]).unwrap().remove(0)
+    Services::build(&[config], &Services::new())
+        .unwrap()
+        .all()
+        .remove(0)
 }
 
 fn redis(service: &Service) -> &RedisService {
@@ -202,4 +205,41 @@ async fn a_restart_under_load_recovers_without_leaking_connections() {
         (1..=3).contains(&open),
         "{open} connections open for a pool of 3"
     );
+}
+
+/// Redis restarted while the pool's connections sit idle: each connection is
+/// broken, yet the first command after the restart on every one of them
+/// succeeds (it is sent again on its replacement), and so does every command
+/// once Redis is back after a stop that commands did meet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_command_after_a_restart_succeeds_on_every_connection() {
+    let mut server = RedisServer::start();
+    let pool = 4;
+    let s = service(&server.url(), pool);
+    let (access, incr_n) = (Access::default(), args(&["INCR", "n"]));
+    let incr = || redis(&s).command(&access, &incr_n, None);
+    // Round robin: `pool` commands open every connection.
+    for _ in 0..pool {
+        incr().await.unwrap();
+    }
+    server.kill();
+    server.start_again();
+    for i in 0..pool {
+        incr()
+            .await
+            .unwrap_or_else(|e| panic!("command {i} after an idle restart: {e}"));
+    }
+    // Down while commands come: they fail as `unavailable`; once it is
+    // back, the next command on every connection succeeds.
+    server.kill();
+    for _ in 0..pool {
+        let e = incr().await.unwrap_err();
+        assert!(matches!(e.kind(), "unavailable" | "timeout"), "{e}");
+    }
+    server.start_again();
+    for i in 0..pool {
+        incr()
+            .await
+            .unwrap_or_else(|e| panic!("command {i} once Redis was back: {e}"));
+    }
 }

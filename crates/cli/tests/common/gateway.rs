@@ -116,6 +116,17 @@ impl GatewayProc {
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.admin_port)
     }
+
+    /// Stops it as an operator or an orchestrator does (SIGTERM) and waits
+    /// for it to exit; its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let signalled = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(signalled.success());
+        self.child.wait().unwrap()
+    }
 }
 
 impl Drop for GatewayProc {

@@ -5,6 +5,7 @@
 //! - `/secret`: a body containing `secret`;
 //! - `/slow`: answers after two seconds;
 //! - `/stream`: three chunks, 100 ms apart;
+//! - `/file/<absolute path>`: that file's bytes (a module "published" at a URL);
 //! - anything else: a JSON echo of the request (method, path, headers, body).
 //!
 //! Every response carries `x-upstream: <name>`; requests are counted.
@@ -98,6 +99,10 @@ async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<B
         Err(_) => Default::default(),
     };
     let path = parts.uri.path().to_string();
+    if let Some(file) = path.strip_prefix("/file/") {
+        let bytes = std::fs::read(format!("/{file}")).unwrap_or_default();
+        return Ok(Response::new(full(bytes)));
+    }
     let body: Body = match path.as_str() {
         "/bytes/1" => {
             let allow = parts.headers.get("x-token").is_some_and(|v| v == "allow");

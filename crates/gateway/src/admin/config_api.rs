@@ -6,65 +6,65 @@
 //! (`admin_file.rs`), so they survive a restart. Every write is recorded
 //! (`LiveGateway::record_change`): what, before and after, from where.
 
-use hyper::{Method, StatusCode};
+use hyper::StatusCode;
 use serde_json::{json, Value};
 
+use super::endpoints::{Endpoint, Section};
 use super::{Caller, Reply};
 use crate::config::{NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
 use crate::reload::{AdminChange, EditError, LiveGateway};
 
+/// Answers `endpoint` (one of the configuration's), for entry `name` when
+/// it names one.
 pub(super) async fn handle(
     live: &LiveGateway,
     caller: &Caller,
-    method: &Method,
-    segments: &[&str],
+    endpoint: Endpoint,
+    name: &str,
     body: &[u8],
 ) -> Reply {
-    match segments {
-        ["config"] if method == Method::GET => {
+    let section = match endpoint {
+        Endpoint::Config => {
             let mut config = live.current().config().clone();
             if config.admin_token.is_some() {
                 config.admin_token = Some("<redacted>".into());
             }
             config.services = config.services.iter().map(NamedEntry::redacted).collect();
-            Reply::json(StatusCode::OK, json!(config))
+            return Reply::json(StatusCode::OK, json!(config));
         }
-        ["routes", rest @ ..] => {
-            entry::<RouteConfig>(live, caller, method, rest.first(), body).await
-        }
-        ["upstreams", rest @ ..] => {
-            entry::<UpstreamConfig>(live, caller, method, rest.first(), body).await
-        }
-        ["plugins", rest @ ..] => {
-            entry::<PluginConfig>(live, caller, method, rest.first(), body).await
-        }
-        ["services", rest @ ..] => {
-            entry::<ServiceConfig>(live, caller, method, rest.first(), body).await
-        }
-        _ => Reply::error(StatusCode::METHOD_NOT_ALLOWED, "GET /config"),
+        Endpoint::List(section)
+        | Endpoint::Get(section)
+        | Endpoint::Put(section)
+        | Endpoint::Delete(section) => section,
+        other => unreachable!("{other:?} is not a configuration endpoint"),
+    };
+    match section {
+        Section::Routes => entry::<RouteConfig>(live, caller, endpoint, name, body).await,
+        Section::Upstreams => entry::<UpstreamConfig>(live, caller, endpoint, name, body).await,
+        Section::Plugins => entry::<PluginConfig>(live, caller, endpoint, name, body).await,
+        Section::Services => entry::<ServiceConfig>(live, caller, endpoint, name, body).await,
     }
 }
 
 async fn entry<T: NamedEntry>(
     live: &LiveGateway,
     caller: &Caller,
-    method: &Method,
-    name: Option<&&str>,
+    endpoint: Endpoint,
+    name: &str,
     body: &[u8],
 ) -> Reply {
     let mut config = live.current().config().clone();
-    match (method, name) {
-        (&Method::GET, None) => {
+    match endpoint {
+        Endpoint::List(_) => {
             let shown: Vec<T> = T::list(&mut config).iter().map(T::redacted).collect();
             Reply::json(StatusCode::OK, json!(shown))
         }
-        (&Method::GET, Some(name)) => match T::list(&mut config).iter().find(|e| e.name() == *name)
-        {
+        Endpoint::Get(_) => match T::list(&mut config).iter().find(|e| e.name() == name) {
             Some(found) => Reply::json(StatusCode::OK, json!(found.redacted())),
             None => Reply::error(StatusCode::NOT_FOUND, format!("no {} `{name}`", T::KIND)),
         },
-        (&Method::PUT, Some(name)) => put::<T>(live, caller, name, body).await,
-        (&Method::DELETE, Some(name)) => {
+        Endpoint::Put(_) => put::<T>(live, caller, name, body).await,
+        _ => {
             let name = name.to_string();
             let mut change = caller.change(format!("DELETE {} {name}", T::KIND));
             change.before = find::<T>(live, &name).map(|e| e.fingerprint());
@@ -87,13 +87,6 @@ async fn entry<T: NamedEntry>(
                 json!({ "deleted": name }),
             )
         }
-        _ => Reply::error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!(
-                "a {0} list takes GET; a {0} by name takes GET, PUT and DELETE",
-                T::KIND
-            ),
-        ),
     }
 }
 

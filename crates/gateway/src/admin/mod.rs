@@ -5,9 +5,9 @@
 //! - `GET /metrics`: Prometheus text format (see `metrics.rs`).
 //! - `GET /status`: reload generation and last error, plugin summaries.
 //! - `GET /plugins/{name}/status`: one plugin's pools, counters and last crash.
-//! - `GET|PUT|DELETE /routes/{name}`, `/upstreams/{name}`, `/plugins/{name}`
-//!   and `GET /routes`, ...: the configuration, changed like a reload (see
-//!   `config_api.rs`).
+//! - `GET|PUT|DELETE /routes/{name}`, `/upstreams/{name}`, `/plugins/{name}`,
+//!   `/services/{name}` and `GET /routes`, ...: the configuration, changed
+//!   like a reload (see `config_api.rs`).
 //! - `POST /reload`: re-read the configuration file.
 //! - `POST /profile`: a CPU profile of live traffic (see `profile.rs`).
 //! - `GET /openapi.yaml`: the description of all of this.
@@ -15,12 +15,14 @@
 //!   `history.rs`), for the dashboard.
 //! - `GET /`, `/ui/...`: the web dashboard (see `dashboard.rs`).
 //!
-//! Every request but the probes passes `guard.rs` first (Host, Origin,
-//! intent: the defences against DNS rebinding and cross-origin writes),
-//! then the token check.
+//! Every endpoint is listed once, in `endpoints.rs`, which the OpenAPI
+//! document must match. Every request but the probes passes `guard.rs`
+//! first (Host, Origin, intent: the defences against DNS rebinding and
+//! cross-origin writes), then the token check.
 
 mod config_api;
 mod dashboard;
+mod endpoints;
 mod guard;
 pub mod history;
 mod metrics;
@@ -38,6 +40,7 @@ use crate::body::{self, Body};
 use crate::config::ADMIN_TOKEN_ENV;
 use crate::listener::{Connection, Handler};
 use crate::reload::{AdminChange, LiveGateway};
+use endpoints::{Endpoint, Lookup};
 
 pub struct Admin {
     pub live: Arc<LiveGateway>,
@@ -116,18 +119,20 @@ impl Caller {
 
 impl Handler for Admin {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
-        if request.method() == Method::GET {
+        let path = request.uri().path().to_string();
+        let reply = match endpoints::find(request.method(), &path) {
+            Lookup::Endpoint(endpoint, _) if endpoint.is_probe() => self.probe(endpoint),
             // The dashboard's assets: public (the page asks for the token
             // itself), but only to callers that pass the Host and Origin
             // checks, so a rebinding page cannot load them either.
-            if let Some(asset) = dashboard::asset(request.uri().path()) {
+            Lookup::Endpoint(Endpoint::Dashboard, _) => {
                 return match self.check_caller(&request, &connection) {
-                    Ok(_) => asset,
+                    Ok(_) => dashboard::asset(&path).expect("the table lists the assets"),
                     Err(reply) => self.respond(reply),
                 };
             }
-        }
-        let reply = self.route(request, connection).await;
+            found => self.route(request, connection, found).await,
+        };
         self.respond(reply)
     }
 }
@@ -156,6 +161,19 @@ impl Admin {
             .expect("static response parts are valid")
     }
 
+    /// Liveness and readiness: for orchestrators that hold no token, under
+    /// whatever name they use; they reveal nothing.
+    fn probe(&self, endpoint: Endpoint) -> Reply {
+        match endpoint {
+            Endpoint::Readyz if !self.live.is_ready() => Reply::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("no configuration yet: {}\n", self.live.waiting()),
+            ),
+            _ => Reply::text(StatusCode::OK, "text/plain", "ok\n"),
+        }
+    }
+
     /// The Host and Origin checks (`guard.rs`): `Ok` with the CORS origin
     /// to echo, or the refusal.
     fn check_caller(
@@ -180,25 +198,12 @@ impl Admin {
         }
     }
 
-    async fn route(&self, request: Request<Incoming>, connection: Connection) -> Reply {
-        let path = request.uri().path().to_string();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        // Probes must work for orchestrators that hold no token, whatever
-        // name they use; they reveal nothing.
-        match segments.as_slice() {
-            ["healthz"] => return Reply::text(StatusCode::OK, "text/plain", "ok\n"),
-            ["readyz"] if self.live.is_ready() => {
-                return Reply::text(StatusCode::OK, "text/plain", "ok\n")
-            }
-            ["readyz"] => {
-                return Reply::text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "no configuration yet: waiting for the configuration store\n",
-                )
-            }
-            _ => {}
-        }
+    async fn route(
+        &self,
+        request: Request<Incoming>,
+        connection: Connection,
+        found: Lookup,
+    ) -> Reply {
         let cors_origin = match self.check_caller(&request, &connection) {
             Ok(cors_origin) => cors_origin,
             Err(reply) => return reply,
@@ -211,7 +216,7 @@ impl Admin {
             token_configured: expected_token.is_some(),
         };
         let mut reply = self
-            .authorised(request, connection, &policy, expected_token)
+            .authorised(request, connection, &policy, expected_token, found)
             .await;
         reply.cors = cors_origin;
         reply
@@ -224,6 +229,7 @@ impl Admin {
         connection: Connection,
         policy: &guard::Policy<'_>,
         expected_token: Option<String>,
+        found: Lookup,
     ) -> Reply {
         if let Some(expected) = &expected_token {
             if !token_matches(&request, expected) {
@@ -240,24 +246,36 @@ impl Admin {
             peer: connection.peer,
             token: expected_token.is_some(),
         };
-        let path = request.uri().path().to_string();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let method = request.method().clone();
+        let path = request.uri().path().to_string();
         let query = request.uri().query().unwrap_or("").to_string();
-        match (&method, segments.as_slice()) {
-            (&Method::GET, ["metrics"]) => Reply::text(
+        let (endpoint, name) = match found {
+            Lookup::Endpoint(endpoint, name) => (endpoint, name),
+            Lookup::WrongMethod(allowed) => {
+                let allowed: Vec<String> = allowed.iter().map(Method::to_string).collect();
+                return Reply::error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{path} takes {}", allowed.join(", ")),
+                );
+            }
+            Lookup::NotFound => {
+                return Reply::error(
+                    StatusCode::NOT_FOUND,
+                    format!("no admin endpoint {method} {path} (see GET /openapi.yaml)"),
+                )
+            }
+        };
+        let name = name.unwrap_or_default();
+        match endpoint {
+            Endpoint::Metrics => Reply::text(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
                 metrics::render(&self.live),
             ),
-            (&Method::GET, ["status"]) => Reply::json(StatusCode::OK, self.status()),
-            (&Method::GET, ["stats", "history"]) => {
-                Reply::json(StatusCode::OK, self.history.to_json())
-            }
-            (&Method::GET, ["openapi.yaml"]) => {
-                Reply::text(StatusCode::OK, "application/yaml", OPENAPI)
-            }
-            (&Method::POST, ["reload"]) => {
+            Endpoint::Status => Reply::json(StatusCode::OK, self.status()),
+            Endpoint::StatsHistory => Reply::json(StatusCode::OK, self.history.to_json()),
+            Endpoint::OpenApi => Reply::text(StatusCode::OK, "application/yaml", OPENAPI),
+            Endpoint::Reload => {
                 let mut change = caller.change("POST /reload".into());
                 let result = self.live.reload("admin API").await;
                 change.outcome = match &result {
@@ -276,35 +294,29 @@ impl Admin {
                     ),
                 }
             }
-            (&Method::POST, ["profile"]) => profile::record(&self.live, &query).await,
-            (&Method::GET, ["cluster"]) => match self.live.store() {
+            Endpoint::Profile => profile::record(&self.live, &query).await,
+            Endpoint::Cluster => match self.live.store() {
                 Some(store) => Reply::json(StatusCode::OK, store.cluster().await),
                 None => Reply::error(
                     StatusCode::NOT_FOUND,
                     "this node is not part of a cluster: its configuration is its file (see docs/cluster.md)",
                 ),
             },
-            (&Method::GET, ["plugins", name, "status"]) => self.plugin_status(name),
-            (
-                _,
-                ["config"]
-                | ["routes" | "upstreams" | "plugins" | "services"]
-                | ["routes" | "upstreams" | "plugins" | "services", _],
-            ) => {
+            Endpoint::PluginStatus => self.plugin_status(&name),
+            Endpoint::Config
+            | Endpoint::List(_)
+            | Endpoint::Get(_)
+            | Endpoint::Put(_)
+            | Endpoint::Delete(_) => {
                 let body = match read_body(request).await {
                     Ok(body) => body,
                     Err(reply) => return reply,
                 };
-                config_api::handle(&self.live, &caller, &method, &segments, &body).await
+                config_api::handle(&self.live, &caller, endpoint, &name, &body).await
             }
-            (_, ["reload" | "profile"]) => Reply::error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("use POST /{}", segments[0]),
-            ),
-            _ => Reply::error(
-                StatusCode::NOT_FOUND,
-                format!("no admin endpoint {method} {path} (see GET /openapi.yaml)"),
-            ),
+            Endpoint::Healthz | Endpoint::Readyz | Endpoint::Dashboard => {
+                unreachable!("answered before the checks")
+            }
         }
     }
 

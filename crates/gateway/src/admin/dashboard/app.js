@@ -49,6 +49,12 @@ async function api(path, options = {}) {
   return body;
 }
 
+// A JSON object's own value under `key` (route names like `constructor`
+// must not find what every object inherits).
+function own(object, key) {
+  return object && Object.hasOwn(object, key) ? object[key] : undefined;
+}
+
 // Prometheus text into [{name, labels, value}].
 function parseMetrics(text) {
   const out = [];
@@ -56,7 +62,7 @@ function parseMetrics(text) {
     if (!line || line.startsWith("#")) continue;
     const m = line.match(/^([a-zA-Z_:][\w:]*)(\{(.*)\})? (\S+)$/);
     if (!m) continue;
-    const labels = {};
+    const labels = Object.create(null);
     const re = /(\w+)="((?:[^"\\]|\\.)*)"/g;
     let l;
     while ((l = re.exec(m[3] || "")) !== null) labels[l[1]] = l[2].replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
@@ -114,7 +120,7 @@ const pages = {
     for (const s of samples) for (const r of Object.keys(s.routes)) routes.add(r);
     const names = [...routes].sort();
     const seconds = (history.interval_ms || 1000) / 1000;
-    const series = (pick) => names.map((n) => samples.map((s) => (s.routes[n] ? pick(s.routes[n]) : null)));
+    const series = (pick) => names.map((n) => samples.map((s) => (own(s.routes, n) ? pick(own(s.routes, n)) : null)));
     chart("chart-rps", samples, series((p) => p.requests / seconds));
     chart("chart-errors", samples, series((p) => p.server_errors / seconds));
     chart("chart-p50", samples, series((p) => p.p50_ms));
@@ -126,20 +132,21 @@ const pages = {
     }));
     // Totals since the route was built, from /metrics; recent rates and
     // latency from the last 10 samples.
-    const totals = {};
+    const totals = new Map();
     for (const m of metrics) {
       if (m.name !== "wasmgate_route_requests_total") continue;
-      const t = (totals[m.labels.route] ||= { all: 0 });
-      t.all += m.value;
-      t[m.labels.class] = m.value;
+      if (!totals.has(m.labels.route)) totals.set(m.labels.route, new Map([["all", 0]]));
+      const t = totals.get(m.labels.route);
+      t.set("all", t.get("all") + m.value);
+      t.set(m.labels.class, m.value);
     }
     const recent = samples.slice(-10);
-    const rows = Object.keys(totals).sort().map((name) => {
-      const points = recent.map((s) => s.routes[name]).filter(Boolean);
+    const rows = [...totals.keys()].sort().map((name) => {
+      const points = recent.map((s) => own(s.routes, name)).filter(Boolean);
       const requests = points.reduce((a, p) => a + p.requests, 0);
       const worst = (k) => points.reduce((a, p) => (p[k] === null ? a : Math.max(a, p[k])), -1);
-      const t = totals[name];
-      const tr = row([name, t.all, t["2xx"] || 0, t["4xx"] || 0, t["5xx"] || 0,
+      const t = totals.get(name);
+      const tr = row([name, t.get("all"), t.get("2xx") || 0, t.get("4xx") || 0, t.get("5xx") || 0,
         fmt(points.length ? requests / (points.length * seconds) : 0),
         worst("p50_ms") < 0 ? "-" : "≤ " + worst("p50_ms") + " ms",
         worst("p99_ms") < 0 ? "-" : "≤ " + worst("p99_ms") + " ms"]);
@@ -156,18 +163,19 @@ const pages = {
       tr.dataset.route = r.name;
       return tr;
     }));
-    const node = {};
+    const node = new Map();
     for (const m of metrics) {
       if (!m.name.startsWith("wasmgate_upstream_node_") || !m.labels.upstream) continue;
       const key = m.labels.upstream + " " + m.labels.node;
-      (node[key] ||= {})[m.name.replace("wasmgate_upstream_node_", "")] = m.value;
+      if (!node.has(key)) node.set(key, Object.create(null));
+      node.get(key)[m.name.replace("wasmgate_upstream_node_", "")] = m.value;
     }
     const rows = [];
     for (const u of config.upstreams || []) {
       for (const n of u.nodes || []) {
         const address = typeof n === "string" ? n : n.address;
         const weight = typeof n === "string" ? 1 : (n.weight ?? 1);
-        const m = node[u.name + " " + address] || {};
+        const m = node.get(u.name + " " + address) || Object.create(null);
         rows.push(row([u.name, address, weight,
           m.healthy === undefined ? "-" : (m.healthy ? "yes" : "no"),
           m.connections ?? "-", m.requests_total ?? "-", m.retries_total ?? "-"]));
@@ -178,8 +186,15 @@ const pages = {
 
   async plugins() {
     const status = await api("/status");
-    const details = await Promise.all((status.plugins || []).map((p) => api(`/plugins/${encodeURIComponent(p.name)}/status`)));
-    fill("plugins-table", details.map((d) => {
+    // One plugin whose status cannot be read shows as such; the others still show.
+    const settled = await Promise.allSettled((status.plugins || []).map((p) => api(`/plugins/${encodeURIComponent(p.name)}/status`)));
+    fill("plugins-table", settled.map((result, i) => {
+      if (result.status === "rejected") {
+        const tr = row([status.plugins[i].name, status.plugins[i].kind, "status unavailable: " + result.reason.message]);
+        tr.dataset.plugin = status.plugins[i].name;
+        return tr;
+      }
+      const d = result.value;
       const sum = (f) => d.instance_sets.reduce((a, s) => a + f(s), 0);
       const button = el("button", "details");
       button.addEventListener("click", () => showPlugin(d));
