@@ -13,7 +13,7 @@ use std::time::Duration;
 use etcd_client::{GetOptions, PutOptions};
 use serde_json::{json, Value};
 
-use wasmgate_runtime::backoff::Backoff;
+use wasmgate_base::backoff::Backoff;
 
 use crate::layout;
 use crate::store::{now_ms, EtcdStore, BACKOFF_MAX, BACKOFF_MIN};

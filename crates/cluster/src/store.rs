@@ -37,7 +37,7 @@ use wasmgate_gateway::reload::EditError;
 use wasmgate_gateway::LiveGateway;
 
 use crate::layout::{self, Objects};
-use wasmgate_runtime::backoff::Backoff;
+use wasmgate_base::backoff::Backoff;
 
 /// Backoff between attempts to reach etcd: from about 100 ms, doubling, to
 /// about 5 s (with jitter).
@@ -404,7 +404,7 @@ impl EtcdStore {
         };
         let text = json!({ "prefix": self.prefix, "revision": revision, "objects": entries });
         let bytes = serde_json::to_vec_pretty(&text).expect("JSON");
-        if let Err(e) = wasmgate_gateway::reload::write_atomically(path, &bytes) {
+        if let Err(e) = wasmgate_base::fs::write_atomically(path, &bytes) {
             tracing::warn!(file = %path.display(), error = %e, "cannot write the configuration cache");
         }
     }

@@ -110,7 +110,7 @@ impl AdminChanges {
             };
         }
         let yaml = serde_yaml_ng::to_string(self).map_err(std::io::Error::other)?;
-        crate::reload::write_atomically(path, format!("{HEADER}{yaml}").as_bytes())
+        wasmgate_base::fs::write_atomically(path, format!("{HEADER}{yaml}").as_bytes())
     }
 
     /// Applies these changes over `config` (the operator's file).

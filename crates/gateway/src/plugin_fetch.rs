@@ -62,7 +62,7 @@ pub(crate) async fn module_file(
         bail!("{url}: sha256 mismatch: the configuration expects {expected}, the module fetched has {actual}");
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    crate::reload::write_atomically(&file, &bytes)
+    wasmgate_base::fs::write_atomically(&file, &bytes)
         .with_context(|| format!("writing {}", file.display()))?;
     Ok(file)
 }

@@ -541,17 +541,6 @@ fn fingerprint(files: &[PathBuf]) -> Fingerprint {
         .collect()
 }
 
-/// Written beside the file and renamed over it: a reader (or the watcher)
-/// never sees half of it.
-pub fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    let mut staged = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut staged, bytes)?;
-    staged.as_file().sync_data()?;
-    staged.persist(file).map_err(|e| e.error)?;
-    Ok(())
-}
-
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -5,7 +5,6 @@
 //! allocator (with an on-demand fallback where the virtual-memory reservation
 //! fails). Around it:
 //!
-//! - [`backoff`]: the exponential backoff with jitter every retry loop uses.
 //! - [`cache`]: compiled modules cached on disk, keyed by content hash and
 //!   engine compatibility, verified before they are loaded.
 //! - [`limits`]: per-store memory caps ([`MemoryLimiter`]) and call deadlines
@@ -22,7 +21,6 @@
 //!
 //! The ABI crates build their own `Linker`s and store data on top of this.
 
-pub mod backoff;
 pub mod cache;
 pub mod crash;
 mod engine;

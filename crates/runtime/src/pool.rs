@@ -100,7 +100,7 @@ struct Backoff {
     until: Option<Instant>,
     last_error: String,
     total_failures: u64,
-    delays: crate::backoff::Backoff,
+    delays: wasmgate_base::backoff::Backoff,
 }
 
 impl Default for Backoff {
@@ -110,7 +110,7 @@ impl Default for Backoff {
             until: None,
             last_error: String::new(),
             total_failures: 0,
-            delays: crate::backoff::Backoff::new(Self::FIRST, Self::MAX),
+            delays: wasmgate_base::backoff::Backoff::new(Self::FIRST, Self::MAX),
         }
     }
 }

@@ -80,7 +80,7 @@ impl Pool {
         }
         let pool = Arc::downgrade(self);
         tokio::spawn(async move {
-            let mut backoff = wasmgate_runtime::backoff::Backoff::new(
+            let mut backoff = wasmgate_base::backoff::Backoff::new(
                 Duration::from_millis(50),
                 Duration::from_secs(5),
             );

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use wasmgate_runtime::{HistogramSnapshot, LatencyHistogram};
+use wasmgate_base::histogram::{HistogramSnapshot, LatencyHistogram};
 
 /// Error kinds, in the order their counters are kept.
 pub const ERROR_KINDS: [&str; 6] = [

@@ -1,0 +1,12 @@
+//! The small pieces every wasmgate crate shares and none owns, with nothing
+//! of WebAssembly or HTTP in them: so a crate that needs only these (the
+//! services, the configuration) does not depend on the wasmtime-carrying
+//! runtime.
+//!
+//! - [`histogram`]: lock-free latency histograms over fixed buckets.
+//! - [`backoff`]: the exponential backoff with jitter every retry loop uses.
+//! - [`fs`]: files written whole or not at all.
+
+pub mod backoff;
+pub mod fs;
+pub mod histogram;
