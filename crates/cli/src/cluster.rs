@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use wasmgate_cluster::EtcdStore;
-use wasmgate_gateway::config::GatewayConfig;
+use wasmgate_config::GatewayConfig;
 use wasmgate_gateway::{Gateway, LiveGateway};
 use wasmgate_runtime::Runtime;
 

@@ -10,8 +10,8 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use wasmgate_config::GatewayConfig;
 use wasmgate_gateway::admin::Admin;
-use wasmgate_gateway::config::GatewayConfig;
 use wasmgate_gateway::{Gateway, ListenerConfig, LiveGateway};
 use wasmgate_runtime::{Runtime, RuntimeConfig};
 
@@ -127,7 +127,7 @@ pub fn check(
 }
 
 pub fn schema() -> Result<ExitCode> {
-    let schema = wasmgate_gateway::config::json_schema();
+    let schema = wasmgate_config::json_schema();
     // One write, through `?`: a closed pipe ends the command quietly (main.rs).
     let text = serde_json::to_string_pretty(&schema)? + "\n";
     std::io::stdout().lock().write_all(text.as_bytes())?;

@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use wasmgate_gateway::admin_file::AdminChanges;
-use wasmgate_gateway::config::{FilterRef, GatewayConfig, NamedEntry};
+use wasmgate_config::AdminChanges;
+use wasmgate_config::{FilterRef, GatewayConfig, NamedEntry};
 
 /// The kinds of named objects, as key segments.
 pub const KINDS: [&str; 4] = ["services", "plugins", "upstreams", "routes"];

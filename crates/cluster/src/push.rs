@@ -7,7 +7,7 @@
 
 use anyhow::{Context, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
-use wasmgate_gateway::config::GatewayConfig;
+use wasmgate_config::GatewayConfig;
 
 use crate::layout;
 

@@ -30,8 +30,8 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Txn, TxnOp, WatchOptions,
 };
 use serde_json::{json, Value};
-use wasmgate_gateway::admin_file::AdminChanges;
-use wasmgate_gateway::config::{ConfigSource, GatewayConfig};
+use wasmgate_config::AdminChanges;
+use wasmgate_config::{ConfigSource, GatewayConfig};
 use wasmgate_gateway::config_store::{ConfigStore, StoreFuture};
 use wasmgate_gateway::reload::EditError;
 use wasmgate_gateway::LiveGateway;

@@ -12,7 +12,7 @@ use wasmgate_proxy_wasm::Headers;
 use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
 
 use crate::body::{Body, BoxError, ClientBodyError};
-use crate::config::FailStrategy;
+use wasmgate_config::FailStrategy;
 
 /// A filter of a route: the plugin configured for that route, and its policy.
 pub struct RouteFilter {

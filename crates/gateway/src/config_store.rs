@@ -8,9 +8,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::admin_file::AdminChanges;
-use crate::config::GatewayConfig;
 use crate::reload::EditError;
+use wasmgate_config::AdminChanges;
+use wasmgate_config::GatewayConfig;
 
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -22,12 +22,12 @@ use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats, PrecompiledPoli
 use wasmgate_services::{Grants, Services};
 
 use crate::chain::RouteFilter;
-use crate::config::{
+use crate::router::{RouteIndex, RouteMatcher};
+use crate::upstream::{OutboundBody, RequestHead, Upstream};
+use wasmgate_config::{
     conf_bytes, ConfigError, ConfigErrors, FilterRef, FixedResponse, GatewayConfig, PluginConfig,
     PluginKind,
 };
-use crate::router::{RouteIndex, RouteMatcher};
-use crate::upstream::{OutboundBody, RequestHead, Upstream};
 
 pub struct Gateway {
     pub(crate) routes: Vec<Route>,

@@ -8,10 +8,8 @@
 //! [`config::GatewayConfig`]). The gateway's request path is in `proxy.rs`.
 
 pub mod admin;
-pub mod admin_file;
 pub mod body;
 mod chain;
-pub mod config;
 pub mod config_store;
 mod counted_connector;
 pub mod error_response;

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use sha2::{Digest, Sha256};
 
-use crate::config::PluginConfig;
+use wasmgate_config::PluginConfig;
 
 /// Largest module fetched (a Go plugin is a few MiB).
 const MAX_MODULE_BYTES: usize = 256 << 20;

@@ -27,11 +27,11 @@ use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo};
 
 use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::chain::{channel_body, channel_body_after, Chain, Direction, Stop};
-use crate::config::HashOn;
 use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
 use crate::listener::{Connection, Handler};
 use crate::upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
+use wasmgate_config::HashOn;
 
 const VIA: &str = "1.1 wasmgate";
 /// Frames in flight between a body pump and its reader.

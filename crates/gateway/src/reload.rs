@@ -21,12 +21,12 @@ use hyper::{Request, Response};
 use serde::Serialize;
 use wasmgate_runtime::Runtime;
 
-use crate::admin_file::{admin_file_path, AdminChanges};
 use crate::body::Body;
-use crate::config::GatewayConfig;
 use crate::config_store::ConfigStore;
 use crate::gateway::{plugin_path, Gateway};
 use crate::listener::{Connection, Handler};
+use wasmgate_config::GatewayConfig;
+use wasmgate_config::{admin_file_path, AdminChanges};
 
 /// The gateway currently serving, and how to build the next one.
 pub struct LiveGateway {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use hyper::{HeaderMap, Method};
 use regex::Regex;
 
-use crate::config::RouteConfig;
+use wasmgate_config::RouteConfig;
 
 pub struct RouteMatcher {
     hosts: Vec<HostPattern>,
@@ -240,7 +240,7 @@ pub fn strip_port(authority: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::GatewayConfig;
+    use wasmgate_config::GatewayConfig;
 
     fn route(yaml: &str) -> RouteMatcher {
         let config =

@@ -17,9 +17,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use wasmgate_runtime::LatencyHistogram;
 
 use crate::body::{self, Body, ClientBodyError};
-use crate::config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
 use crate::counted_connector::CountedConnector;
 use crate::node_pool::{NodePool, PooledBody};
+use wasmgate_config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
 
 /// Idle keep-alive connections per node, and how long one may stay idle.
 const MAX_IDLE_PER_NODE: usize = 256;
@@ -552,7 +552,7 @@ async fn probe(node: &Node, check: &ActiveCheck) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{HealthCheckConfig, NodeConfig};
+    use wasmgate_config::{HealthCheckConfig, NodeConfig};
 
     fn upstream(balance: Balance, weights: &[u32]) -> Arc<Upstream> {
         Upstream::new(&UpstreamConfig {

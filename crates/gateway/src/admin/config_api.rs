@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 
 use super::endpoints::{Endpoint, Section};
 use super::{Caller, Reply};
-use crate::config::{NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
 use crate::reload::{AdminChange, EditError, LiveGateway};
+use wasmgate_config::{NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
 
 /// Answers `endpoint` (one of the configuration's), for entry `name` when
 /// it names one.

@@ -37,10 +37,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::body::{self, Body};
-use crate::config::ADMIN_TOKEN_ENV;
 use crate::listener::{Connection, Handler};
 use crate::reload::{AdminChange, LiveGateway};
 use endpoints::{Endpoint, Lookup};
+use wasmgate_config::ADMIN_TOKEN_ENV;
 
 pub struct Admin {
     pub live: Arc<LiveGateway>,
@@ -392,7 +392,7 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Reply> {
 }
 
 /// The token the admin API requires, if any: the environment's, else the file's.
-fn expected_token(config: &crate::config::GatewayConfig) -> Option<String> {
+fn expected_token(config: &wasmgate_config::GatewayConfig) -> Option<String> {
     std::env::var(ADMIN_TOKEN_ENV)
         .ok()
         .filter(|t| !t.is_empty())

@@ -17,9 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{
-    GatewayConfig, NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig,
-};
+use crate::{GatewayConfig, NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
 
 /// The admin file of the configuration file `config`.
 pub fn admin_file_path(config: &Path) -> PathBuf {
@@ -98,7 +96,7 @@ impl AdminChanges {
         if text.trim().is_empty() {
             return Ok(AdminChanges::default());
         }
-        crate::config::parse_yaml(&text)
+        crate::parse_yaml(&text)
     }
 
     /// Writes the changes to `path`, or removes it when there are none.

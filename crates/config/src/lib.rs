@@ -1,0 +1,301 @@
+//! wasmgate's configuration (`wasmgate.yaml`): its shape, how it is read,
+//! its defaults, and the checks that need more than one field, each section
+//! in a module of its own. Every error names the file and the field
+//! (`routes[1].upstream`). The JSON Schema printed by `wasmgate schema` is
+//! derived from these types.
+//!
+//! A leaf: nothing here knows the running gateway, its reloads or its admin
+//! API. They (and the cluster's etcd layout) read and write these types.
+//!
+//! - [`node`]: the node's own settings (listeners, admin, limits, source).
+//! - [`plugins`], [`upstreams`], [`routes`]: the shared configuration;
+//!   services are `wasmgate_services::ServiceConfig`.
+//! - [`names`]: the one rule for names, and [`NamedEntry`].
+//! - [`admin_changes`]: what the admin API changed, kept beside the file.
+
+pub mod admin_changes;
+mod errors;
+pub mod names;
+pub mod node;
+pub mod plugins;
+pub mod routes;
+pub mod upstreams;
+
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use admin_changes::{admin_file_path, AdminChanges};
+pub(crate) use errors::parse_yaml;
+pub use errors::{ConfigError, ConfigErrors};
+use names::unique_names;
+pub use names::{check_name, NamedEntry};
+pub use node::{ConfigSource, Limits, ADMIN_TOKEN_ENV};
+pub use plugins::{conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind};
+pub use routes::{FixedResponse, FunctionEndpoint, PathMatch, RouteConfig};
+pub use upstreams::{
+    ActiveCheck, Balance, HashOn, HealthCheckConfig, NodeConfig, PassiveCheck, UpstreamConfig,
+};
+pub use wasmgate_services::ServiceConfig;
+
+/// A whole gateway: where it listens, its plugins, upstreams and routes.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Address of the traffic listener (HTTP/1.1 and cleartext HTTP/2).
+    #[serde(default = "node::default_listen")]
+    pub listen: String,
+    /// Address of the admin listener (`/metrics`, `/healthz`, `/readyz`, the
+    /// admin API); none when absent.
+    #[serde(default)]
+    pub admin: Option<String>,
+    /// Bearer token the admin API requires (`Authorization: Bearer ...`).
+    /// Required when `admin` is not a loopback address; the environment
+    /// variable `WASMGATE_ADMIN_TOKEN` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<String>,
+    /// Further names the admin listener answers to in the `Host` header
+    /// (`*.` wildcards allowed). Its own IP, and loopback names when it is
+    /// reached over loopback, are always accepted (docs/admin.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_hosts: Vec<String>,
+    /// Web origins (`https://ops.example`) allowed to call the admin API
+    /// cross-origin; only these get CORS headers. None by default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_origins: Vec<String>,
+    /// Whether the admin API may change the configuration. Its changes are
+    /// kept in `<file>.admin.yaml` beside this file, which is never
+    /// rewritten (docs/admin.md). Off by default: this file is the truth.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_writes: bool,
+    /// Whether plugins declared in this file may be precompiled modules
+    /// (`.cwasm` from `wasmgate compile`). They are native code that runs
+    /// without the sandbox's checks, so they are refused by default, and
+    /// always when the plugin comes from the admin API, etcd or a URL
+    /// (those must be `.wasm`, compiled on the node).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_precompiled: bool,
+    /// Whether error answers carry a failed plugin's crash report (its
+    /// message, function names, source files and lines). Off by default: a
+    /// client then learns the error's kind, the plugin and a request id,
+    /// under which the report is in the log and `/plugins/{name}/status`.
+    /// A development setting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error_details: bool,
+    /// Where routes, upstreams, plugins and services come from: this file
+    /// (absent: the default) or an etcd cluster shared by many nodes
+    /// (docs/cluster.md). With etcd, this file holds only the node's own
+    /// settings (`listen`, `admin`, `limits`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigSource>,
+    /// Databases plugins may reach through the host, by name (Redis,
+    /// PostgreSQL; docs/services.md). A plugin reaches only those listed in
+    /// its own `services`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceConfig>,
+    /// Every plugin the routes use, declared once.
+    #[serde(default)]
+    pub plugins: Vec<PluginConfig>,
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Filters run on every route, before the route's own at equal priority.
+    #[serde(default)]
+    pub global_plugins: Vec<FilterRef>,
+    /// Matched in listing order; the first match wins.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+impl GatewayConfig {
+    /// Reads and checks `path`, with the admin API's changes applied when
+    /// `admin_writes` is on (see `admin_file.rs`).
+    pub fn load(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
+        let mut config = Self::read_file(path)?;
+        let admin_file = admin_file_path(path);
+        if config.admin_writes {
+            let changes = AdminChanges::read(&admin_file)
+                .map_err(|(field, message)| ConfigErrors::one(&admin_file, field, message))?;
+            changes.apply_to(&mut config);
+        } else if admin_file.exists() {
+            tracing::warn!(
+                file = %admin_file.display(),
+                "this admin file is ignored: `admin_writes` is off in the configuration"
+            );
+        }
+        let problems = config.check();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(
+                problems
+                    .into_iter()
+                    .map(|(field, message)| ConfigError {
+                        file: path.to_path_buf(),
+                        field,
+                        message,
+                    })
+                    .collect(),
+            ))
+        }
+    }
+
+    /// Reads `path` as it is written: no admin changes, no checks. Its
+    /// plugins are marked as the operator's (`from_operator_file`).
+    pub fn read_file(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors::one(path, String::new(), format!("cannot read: {e}")))?;
+        let mut config = Self::parse(&text)
+            .map_err(|(field, message)| ConfigErrors::one(path, field, message))?;
+        for plugin in &mut config.plugins {
+            plugin.from_operator_file = true;
+        }
+        Ok(config)
+    }
+
+    /// Parses YAML (JSON is YAML too); an error is (field path, message).
+    pub fn parse(text: &str) -> Result<GatewayConfig, (String, String)> {
+        parse_yaml(text)
+    }
+
+    /// The checks serde cannot do: references between sections, unique
+    /// names, addresses, patterns, each section's by its own function.
+    /// Returns (field, message) pairs.
+    pub fn check(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut problem = |field: String, message: String| problems.push((field, message));
+        node::check(self, &mut problem);
+        let services = unique_names(
+            self.services.iter().map(|s| s.name.as_str()),
+            "services",
+            &mut problem,
+        );
+        check_services(&self.services, &mut problem);
+        let plugins = unique_names(
+            self.plugins.iter().map(|p| p.name.as_str()),
+            "plugins",
+            &mut problem,
+        );
+        let upstreams = unique_names(
+            self.upstreams.iter().map(|u| u.name.as_str()),
+            "upstreams",
+            &mut problem,
+        );
+        unique_names(
+            self.routes.iter().map(|r| r.name.as_str()),
+            "routes",
+            &mut problem,
+        );
+        plugins::check(&self.plugins, &services, &mut problem);
+        upstreams::check(&self.upstreams, &mut problem);
+        plugins::check_filters(
+            "global_plugins",
+            &self.global_plugins,
+            &plugins,
+            &mut problem,
+        );
+        let declared = routes::Declared {
+            plugins: &plugins,
+            upstreams: &upstreams,
+        };
+        routes::check(&self.routes, &declared, &mut problem);
+        problems
+    }
+}
+
+/// Each service's own checks (its URL, its CA file), at its index.
+fn check_services(services: &[ServiceConfig], problem: &mut dyn FnMut(String, String)) {
+    for (i, s) in services.iter().enumerate() {
+        for (field, message) in s.check() {
+            let at = match field {
+                "" => format!("services[{i}]"),
+                field => format!("services[{i}].{field}"),
+            };
+            problem(at, message);
+        }
+    }
+}
+
+/// The JSON Schema of the configuration file.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(GatewayConfig)).expect("schemas serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_paths_in_errors() {
+        let (field, message) =
+            GatewayConfig::parse("routes:\n  - name: a\n    upstrem: x\n").unwrap_err();
+        assert_eq!(field, "routes[0].upstrem");
+        assert!(message.starts_with("unknown field `upstrem`"), "{message}");
+        assert!(message.contains("at line 3"), "{message}");
+        let (field, _) = GatewayConfig::parse(
+            "upstreams:\n  - name: u\n    nodes: [{address: a:1, weight: -1}]\n",
+        )
+        .unwrap_err();
+        assert_eq!(field, "upstreams[0].nodes[0].weight");
+    }
+
+    #[test]
+    fn cross_references_are_checked() {
+        let config = GatewayConfig::parse(
+            "routes:\n  - name: r\n    upstream: nowhere\n    plugins: [{plugin: ghost}]\n    path: {regex: '('}\n",
+        )
+        .unwrap();
+        let fields: Vec<String> = config.check().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(
+            fields,
+            [
+                "routes[0].plugins[0].plugin",
+                "routes[0].upstream",
+                "routes[0].path.regex"
+            ]
+        );
+    }
+
+    #[test]
+    fn names_follow_one_rule() {
+        for good in ["api", "auth-v2", "a.b_c", "0day", &"x".repeat(64)] {
+            assert_eq!(check_name(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "auth v2",
+            "\"><script>alert(1)</script>",
+            "__proto__",
+            "-x",
+            ".",
+            "..",
+            "a/b",
+            "a%20b",
+            "é",
+            &"x".repeat(65),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+        let config = GatewayConfig::parse(
+            "routes:\n  - {name: 'auth v2', respond: {}}\nupstreams:\n  - {name: constructor, nodes: [{address: 'a:1'}]}\n",
+        )
+        .unwrap();
+        let problems = config.check();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].0, "routes[0].name");
+        assert!(problems[0].1.contains("not a valid name"), "{problems:?}");
+    }
+
+    #[test]
+    fn committed_schema_is_current() {
+        let committed = include_str!("../../../docs/wasmgate.schema.json");
+        let current = serde_json::to_string_pretty(&json_schema()).unwrap();
+        assert_eq!(
+            committed.trim(),
+            current.trim(),
+            "docs/wasmgate.schema.json is stale: run `wasmgate schema > docs/wasmgate.schema.json`"
+        );
+    }
+}

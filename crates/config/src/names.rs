@@ -1,0 +1,120 @@
+//! Names of routes, upstreams, plugins and services: one rule for all, and
+//! the trait the admin API and the admin file handle entries through.
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+
+use crate::{GatewayConfig, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
+
+/// An entry of one of the configuration's named lists (plugins, upstreams,
+/// routes), as the admin API and the admin file handle them.
+pub trait NamedEntry: Serialize + serde::de::DeserializeOwned + Clone {
+    /// `route`, `upstream` or `plugin`, for messages.
+    const KIND: &'static str;
+    fn name(&self) -> &str;
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self>;
+    /// The entry as the admin API shows it: secrets (passwords in service
+    /// URLs) replaced by `***`.
+    fn redacted(&self) -> Self {
+        self.clone()
+    }
+    /// A short hash of the entry's content, for change logs and comparisons.
+    fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let json = serde_json::to_vec(self).expect("configuration entries serialise");
+        hex::encode(&sha2::Sha256::digest(&json)[..8])
+    }
+}
+
+impl NamedEntry for RouteConfig {
+    const KIND: &'static str = "route";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.routes
+    }
+}
+
+impl NamedEntry for UpstreamConfig {
+    const KIND: &'static str = "upstream";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.upstreams
+    }
+}
+
+impl NamedEntry for ServiceConfig {
+    const KIND: &'static str = "service";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn redacted(&self) -> Self {
+        let mut shown = self.clone();
+        for url in [&mut shown.redis, &mut shown.postgres]
+            .into_iter()
+            .flatten()
+        {
+            *url = wasmgate_services::config::redact(url);
+        }
+        shown
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.services
+    }
+}
+
+impl NamedEntry for PluginConfig {
+    const KIND: &'static str = "plugin";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.plugins
+    }
+}
+
+/// The one rule for the names of routes, upstreams, plugins and services,
+/// wherever they come from (a file, the admin API, etcd): 1 to 64 ASCII
+/// letters, digits, `.`, `_` and `-`, beginning with a letter or digit (as
+/// APISIX restricts its ids). Names travel in URL paths, etcd keys, metric
+/// labels and the dashboard's pages, where spaces, slashes, quotes or markup
+/// would each need their own escaping and a name like `__proto__` means
+/// something else.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let valid = (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` is not a valid name: use 1-64 letters, digits, `.`, `_` and `-`, beginning with a letter or digit",
+            name.escape_debug()
+        ))
+    }
+}
+
+pub(crate) fn unique_names<'a>(
+    names: impl Iterator<Item = &'a str>,
+    section: &str,
+    problem: &mut dyn FnMut(String, String),
+) -> HashSet<&'a str> {
+    let mut seen = HashSet::new();
+    for (i, name) in names.enumerate() {
+        if let Err(message) = check_name(name) {
+            problem(format!("{section}[{i}].name"), message);
+        } else if !seen.insert(name) {
+            problem(
+                format!("{section}[{i}].name"),
+                format!("`{name}` is declared twice"),
+            );
+        }
+    }
+    seen
+}

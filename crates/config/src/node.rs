@@ -1,0 +1,153 @@
+//! The node's own settings: where it listens, its admin listener and
+//! token, the configuration source (a file or etcd), and its limits. In
+//! cluster mode these stay in each node's file; everything else is shared.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::GatewayConfig;
+
+/// Where a node's routes, upstreams, plugins and services are kept when not
+/// in its own file.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigSource {
+    /// etcd endpoints (`http://127.0.0.1:2379`), v3 API.
+    pub etcd: Vec<String>,
+    /// The key prefix every object lives under.
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Where the node keeps the last configuration it applied, to start
+    /// from it while etcd is unreachable (none: it waits for etcd).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_file: Option<PathBuf>,
+    /// This node's name in the cluster view (default: the listen address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+}
+
+fn default_prefix() -> String {
+    "/wasmgate".into()
+}
+
+/// Environment variable that sets (and overrides) `admin_token`.
+pub const ADMIN_TOKEN_ENV: &str = "WASMGATE_ADMIN_TOKEN";
+
+pub(crate) fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request body a filter may buffer or a function may receive (413 beyond).
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// Time a client has to send its request headers (and, on a new
+    /// connection, its first byte); the connection is closed after it.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_read_timeout_ms: u64,
+    /// Longest pause in a request body before the request fails with 408.
+    #[serde(default = "default_body_timeout_ms")]
+    pub body_read_timeout_ms: u64,
+    /// Worker threads (default: one per CPU).
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Threads for guest calls that run longer than 1 ms, at a lower CPU
+    /// priority (default: one per CPU but one, so a core stays free for
+    /// request handling).
+    #[serde(default)]
+    pub long_call_threads: Option<usize>,
+    /// Nice value (0-19) of those threads: how much of a busy CPU long calls
+    /// get against request handling (default 2: about two fifths against one
+    /// busy worker; docs/architecture.md, "The slow lane").
+    #[serde(default)]
+    pub long_call_nice: Option<i32>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: default_max_body(),
+            header_read_timeout_ms: default_header_timeout_ms(),
+            body_read_timeout_ms: default_body_timeout_ms(),
+            threads: None,
+            long_call_threads: None,
+            long_call_nice: None,
+        }
+    }
+}
+
+fn default_max_body() -> usize {
+    16 * 1024 * 1024
+}
+
+fn default_header_timeout_ms() -> u64 {
+    30_000
+}
+
+fn default_body_timeout_ms() -> u64 {
+    30_000
+}
+
+/// Addresses, admin origins and token, limits.
+pub(crate) fn check(config: &GatewayConfig, problem: &mut dyn FnMut(String, String)) {
+    for (field, address) in [
+        ("listen", Some(&config.listen)),
+        ("admin", config.admin.as_ref()),
+    ] {
+        if let Some(address) = address {
+            if address.parse::<std::net::SocketAddr>().is_err() {
+                problem(
+                    field.into(),
+                    format!("`{address}` is not an IP:port address"),
+                );
+            }
+        }
+    }
+    for (i, origin) in config.admin_origins.iter().enumerate() {
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        let authority = authority.map(|a| a.trim_end_matches('/'));
+        if authority.is_none_or(|a| a.is_empty() || a.contains('/')) {
+            problem(
+                format!("admin_origins[{i}]"),
+                format!("`{origin}` is not an origin: write scheme://host[:port], as `https://ops.example`"),
+            );
+        }
+    }
+    if config
+        .limits
+        .long_call_nice
+        .is_some_and(|n| !(0..=19).contains(&n))
+    {
+        problem(
+            "limits.long_call_nice".into(),
+            "must be 0-19 (a nice value; higher leaves more of a busy CPU to request handling)"
+                .into(),
+        );
+    }
+    if config.limits.long_call_threads == Some(0) {
+        problem(
+            "limits.long_call_threads".into(),
+            "must be at least 1 (long guest calls need a thread to run on)".into(),
+        );
+    }
+    if let Some(Ok(address)) = config
+        .admin
+        .as_ref()
+        .map(|a| a.parse::<std::net::SocketAddr>())
+    {
+        let token = config.admin_token.is_some()
+            || std::env::var_os(ADMIN_TOKEN_ENV).is_some_and(|t| !t.is_empty());
+        if !address.ip().is_loopback() && !token {
+            problem(
+                "admin".into(),
+                format!("the admin API on a non-loopback address ({address}) needs a token: set `admin_token` or {ADMIN_TOKEN_ENV}"),
+            );
+        }
+    }
+}
