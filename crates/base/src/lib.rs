@@ -10,3 +10,11 @@
 pub mod backoff;
 pub mod fs;
 pub mod histogram;
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it): the
+/// timestamps of reports, samples and registrations.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -10,8 +10,8 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use wasmgate_admin::Admin;
 use wasmgate_config::GatewayConfig;
-use wasmgate_gateway::admin::Admin;
 use wasmgate_gateway::{Gateway, ListenerConfig, LiveGateway};
 use wasmgate_runtime::{Runtime, RuntimeConfig};
 

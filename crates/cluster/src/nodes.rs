@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use wasmgate_base::backoff::Backoff;
 
 use crate::layout;
-use crate::store::{now_ms, EtcdStore, BACKOFF_MAX, BACKOFF_MIN};
+use crate::store::{EtcdStore, BACKOFF_MAX, BACKOFF_MIN};
 
 const LEASE_TTL_SECS: i64 = 10;
 const KEEPALIVE: Duration = Duration::from_secs(3);
@@ -36,7 +36,7 @@ fn registration(store: &EtcdStore) -> Option<Value> {
         "revision": state.applied,
         "generation": status.generation,
         "started_at_ms": state.started_at_ms,
-        "updated_at_ms": now_ms(),
+        "updated_at_ms": wasmgate_base::unix_ms(),
         "ready": live.is_ready(),
         "healthy": live.is_ready() && state.last_error.is_none(),
         "last_error": state.last_error,
@@ -116,7 +116,7 @@ async fn keep_registered(store: &EtcdStore, key: &str) -> anyhow::Result<()> {
         let mut compared = value.clone();
         compared["updated_at_ms"] = Value::Null;
         if written.as_ref() != Some(&compared) {
-            value["updated_at_ms"] = json!(now_ms());
+            value["updated_at_ms"] = json!(wasmgate_base::unix_ms());
             client
                 .put(
                     key,

@@ -23,7 +23,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use etcd_client::{
@@ -122,7 +122,7 @@ impl EtcdStore {
                 rejected: None,
                 lease: None,
                 leaving: false,
-                started_at_ms: now_ms(),
+                started_at_ms: wasmgate_base::unix_ms(),
             }),
         }))
     }
@@ -636,11 +636,4 @@ impl ConfigStore for EtcdStore {
     fn revision(&self) -> i64 {
         self.state.lock().expect("store state").applied
     }
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
 }

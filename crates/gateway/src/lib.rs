@@ -7,7 +7,6 @@
 //! run`: routes, upstreams and Proxy-Wasm filter chains, built from a
 //! [`config::GatewayConfig`]). The gateway's request path is in `proxy.rs`.
 
-pub mod admin;
 pub mod body;
 mod chain;
 pub mod config_store;
@@ -23,6 +22,7 @@ mod proxy;
 pub mod reload;
 pub mod request_id;
 mod router;
+pub mod stats;
 mod upstream;
 
 pub use function_route::{FunctionRoute, FunctionRouteConfig};

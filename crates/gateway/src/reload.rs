@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use hyper::body::Incoming;
@@ -105,7 +105,7 @@ pub struct AdminChange {
 impl AdminChange {
     pub fn new(action: String, peer: std::net::SocketAddr, token: bool) -> AdminChange {
         AdminChange {
-            at_ms: now_ms(),
+            at_ms: wasmgate_base::unix_ms(),
             action,
             before: None,
             after: None,
@@ -159,7 +159,7 @@ impl LiveGateway {
             runtime,
             status: Mutex::new(ReloadStatus {
                 generation: 1,
-                loaded_at_ms: now_ms(),
+                loaded_at_ms: wasmgate_base::unix_ms(),
                 reloads: 0,
                 failed_reloads: 0,
                 last_error: None,
@@ -420,7 +420,7 @@ impl LiveGateway {
         let mut status = self.status.lock().expect("status lock");
         status.generation += 1;
         status.reloads += 1;
-        status.loaded_at_ms = now_ms();
+        status.loaded_at_ms = wasmgate_base::unix_ms();
         tracing::info!(
             trigger,
             generation = status.generation,
@@ -539,11 +539,4 @@ fn fingerprint(files: &[PathBuf]) -> Fingerprint {
             Some((meta.len(), meta.modified().ok()?))
         })
         .collect()
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
 }

@@ -5,14 +5,13 @@
 //! before it; costs one pass over the routes' counters per second.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use wasmgate_runtime::stats::LATENCY_BUCKETS;
 
-use crate::reload::LiveGateway;
+use wasmgate_gateway::LiveGateway;
 
 /// How often a sample is taken, and how many are kept (ten minutes).
 const INTERVAL: Duration = Duration::from_secs(1);
@@ -71,31 +70,30 @@ impl History {
     fn sample(&self, live: &LiveGateway) {
         let gateway = live.current();
         let mut inner = self.inner.lock().expect("history lock");
-        let mut routes = Vec::with_capacity(gateway.routes.len());
-        let mut now = HashMap::with_capacity(gateway.routes.len());
-        for route in &gateway.routes {
-            let load = |i: usize| route.responses[i].load(Ordering::Relaxed);
+        let mut routes = Vec::new();
+        let mut now = HashMap::new();
+        for route in gateway.route_stats() {
             let counters = Counters {
-                requests: (0..5).map(load).sum(),
-                server_errors: load(4),
+                requests: route.responses.iter().sum(),
+                server_errors: route.responses[4],
                 buckets: route.latency.snapshot().buckets,
             };
             // A reload builds new routes with new counters: a count below
             // the last one started again from zero.
             let before = inner
                 .last
-                .get(&route.name)
+                .get(route.name)
                 .filter(|b| b.requests <= counters.requests)
                 .cloned();
-            routes.push((route.name.clone(), point(before.as_ref(), &counters)));
-            now.insert(route.name.clone(), counters);
+            routes.push((route.name.to_string(), point(before.as_ref(), &counters)));
+            now.insert(route.name.to_string(), counters);
         }
         inner.last = now;
         if inner.samples.len() == KEPT {
             inner.samples.pop_front();
         }
         inner.samples.push_back(Sample {
-            at_ms: crate::reload::now_ms(),
+            at_ms: wasmgate_base::unix_ms(),
             routes,
         });
     }

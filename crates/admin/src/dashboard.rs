@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use hyper::{Response, StatusCode};
 
-use crate::body::{self, Body};
+use wasmgate_gateway::body::{self, Body};
 
 const INDEX: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");

@@ -11,7 +11,7 @@ use serde_json::json;
 use wasmgate_runtime::profiler;
 
 use super::Reply;
-use crate::reload::LiveGateway;
+use wasmgate_gateway::LiveGateway;
 
 const DEFAULT_SECONDS: u64 = 10;
 const MAX_SECONDS: u64 = 300;

@@ -11,8 +11,9 @@ use serde_json::{json, Value};
 
 use super::endpoints::{Endpoint, Section};
 use super::{Caller, Reply};
-use crate::reload::{AdminChange, EditError, LiveGateway};
 use wasmgate_config::{NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
+use wasmgate_gateway::reload::{AdminChange, EditError};
+use wasmgate_gateway::LiveGateway;
 
 /// Answers `endpoint` (one of the configuration's), for entry `name` when
 /// it names one.

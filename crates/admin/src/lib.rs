@@ -36,11 +36,12 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::body::{self, Body};
-use crate::listener::{Connection, Handler};
-use crate::reload::{AdminChange, LiveGateway};
 use endpoints::{Endpoint, Lookup};
 use wasmgate_config::ADMIN_TOKEN_ENV;
+use wasmgate_gateway::body::{self, Body};
+use wasmgate_gateway::reload::AdminChange;
+use wasmgate_gateway::LiveGateway;
+use wasmgate_gateway::{Connection, Handler};
 
 pub struct Admin {
     pub live: Arc<LiveGateway>,
@@ -58,9 +59,9 @@ impl Admin {
 }
 
 /// The OpenAPI description, served at `/openapi.yaml` and kept in docs/.
-const OPENAPI: &str = include_str!("../../../../docs/admin-openapi.yaml");
+const OPENAPI: &str = include_str!("../../../docs/admin-openapi.yaml");
 /// When this process started (ms since the epoch), for `/status`'s uptime.
-static STARTED_AT_MS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(crate::reload::now_ms);
+static STARTED_AT_MS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(wasmgate_base::unix_ms);
 
 /// Largest request body the admin API reads (a route, upstream or plugin).
 const MAX_ADMIN_BODY: usize = 1 << 20;

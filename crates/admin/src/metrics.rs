@@ -4,14 +4,13 @@
 //! plugins defined themselves.
 
 use std::fmt::Write;
-use std::sync::atomic::Ordering;
 
 use wasmgate_proxy_wasm::shared::{shared, Metric, MetricKind};
 use wasmgate_runtime::stats::LATENCY_BUCKETS;
 use wasmgate_runtime::{HistogramSnapshot, PoolStats};
 
-use crate::gateway::Gateway;
-use crate::reload::LiveGateway;
+use wasmgate_gateway::stats::{NodeStats, RouteStats};
+use wasmgate_gateway::{Gateway, LiveGateway};
 
 pub fn render(live: &LiveGateway) -> String {
     let gateway = live.current();
@@ -120,16 +119,20 @@ fn instance_pool_metrics(live: &LiveGateway, out: &mut String) {
 }
 
 fn route_metrics(gateway: &Gateway, out: &mut String) {
+    let routes: Vec<RouteStats> = gateway.route_stats().collect();
     family(
         out,
         "wasmgate_route_requests_total",
         "counter",
         "Requests answered per route and status class.",
     );
-    for route in &gateway.routes {
-        for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
-            let n = route.responses[i].load(Ordering::Relaxed);
-            let labels = format!("route=\"{}\",class=\"{class}\"", escape(&route.name));
+    for route in &routes {
+        for (n, class) in route
+            .responses
+            .iter()
+            .zip(["1xx", "2xx", "3xx", "4xx", "5xx"])
+        {
+            let labels = format!("route=\"{}\",class=\"{class}\"", escape(route.name));
             let _ = writeln!(out, "wasmgate_route_requests_total{{{labels}}} {n}");
         }
     }
@@ -139,12 +142,12 @@ fn route_metrics(gateway: &Gateway, out: &mut String) {
         "counter",
         "Requests refused by the route's max_concurrent_requests (503).",
     );
-    for route in &gateway.routes {
-        let n = route.rejected.load(Ordering::Relaxed);
+    for route in &routes {
         let _ = writeln!(
             out,
-            "wasmgate_route_rejected_total{{route=\"{}\"}} {n}",
-            escape(&route.name)
+            "wasmgate_route_rejected_total{{route=\"{}\"}} {}",
+            escape(route.name),
+            route.rejected
         );
     }
     let name = "wasmgate_route_response_seconds";
@@ -154,15 +157,14 @@ fn route_metrics(gateway: &Gateway, out: &mut String) {
         "histogram",
         "Time from a request's arrival to its response headers.",
     );
-    for route in &gateway.routes {
-        let labels = format!("route=\"{}\"", escape(&route.name));
+    for route in &routes {
+        let labels = format!("route=\"{}\"", escape(route.name));
         histogram(out, name, &labels, &route.latency.snapshot());
     }
 }
 
 fn upstream_metrics(gateway: &Gateway, out: &mut String) {
-    let mut upstreams: Vec<_> = gateway.upstreams.values().collect();
-    upstreams.sort_by(|a, b| a.name.cmp(&b.name));
+    let upstreams = gateway.upstream_stats();
     let node_labels = |upstream: &str, node: &str| {
         format!(
             "upstream=\"{}\",node=\"{}\"",
@@ -170,54 +172,44 @@ fn upstream_metrics(gateway: &Gateway, out: &mut String) {
             escape(node)
         )
     };
-    family(
-        out,
-        "wasmgate_upstream_node_healthy",
-        "gauge",
-        "Whether a node is in rotation.",
-    );
-    for upstream in &upstreams {
-        for (i, node) in upstream.nodes().iter().enumerate() {
-            let labels = node_labels(&upstream.name, &node.address);
-            let up = upstream.is_available(i) as u8;
-            let _ = writeln!(out, "wasmgate_upstream_node_healthy{{{labels}}} {up}");
-        }
-    }
-    let counters = [
+    let gauges_and_counters: [NodeFamily; 5] = [
+        (
+            "wasmgate_upstream_node_healthy",
+            "gauge",
+            "Whether a node is in rotation.",
+            |n| n.available as u64,
+        ),
         (
             "wasmgate_upstream_node_requests_total",
             "counter",
             "Requests sent to the node (retries included).",
+            |n| n.requests,
         ),
         (
             "wasmgate_upstream_node_retries_total",
             "counter",
             "Requests retried on the node after another node failed.",
+            |n| n.retries,
         ),
         (
             "wasmgate_upstream_node_waiting",
             "gauge",
             "Requests sent to the node and waiting for its response headers.",
+            |n| n.waiting,
         ),
         (
             "wasmgate_upstream_node_connections",
             "gauge",
             "Connections open to the node, in use or idle in the pool.",
+            |n| n.connections,
         ),
     ];
-    for (i, (name, kind, help)) in counters.into_iter().enumerate() {
+    for (name, kind, help, value) in gauges_and_counters {
         family(out, name, kind, help);
-        for upstream in &upstreams {
-            for node in upstream.nodes() {
-                let value = [
-                    &node.requests,
-                    &node.retries,
-                    &node.waiting,
-                    &*node.connections,
-                ][i]
-                    .load(Ordering::Relaxed);
-                let labels = node_labels(&upstream.name, &node.address);
-                let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        for (upstream, nodes) in &upstreams {
+            for node in nodes {
+                let labels = node_labels(upstream, node.address);
+                let _ = writeln!(out, "{name}{{{labels}}} {}", value(node));
             }
         }
     }
@@ -228,9 +220,9 @@ fn upstream_metrics(gateway: &Gateway, out: &mut String) {
         "histogram",
         "Time from sending a request to the node to its response headers.",
     );
-    for upstream in &upstreams {
-        for node in upstream.nodes() {
-            let labels = node_labels(&upstream.name, &node.address);
+    for (upstream, nodes) in &upstreams {
+        for node in nodes {
+            let labels = node_labels(upstream, node.address);
             histogram(out, name, &labels, &node.latency.snapshot());
         }
     }
@@ -324,6 +316,14 @@ fn plugin_metrics(gateway: &Gateway, out: &mut String) {
         }
     }
 }
+
+/// A per-node family: name, type, help, value.
+type NodeFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&NodeStats) -> u64,
+);
 
 /// A per-plugin family read from the pool's counters: name, type, help, value.
 type PoolFamily = (
