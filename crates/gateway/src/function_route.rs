@@ -12,7 +12,7 @@ use wasmgate_extism::Plugin;
 
 use crate::body::{self, Body};
 use crate::error_response;
-use crate::listener::{Connection, Handler};
+use crate::transport::listener::{Connection, Handler};
 
 #[derive(Clone, Debug)]
 pub struct FunctionRouteConfig {

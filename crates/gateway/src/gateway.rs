@@ -9,12 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::sync::Semaphore;
 use wasmgate_extism::{Manifest, Plugin, PluginOptions};
 use wasmgate_proxy_wasm::{
-    AbiVersion, FilterConfig, FilterPlugin, Headers, HttpCallFuture, HttpCallRequest,
-    HttpCallResponse, HttpCaller, PoolConfig, Runtime,
+    AbiVersion, FilterConfig, FilterPlugin, HttpCaller, PoolConfig, Runtime,
 };
 
 use wasmgate_runtime::wasmtime::Module;
@@ -23,7 +21,7 @@ use wasmgate_services::{Grants, Services};
 
 use crate::chain::RouteFilter;
 use crate::router::{RouteIndex, RouteMatcher};
-use crate::upstream::{OutboundBody, RequestHead, Upstream};
+use crate::upstream::{Upstream, UpstreamCaller};
 use wasmgate_config::{
     conf_bytes, ConfigError, ConfigErrors, FilterRef, FixedResponse, GatewayConfig, PluginConfig,
     PluginKind,
@@ -511,72 +509,5 @@ fn filter_config(
         memory_limit: p.memory_limit_mb.map(|mib| (mib as usize) << 20),
         timeout: Some(Duration::from_millis(p.timeout_ms.unwrap_or(1000))),
         pool: pool_config(p),
-    }
-}
-
-/// `proxy_http_call` through the gateway's upstreams.
-#[derive(Debug)]
-struct UpstreamCaller {
-    upstreams: Arc<HashMap<String, Arc<Upstream>>>,
-}
-
-impl std::fmt::Debug for Upstream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Upstream({})", self.name)
-    }
-}
-
-impl HttpCaller for UpstreamCaller {
-    fn has_upstream(&self, upstream: &str) -> bool {
-        self.upstreams.contains_key(upstream)
-    }
-
-    fn call(&self, request: HttpCallRequest) -> HttpCallFuture {
-        let upstream = self.upstreams.get(&request.upstream).cloned();
-        Box::pin(async move {
-            let upstream = upstream.ok_or("unknown upstream")?;
-            let get = |name: &str| {
-                request
-                    .headers
-                    .get(name.as_bytes())
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-            };
-            let method = get(":method").unwrap_or_else(|| "GET".into());
-            let mut headers = request.headers.map().clone();
-            if let Some(authority) = get(":authority") {
-                if let Ok(value) = authority.parse() {
-                    headers.insert(hyper::header::HOST, value);
-                }
-            }
-            let head = RequestHead {
-                method: method
-                    .parse()
-                    .map_err(|_| format!("bad method `{method}`"))?,
-                path: get(":path").unwrap_or_else(|| "/".into()),
-                headers,
-            };
-            let body = OutboundBody::Replayable(Bytes::from(request.body));
-            let response = upstream
-                .send(head, body, None)
-                .await
-                .map_err(|e| e.to_string())?;
-            let (parts, body) = response.into_parts();
-            let mut headers = Headers::from_map(parts.headers);
-            headers.push_pseudo(":status", parts.status.as_str().as_bytes().to_vec());
-            use http_body_util::BodyExt;
-            let collected = body
-                .collect()
-                .await
-                .map_err(|e| format!("reading the answer: {e}"))?;
-            let trailers = collected
-                .trailers()
-                .map(|t| Headers::from_map(t.clone()))
-                .unwrap_or_default();
-            Ok(HttpCallResponse {
-                headers,
-                body: collected.to_bytes().to_vec(),
-                trailers,
-            })
-        })
     }
 }

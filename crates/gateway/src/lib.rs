@@ -10,22 +10,19 @@
 pub mod body;
 mod chain;
 pub mod config_store;
-mod counted_connector;
 pub mod error_response;
 mod function_route;
 mod gateway;
-mod head_deadline;
-pub mod listener;
-mod node_pool;
 mod plugin_fetch;
 mod proxy;
 pub mod reload;
 pub mod request_id;
 mod router;
 pub mod stats;
+pub mod transport;
 mod upstream;
 
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
 pub use gateway::Gateway;
-pub use listener::{serve, serve_workers, Connection, Handler, ListenerConfig, Workers};
 pub use reload::{LiveGateway, ReloadStatus};
+pub use transport::listener::{serve, serve_workers, Connection, Handler, ListenerConfig, Workers};

@@ -29,7 +29,7 @@ use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::chain::{channel_body, channel_body_after, Chain, Direction, Stop};
 use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
-use crate::listener::{Connection, Handler};
+use crate::transport::listener::{Connection, Handler};
 use crate::upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
 use wasmgate_config::HashOn;
 

@@ -24,7 +24,7 @@ use wasmgate_runtime::Runtime;
 use crate::body::Body;
 use crate::config_store::ConfigStore;
 use crate::gateway::{plugin_path, Gateway};
-use crate::listener::{Connection, Handler};
+use crate::transport::listener::{Connection, Handler};
 use wasmgate_config::GatewayConfig;
 use wasmgate_config::{admin_file_path, AdminChanges};
 

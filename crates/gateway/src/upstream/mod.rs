@@ -1,14 +1,20 @@
-//! Upstreams: weighted nodes, the balancer that picks one, pooled
-//! connections to them (`node_pool`), retries to the next node, and the
-//! health state active probes and passive failures keep.
+//! Upstreams: weighted nodes and how a request reaches one. Sending is
+//! here (a node picked by [`balance`], its pooled connections in
+//! `transport::node_pool`, another node tried after a failure); which nodes
+//! are in rotation is [`health`]'s (active probes, passive ejection).
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+mod balance;
+mod health;
+mod http_call;
+
+pub use balance::hash;
+pub(crate) use http_call::UpstreamCaller;
+
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::header::{HeaderValue, HOST};
 use hyper::http::uri::PathAndQuery;
 use hyper::{HeaderMap, Method, Request, Response, Uri, Version};
@@ -17,16 +23,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use wasmgate_runtime::LatencyHistogram;
 
 use crate::body::{self, Body, ClientBodyError};
-use crate::counted_connector::CountedConnector;
-use crate::node_pool::{NodePool, PooledBody};
-use wasmgate_config::{ActiveCheck, Balance, HashOn, PassiveCheck, UpstreamConfig};
+use crate::transport::connector::CountedConnector;
+use crate::transport::node_pool::{NodePool, PooledBody};
+use wasmgate_config::{Balance, HashOn, PassiveCheck, UpstreamConfig};
 
 /// Idle keep-alive connections per node, and how long one may stay idle.
 const MAX_IDLE_PER_NODE: usize = 256;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Virtual points per unit of weight on the consistent-hash ring.
-const RING_POINTS_PER_WEIGHT: u32 = 40;
 
 pub struct Upstream {
     pub name: Arc<str>,
@@ -123,7 +126,7 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
         connector.set_nodelay(true);
-        let gauges: crate::counted_connector::ConnectionGauges = Arc::new(
+        let gauges: crate::transport::connector::ConnectionGauges = Arc::new(
             config
                 .nodes
                 .iter()
@@ -155,13 +158,7 @@ impl Upstream {
                 latency: LatencyHistogram::default(),
             })
             .collect();
-        let mut ring = Vec::new();
-        for (i, node) in nodes.iter().enumerate() {
-            for point in 0..node.weight * RING_POINTS_PER_WEIGHT {
-                ring.push((hash(&(node.address.as_str(), point)), i));
-            }
-        }
-        ring.sort_unstable();
+        let ring = balance::ring(&nodes);
         let upstream = Arc::new(Upstream {
             name: config.name.as_str().into(),
             cluster_name: cluster_name(config).into(),
@@ -176,7 +173,10 @@ impl Upstream {
             passive: config.health_check.passive.clone(),
         });
         if let Some(active) = &config.health_check.active {
-            tokio::spawn(probe_forever(Arc::downgrade(&upstream), active.clone()));
+            tokio::spawn(health::probe_forever(
+                Arc::downgrade(&upstream),
+                active.clone(),
+            ));
         }
         tokio::spawn(close_idle_forever(Arc::downgrade(&upstream)));
         upstream
@@ -184,77 +184,6 @@ impl Upstream {
 
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
-    }
-
-    fn available(&self, i: usize) -> bool {
-        let node = &self.nodes[i];
-        if !node.healthy.load(Ordering::Relaxed) {
-            return false;
-        }
-        let mut ejected = node.ejected_until.lock().unwrap();
-        match *ejected {
-            Some(until) if Instant::now() < until => false,
-            Some(_) => {
-                *ejected = None;
-                true
-            }
-            None => true,
-        }
-    }
-
-    /// True when nodes are picked by a request's hash key (consistent hashing).
-    pub fn hashes(&self) -> bool {
-        self.balance == Balance::ConsistentHash
-    }
-
-    /// The node for this attempt, skipping `tried`. When every node is down
-    /// the gateway tries them anyway ("panic mode", as Envoy): a wrong health
-    /// verdict must not take the whole upstream out.
-    pub fn pick(&self, key: Option<u64>, tried: &[usize]) -> Option<usize> {
-        if self.nodes.len() == 1 {
-            // Healthy or not, the only node is the one (panic mode), and the
-            // balancer has nothing to weigh: no lock, no list.
-            return tried.is_empty().then_some(0);
-        }
-        let candidates: Vec<usize> = (0..self.nodes.len())
-            .filter(|i| !tried.contains(i) && self.available(*i))
-            .collect();
-        let candidates = if candidates.is_empty() {
-            (0..self.nodes.len())
-                .filter(|i| !tried.contains(i))
-                .collect()
-        } else {
-            candidates
-        };
-        if candidates.is_empty() {
-            return None;
-        }
-        match (self.balance, key) {
-            (Balance::ConsistentHash, Some(key)) => self.on_ring(key, &candidates),
-            _ => Some(self.round_robin(&candidates)),
-        }
-    }
-
-    fn round_robin(&self, candidates: &[usize]) -> usize {
-        let mut current = self.current_weights.lock().unwrap();
-        let mut total = 0i64;
-        let mut best = candidates[0];
-        for &i in candidates {
-            current[i] += self.nodes[i].weight as i64;
-            total += self.nodes[i].weight as i64;
-            if current[i] > current[best] {
-                best = i;
-            }
-        }
-        current[best] -= total;
-        best
-    }
-
-    fn on_ring(&self, key: u64, candidates: &[usize]) -> Option<usize> {
-        let start = self.ring.partition_point(|&(point, _)| point < key);
-        (0..self.ring.len())
-            .map(|k| self.ring[(start + k) % self.ring.len()].1)
-            .find(|i| candidates.contains(i))
     }
 
     /// Sends the request, trying further nodes on connection failures (and,
@@ -354,33 +283,10 @@ impl Upstream {
         })
     }
 
-    /// Passive health: consecutive failures eject a node for a while.
-    fn report(&self, i: usize, ok: bool) {
-        let Some(passive) = &self.passive else { return };
-        let node = &self.nodes[i];
-        if ok {
-            node.failures.store(0, Ordering::Relaxed);
-            return;
-        }
-        let failures = node.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if failures >= passive.max_failures.max(1) {
-            node.failures.store(0, Ordering::Relaxed);
-            *node.ejected_until.lock().unwrap() =
-                Some(Instant::now() + Duration::from_millis(passive.ejection_ms));
-            tracing::warn!(upstream = %self.name, node = %node.address, failures, "node ejected after consecutive failures");
-        }
-    }
-
     /// Whether node `i` is in rotation (healthy and not ejected).
     pub fn is_available(&self, i: usize) -> bool {
         self.available(i)
     }
-}
-
-pub fn hash(value: &impl Hash) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// A streamed request body that records when it has been read to its end.
@@ -496,84 +402,9 @@ async fn close_idle_forever(upstream: Weak<Upstream>) {
     }
 }
 
-/// Probes every node until the upstream is dropped.
-async fn probe_forever(upstream: Weak<Upstream>, check: ActiveCheck) {
-    let mut interval = interval_of(Duration::from_millis(check.interval_ms.max(10)));
-    while let Some(upstream) = next_tick(&mut interval, &upstream).await {
-        for node in &upstream.nodes {
-            let ok = probe(node, &check).await;
-            let streak = &node.probe_streak;
-            let healthy = node.healthy.load(Ordering::Relaxed);
-            if ok == healthy {
-                streak.store(0, Ordering::Relaxed);
-                continue;
-            }
-            let n = streak.fetch_add(1, Ordering::Relaxed) + 1;
-            let threshold = if ok {
-                check.healthy_threshold
-            } else {
-                check.unhealthy_threshold
-            };
-            if n >= threshold.max(1) {
-                streak.store(0, Ordering::Relaxed);
-                node.healthy.store(ok, Ordering::Relaxed);
-                tracing::warn!(upstream = %upstream.name, node = %node.address, healthy = ok, "active health check changed a node's state");
-            }
-        }
-    }
-}
-
-async fn probe(node: &Node, check: &ActiveCheck) -> bool {
-    let head = RequestHead {
-        method: Method::GET,
-        path: check.path.clone(),
-        headers: HeaderMap::new(),
-    };
-    let Ok(request) = build_request(&head, HeaderMap::new(), node, body::empty()) else {
-        return false;
-    };
-    let exchange = async {
-        let response = node.pool.send(request).await.ok()?;
-        let healthy = response.status().as_u16() < 500;
-        // Read to the end, so the connection is kept for the next probe.
-        let mut body = response.into_body();
-        while let Some(frame) = body.frame().await {
-            frame.ok()?;
-        }
-        Some(healthy)
-    };
-    let timeout = Duration::from_millis(check.timeout_ms);
-    matches!(
-        tokio::time::timeout(timeout, exchange).await,
-        Ok(Some(true))
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wasmgate_config::{HealthCheckConfig, NodeConfig};
-
-    fn upstream(balance: Balance, weights: &[u32]) -> Arc<Upstream> {
-        Upstream::new(&UpstreamConfig {
-            name: "u".into(),
-            nodes: weights
-                .iter()
-                .enumerate()
-                .map(|(i, &weight)| NodeConfig {
-                    address: format!("127.0.0.1:{}", 1000 + i),
-                    weight,
-                })
-                .collect(),
-            balance,
-            hash_on: HashOn::ClientIp,
-            hash_header: None,
-            connect_timeout_ms: 100,
-            read_timeout_ms: 100,
-            retries: 1,
-            health_check: HealthCheckConfig::default(),
-        })
-    }
 
     /// The request line's target is the path and query of the absolute URI
     /// the node and the path make, for every kind of path; what is not a
@@ -594,55 +425,6 @@ mod tests {
         }
         for path in ["*", "x", "http://elsewhere/", "/bad path"] {
             assert!(request_target(path).is_err(), "{path:?}");
-        }
-    }
-
-    #[tokio::test]
-    async fn smooth_weighted_round_robin_interleaves() {
-        let u = upstream(Balance::RoundRobin, &[5, 1, 1]);
-        let picks: Vec<usize> = (0..7).map(|_| u.pick(None, &[]).unwrap()).collect();
-        assert_eq!(picks, [0, 0, 1, 0, 2, 0, 0]);
-    }
-
-    #[tokio::test]
-    async fn consistent_hash_is_stable_and_skips_down_nodes() {
-        let u = upstream(Balance::ConsistentHash, &[1, 1, 1]);
-        let key = hash(&"client-a");
-        let first = u.pick(Some(key), &[]).unwrap();
-        assert!((0..10).all(|_| u.pick(Some(key), &[]) == Some(first)));
-        u.nodes[first].healthy.store(false, Ordering::Relaxed);
-        let second = u.pick(Some(key), &[]).unwrap();
-        assert_ne!(second, first);
-        // Keys spread over the nodes.
-        let mut seen = [0; 3];
-        for k in 0..300 {
-            seen[u.pick(Some(hash(&k)), &[]).unwrap()] += 1;
-        }
-        assert!(seen.iter().filter(|&&n| n > 0).count() >= 2);
-    }
-
-    #[tokio::test]
-    async fn every_node_down_still_picks_one() {
-        let u = upstream(Balance::RoundRobin, &[1, 1]);
-        for node in &u.nodes {
-            node.healthy.store(false, Ordering::Relaxed);
-        }
-        assert!(u.pick(None, &[]).is_some());
-        assert_eq!(u.pick(None, &[0, 1]), None);
-    }
-
-    /// A single node is picked once per request, healthy, ejected or not,
-    /// whatever the balance.
-    #[tokio::test]
-    async fn a_single_node_is_picked_once_whatever_its_state() {
-        for balance in [Balance::RoundRobin, Balance::ConsistentHash] {
-            let u = upstream(balance, &[3]);
-            for healthy in [true, false] {
-                u.nodes[0].healthy.store(healthy, Ordering::Relaxed);
-                assert_eq!(u.pick(Some(7), &[]), Some(0));
-                assert_eq!(u.pick(None, &[]), Some(0));
-                assert_eq!(u.pick(None, &[0]), None);
-            }
         }
     }
 }

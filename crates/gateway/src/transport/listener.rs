@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::body::Body;
-use crate::head_deadline::HeadDeadline;
+use crate::transport::head_deadline::HeadDeadline;
 
 /// Answers requests. One handler serves every connection of a listener.
 pub trait Handler: Send + Sync + 'static {

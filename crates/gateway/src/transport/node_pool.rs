@@ -28,7 +28,7 @@ use hyper::{Request, Response, Uri};
 use tower_service::Service;
 
 use crate::body::{Body, BoxError};
-use crate::counted_connector::CountedConnector;
+use crate::transport::connector::CountedConnector;
 
 pub(crate) struct NodePool {
     /// `http://<node address>/`: what the connector resolves and dials
