@@ -8,12 +8,12 @@
 //! [`config::GatewayConfig`]). The gateway's request path is in `proxy.rs`.
 
 pub mod body;
+mod build;
 mod chain;
 pub mod config_store;
 pub mod error_response;
 mod function_route;
 mod gateway;
-mod plugin_fetch;
 mod proxy;
 pub mod reload;
 pub mod request_id;

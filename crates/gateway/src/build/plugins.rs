@@ -1,0 +1,246 @@
+//! The plugins section: every module fetched (URLs, `fetch.rs`), compiled
+//! or found in the compile cache, its `sha256` checked and its ABI told from
+//! its exports. Proxy-Wasm modules are kept compiled (each route configures
+//! its own filter from one); Extism plugins are ready to call.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmgate_config::{conf_bytes, FilterRef, GatewayConfig, PluginConfig, PluginKind};
+use wasmgate_extism::{Manifest, Plugin, PluginOptions};
+use wasmgate_proxy_wasm::{AbiVersion, FilterConfig, HttpCaller, PoolConfig, Runtime};
+use wasmgate_runtime::wasmtime::Module;
+use wasmgate_runtime::PrecompiledPolicy;
+use wasmgate_services::{Grants, Services};
+
+use super::Problems;
+
+/// A loaded plugin: Proxy-Wasm ones are instantiated per route (each route
+/// has its own `conf`), so what is kept is the compiled module.
+pub(super) enum LoadedPlugin {
+    ProxyWasm {
+        module: Module,
+        abi: AbiVersion,
+        unimplemented: Vec<String>,
+    },
+    Extism(Arc<Plugin>),
+}
+
+/// The plugins of a configuration, as loaded.
+pub(super) struct Plugins {
+    pub by_name: HashMap<String, LoadedPlugin>,
+    /// What each turned out to be, e.g. `proxy-wasm 0.2.1`.
+    pub kinds: Vec<(String, String)>,
+    /// SHA-256 (hex) of each one's module.
+    pub hashes: HashMap<String, String>,
+    /// Host functions each imports that wasmgate does not implement.
+    pub unimplemented: Vec<(String, Vec<String>)>,
+}
+
+/// The services `p` was granted, of `services`.
+pub(super) fn grants(p: &PluginConfig, services: &Services) -> Grants {
+    Grants::new(
+        p.services
+            .iter()
+            .filter_map(|name| services.get(name).cloned())
+            .collect(),
+    )
+}
+
+/// Loads every plugin of `config` (paths relative to `base`).
+pub(super) async fn load(
+    config: &GatewayConfig,
+    base: &Path,
+    runtime: &Runtime,
+    services: &Services,
+    problems: &mut Problems,
+) -> Plugins {
+    // Modules given by URL are fetched first (once; then from the cache).
+    let mut files = Vec::with_capacity(config.plugins.len());
+    for p in &config.plugins {
+        files.push(super::fetch::module_file(p, base, runtime.cache_dir()).await);
+    }
+    // Compiling is the slow part of building (seconds for a Go module):
+    // do it on the blocking pool, all plugins at once, so that neither
+    // the serving threads nor the control plane's timers wait for it.
+    let loads: Vec<_> = config
+        .plugins
+        .iter()
+        .zip(files)
+        .map(|(p, file)| {
+            let (p, runtime, grants) = (p.clone(), runtime.clone(), grants(p, services));
+            let precompiled = precompiled_policy(config, &p);
+            tokio::task::spawn_blocking(move || {
+                load_plugin(&p, file?, &runtime, grants, precompiled)
+            })
+        })
+        .collect();
+    let mut plugins = Plugins {
+        by_name: HashMap::new(),
+        kinds: Vec::new(),
+        hashes: HashMap::new(),
+        unimplemented: Vec::new(),
+    };
+    for ((i, p), load) in config.plugins.iter().enumerate().zip(loads) {
+        let load = load
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("loading the plugin panicked: {e}")));
+        match load {
+            Ok((plugin, hash)) => {
+                plugins.hashes.insert(p.name.clone(), hash.clone());
+                let kind = match &plugin {
+                    LoadedPlugin::ProxyWasm {
+                        abi, unimplemented, ..
+                    } => {
+                        if !unimplemented.is_empty() && first_warning(&p.name, &hash) {
+                            tracing::warn!(
+                                plugin = %p.name,
+                                functions = ?unimplemented,
+                                "the plugin imports host functions wasmgate does not implement; calling one fails (Unimplemented, or a trap)"
+                            );
+                            plugins
+                                .unimplemented
+                                .push((p.name.clone(), unimplemented.clone()));
+                        }
+                        format!("proxy-wasm {abi}")
+                    }
+                    LoadedPlugin::Extism(_) => "extism".to_string(),
+                };
+                plugins.kinds.push((p.name.clone(), kind));
+                plugins.by_name.insert(p.name.clone(), plugin);
+            }
+            Err(e) => problems.add(format!("plugins[{i}] ({})", p.name), format!("{e:#}")),
+        }
+    }
+    plugins
+}
+
+/// Whether this process has not yet warned about plugin `name` built from
+/// the module with `hash`: a node whose configuration changes often (etcd,
+/// admin writes) rebuilds its plugins on every change, and the warning is
+/// news only once.
+fn first_warning(name: &str, hash: &str) -> bool {
+    static WARNED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().expect("warned plugins");
+    let key = (name.to_string(), hash.to_string());
+    if warned.contains(&key) {
+        return false;
+    }
+    warned.push(key);
+    true
+}
+
+/// Precompiled modules (native code) only for plugins the operator's own
+/// file declares, when it says `allow_precompiled: true`; never for entries
+/// from the admin API or etcd, nor for modules fetched from a URL.
+fn precompiled_policy(config: &GatewayConfig, p: &PluginConfig) -> PrecompiledPolicy {
+    if config.allow_precompiled && p.from_operator_file && !super::fetch::is_url(p) {
+        PrecompiledPolicy::Allowed
+    } else {
+        PrecompiledPolicy::Refused
+    }
+}
+
+fn load_plugin(
+    p: &PluginConfig,
+    path: PathBuf,
+    runtime: &Runtime,
+    grants: Grants,
+    precompiled: PrecompiledPolicy,
+) -> anyhow::Result<(LoadedPlugin, String)> {
+    let (module, hash) = runtime.load_module_file(&path, precompiled)?;
+    let hash = hex::encode(hash);
+    if let Some(expected) = &p.sha256 {
+        if !expected.eq_ignore_ascii_case(&hash) {
+            anyhow::bail!(
+                "{}: sha256 mismatch: the configuration expects {expected}, the module has {hash}",
+                path.display()
+            );
+        }
+    }
+    load_module_as(p, &path, module, runtime, grants, precompiled).map(|plugin| (plugin, hash))
+}
+
+fn load_module_as(
+    p: &PluginConfig,
+    path: &Path,
+    module: Module,
+    runtime: &Runtime,
+    grants: Grants,
+    precompiled: PrecompiledPolicy,
+) -> anyhow::Result<LoadedPlugin> {
+    let abi = AbiVersion::detect(module.exports().map(|e| e.name()));
+    let kind = match (p.kind, &abi) {
+        (PluginKind::Auto, Ok(_)) | (PluginKind::ProxyWasm, _) => PluginKind::ProxyWasm,
+        (PluginKind::Auto, Err(_)) | (PluginKind::Extism, _) => PluginKind::Extism,
+    };
+    if kind == PluginKind::ProxyWasm {
+        let abi = abi.map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?;
+        let unimplemented =
+            wasmgate_proxy_wasm::host_env::unimplemented_imports(runtime.engine(), &module);
+        return Ok(LoadedPlugin::ProxyWasm {
+            module,
+            abi,
+            unimplemented,
+        });
+    }
+    let mut manifest = Manifest::from_wasm_file(path.to_path_buf());
+    manifest.config = p.config.clone();
+    if !p.allowed_hosts.is_empty() {
+        manifest.allowed_hosts = Some(p.allowed_hosts.clone());
+    }
+    if !p.allowed_paths.is_empty() {
+        manifest.allowed_paths = Some(
+            p.allowed_paths
+                .iter()
+                .map(|(host, guest)| (host.clone(), PathBuf::from(guest)))
+                .collect(),
+        );
+    }
+    manifest.memory.max_pages = p.memory_limit_mb.map(|mib| (mib * 16) as u32);
+    manifest.timeout_ms = Some(p.timeout_ms.unwrap_or(30_000));
+    let plugin = Plugin::new(
+        runtime,
+        &manifest,
+        PluginOptions {
+            name: Some(p.name.clone()),
+            pool: pool_config(p),
+            host_functions: Vec::new(),
+            services: grants,
+            precompiled,
+        },
+    )?;
+    Ok(LoadedPlugin::Extism(Arc::new(plugin)))
+}
+
+fn pool_config(p: &PluginConfig) -> PoolConfig {
+    PoolConfig {
+        max_instances: p.pool_size,
+        isolation: false,
+        acquire_timeout: Duration::from_millis(p.queue_timeout_ms),
+    }
+}
+
+pub(super) fn filter_config(
+    p: &PluginConfig,
+    filter: &FilterRef,
+    route: &str,
+    caller: Arc<dyn HttpCaller>,
+    services: Grants,
+) -> FilterConfig {
+    FilterConfig {
+        name: p.name.clone(),
+        vm_configuration: conf_bytes(&p.vm_config),
+        plugin_configuration: conf_bytes(&filter.conf),
+        root_id: p.root_id.clone(),
+        vm_id: p.vm_id.clone().unwrap_or_else(|| p.name.clone()),
+        route: route.to_string(),
+        http_caller: Some(caller),
+        services,
+        memory_limit: p.memory_limit_mb.map(|mib| (mib as usize) << 20),
+        timeout: Some(Duration::from_millis(p.timeout_ms.unwrap_or(1000))),
+        pool: pool_config(p),
+    }
+}

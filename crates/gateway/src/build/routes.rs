@@ -1,0 +1,194 @@
+//! The routes section: each route's filter chain (the global filters and
+//! its own, each a Proxy-Wasm plugin configured for this route, sorted by
+//! priority) and its endpoint.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use wasmgate_base::histogram::LatencyHistogram;
+use wasmgate_config::{FilterRef, GatewayConfig, PluginConfig, RouteConfig};
+use wasmgate_proxy_wasm::{FilterPlugin, HttpCaller, Runtime};
+use wasmgate_services::Services;
+
+use super::plugins::{filter_config, grants, LoadedPlugin, Plugins};
+use super::Problems;
+use crate::chain::RouteFilter;
+use crate::gateway::{Endpoint, Route};
+use crate::router::RouteMatcher;
+use crate::upstream::{Upstream, UpstreamCaller};
+
+/// What a route may refer to.
+struct Context<'a> {
+    config: &'a GatewayConfig,
+    plugins: &'a Plugins,
+    declared: HashMap<&'a str, &'a PluginConfig>,
+    upstreams: &'a HashMap<String, Arc<Upstream>>,
+    services: &'a Services,
+    runtime: &'a Runtime,
+    /// `proxy_http_call` through the upstreams, for every filter.
+    caller: Arc<dyn HttpCaller>,
+}
+
+/// Every route of `config`, in order; the ones with a problem are left out
+/// (and the problem recorded).
+pub(super) async fn build(
+    config: &GatewayConfig,
+    plugins: &Plugins,
+    upstreams: &Arc<HashMap<String, Arc<Upstream>>>,
+    services: &Services,
+    runtime: &Runtime,
+    problems: &mut Problems,
+) -> Vec<Route> {
+    let context = Context {
+        config,
+        plugins,
+        declared: config
+            .plugins
+            .iter()
+            .map(|p| (p.name.as_str(), p))
+            .collect(),
+        upstreams,
+        services,
+        runtime,
+        caller: Arc::new(UpstreamCaller {
+            upstreams: upstreams.clone(),
+        }),
+    };
+    let mut routes = Vec::with_capacity(config.routes.len());
+    for (i, r) in config.routes.iter().enumerate() {
+        let at = format!("routes[{i}]");
+        let filters = build_filters(&context, r, &at, problems).await;
+        if let Some(endpoint) = build_endpoint(&context, r, &at, problems) {
+            routes.push(Route {
+                name: r.name.clone(),
+                matcher: RouteMatcher::new(r),
+                filters,
+                endpoint,
+                responses: Default::default(),
+                latency: LatencyHistogram::default(),
+                concurrency: r
+                    .max_concurrent_requests
+                    .map(|n| Arc::new(Semaphore::new(n))),
+                rejected: AtomicU64::new(0),
+            });
+        }
+    }
+    routes
+}
+
+/// The route's chain: the global filters, then its own, each configured
+/// for this route; sorted by priority, equal priorities in listing order.
+async fn build_filters(
+    context: &Context<'_>,
+    r: &RouteConfig,
+    at: &str,
+    problems: &mut Problems,
+) -> Vec<RouteFilter> {
+    let globals = context
+        .config
+        .global_plugins
+        .iter()
+        .enumerate()
+        .map(|(j, f)| (format!("global_plugins[{j}]"), f));
+    let own = r
+        .plugins
+        .iter()
+        .enumerate()
+        .map(|(j, f)| (format!("{at}.plugins[{j}]"), f));
+    let mut filters = Vec::new();
+    for (field, filter) in globals.chain(own) {
+        if let Some(built) = build_filter(context, r, &field, filter, problems).await {
+            filters.push(built);
+        }
+    }
+    // Stable: equal priorities keep their listing order.
+    filters.sort_by_key(|(priority, _)| std::cmp::Reverse(*priority));
+    filters.into_iter().map(|(_, f)| f).collect()
+}
+
+/// One filter of the route, with its plugin's priority.
+async fn build_filter(
+    context: &Context<'_>,
+    r: &RouteConfig,
+    field: &str,
+    filter: &FilterRef,
+    problems: &mut Problems,
+) -> Option<(i32, RouteFilter)> {
+    let (Some(settings), Some(plugin)) = (
+        context.declared.get(filter.plugin.as_str()),
+        context.plugins.by_name.get(&filter.plugin),
+    ) else {
+        return None; // already reported
+    };
+    let LoadedPlugin::ProxyWasm { module, .. } = plugin else {
+        problems.add(
+            format!("{field}.plugin"),
+            format!("`{}` is an Extism plugin: filters must be Proxy-Wasm plugins (use it as a route's `function`)", filter.plugin),
+        );
+        return None;
+    };
+    let filter_config = filter_config(
+        settings,
+        filter,
+        &r.name,
+        context.caller.clone(),
+        grants(settings, context.services),
+    );
+    match FilterPlugin::from_module(context.runtime, module, filter_config).await {
+        Ok(plugin) => Some((
+            settings.priority,
+            RouteFilter {
+                plugin,
+                fail: settings.fail,
+            },
+        )),
+        Err(e) => {
+            problems.add(field.to_string(), format!("{e:#}"));
+            None
+        }
+    }
+}
+
+/// The route's endpoint: an upstream, an Extism function or a fixed answer.
+fn build_endpoint(
+    context: &Context<'_>,
+    r: &RouteConfig,
+    at: &str,
+    problems: &mut Problems,
+) -> Option<Endpoint> {
+    if let Some(name) = &r.upstream {
+        return context.upstreams.get(name).cloned().map(Endpoint::Upstream);
+    }
+    let Some(f) = &r.function else {
+        return r.respond.clone().map(Endpoint::Respond);
+    };
+    match context.plugins.by_name.get(&f.plugin) {
+        Some(LoadedPlugin::Extism(plugin)) => {
+            if let Some(name) = &f.function {
+                if !plugin.function_exists(name) {
+                    problems.add(
+                        format!("{at}.function.function"),
+                        format!("plugin `{}` has no callable export `{name}`", f.plugin),
+                    );
+                }
+            }
+            Some(Endpoint::Function {
+                plugin: plugin.clone(),
+                function: f.function.clone(),
+            })
+        }
+        Some(LoadedPlugin::ProxyWasm { .. }) => {
+            problems.add(
+                format!("{at}.function.plugin"),
+                format!(
+                    "`{}` is a Proxy-Wasm filter, not an Extism plugin",
+                    f.plugin
+                ),
+            );
+            None
+        }
+        None => None,
+    }
+}
