@@ -24,6 +24,11 @@ pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed_unsync()
 }
 
+/// A whole response (an error answer, say) with the common body type.
+pub fn full_response(response: hyper::Response<Full<Bytes>>) -> hyper::Response<Body> {
+    response.map(boxed)
+}
+
 /// Any body whose errors can be boxed.
 pub fn boxed<B>(body: B) -> Body
 where

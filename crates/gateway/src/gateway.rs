@@ -9,12 +9,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
-use wasmgate_config::{FixedResponse, GatewayConfig, PluginConfig};
+use wasmgate_config::{GatewayConfig, PluginConfig};
 use wasmgate_extism::Plugin;
 use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats};
 use wasmgate_services::Services;
 
 use crate::chain::RouteFilter;
+use crate::endpoint::function::Function;
+pub(crate) use crate::endpoint::Endpoint;
 use crate::router::{RouteIndex, RouteMatcher};
 use crate::upstream::Upstream;
 
@@ -64,15 +66,6 @@ impl Route {
     }
 }
 
-pub(crate) enum Endpoint {
-    Upstream(Arc<Upstream>),
-    Function {
-        plugin: Arc<Plugin>,
-        function: Option<String>,
-    },
-    Respond(FixedResponse),
-}
-
 impl Gateway {
     pub fn config(&self) -> &GatewayConfig {
         &self.config
@@ -103,7 +96,7 @@ impl Gateway {
                     pool: filter.plugin.status(),
                 });
             }
-            if let Endpoint::Function { plugin, .. } = &route.endpoint {
+            if let Endpoint::Function(Function { plugin, .. }) = &route.endpoint {
                 if !functions.iter().any(|p| Arc::ptr_eq(p, plugin)) {
                     functions.push(plugin);
                     sets.push(PluginSet {

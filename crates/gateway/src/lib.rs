@@ -11,6 +11,7 @@ pub mod body;
 mod build;
 mod chain;
 pub mod config_store;
+mod endpoint;
 pub mod error_response;
 mod function_route;
 mod gateway;

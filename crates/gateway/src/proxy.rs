@@ -2,14 +2,17 @@
 //!
 //! 1. match a route (404 when none does);
 //! 2. start the route's filter chain and run `on_request_headers`;
-//! 3. send the request to the endpoint (upstream, Extism function or fixed
-//!    answer), its body streamed through `on_request_body`;
+//! 3. send the request to the endpoint (`endpoint/`: an upstream, which
+//!    takes the body as it streams through `on_request_body`, or an Extism
+//!    function or fixed answer, which take it whole);
 //! 4. run `on_response_headers`, then stream the response body through
 //!    `on_response_body` after the headers have gone out;
 //! 5. `on_log` / `on_done` once the response body is over.
 //!
 //! A local response from a filter ends the chain and skips the endpoint.
-//! Routes without filters skip the Proxy-Wasm work entirely.
+//! Routes without filters skip the Proxy-Wasm work entirely. How bytes come
+//! in and go out is `transport/`'s; which node an upstream request goes to,
+//! `upstream/`'s.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body as _, Incoming};
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{self, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
@@ -27,13 +30,14 @@ use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo};
 
 use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::chain::{channel_body, channel_body_after, Chain, Direction, Stop};
+use crate::endpoint::upstream::{
+    self, exchange_hash_key, path_and_query, request_authority, upstream_head,
+};
 use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
 use crate::transport::listener::{Connection, Handler};
-use crate::upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
-use wasmgate_config::HashOn;
+use crate::upstream::{OutboundBody, Upstream};
 
-const VIA: &str = "1.1 wasmgate";
 /// Frames in flight between a body pump and its reader.
 const BODY_CHANNEL_FRAMES: usize = 8;
 
@@ -57,7 +61,7 @@ impl Handler for Gateway {
             )
             .map(|i| &self.routes[i]);
         let Some(route) = route else {
-            return body_response(error_response::simple(
+            return body::full_response(error_response::simple(
                 StatusCode::NOT_FOUND,
                 "no_route",
                 format!(
@@ -106,34 +110,14 @@ impl Gateway {
     async fn unfiltered(
         &self,
         route: &Route,
-        mut parts: Parts,
+        parts: Parts,
         body: ClientBody,
         peer: SocketAddr,
         host: &str,
     ) -> Response<Body> {
         match &route.endpoint {
             Endpoint::Upstream(upstream) => {
-                let key = hash_key(upstream, &parts, peer);
-                let authority = request_authority(&parts).unwrap_or_else(|| host.to_string());
-                prepare_upstream_headers(&mut parts.headers, peer, &authority);
-                let outbound = if body.is_end_stream() {
-                    OutboundBody::Replayable(Bytes::new())
-                } else {
-                    OutboundBody::Streaming(body::boxed(body))
-                };
-                let head = RequestHead {
-                    method: parts.method,
-                    path: path_and_query(&parts.uri),
-                    headers: parts.headers,
-                };
-                match upstream.send(head, outbound, key).await {
-                    Ok(response) => {
-                        let (mut parts, body) = response.into_parts();
-                        prepare_downstream_headers(&mut parts.headers);
-                        Response::from_parts(parts, body::boxed(body))
-                    }
-                    Err(e) => upstream_failed(&route.name, e),
-                }
+                upstream::forward_unfiltered(upstream, &route.name, parts, body, peer, host).await
             }
             endpoint => {
                 let input = match read_body(body, self.config.limits.max_body_bytes).await {
@@ -141,7 +125,13 @@ impl Gateway {
                     Err(response) => return response,
                 };
                 let request_id = crate::request_id::next();
-                self.call_endpoint(endpoint, parts.uri.path(), input, request_id)
+                endpoint
+                    .answer_whole(
+                        parts.uri.path(),
+                        input,
+                        request_id,
+                        self.config.error_details,
+                    )
                     .await
             }
         }
@@ -199,7 +189,10 @@ impl Gateway {
                             .unwrap_or_default();
                         let path = path.split('?').next().unwrap_or_default().to_string();
                         let request_id = exchange.info.id;
-                        Ok(self.call_endpoint(endpoint, &path, input, request_id).await)
+                        let details = self.config.error_details;
+                        Ok(endpoint
+                            .answer_whole(&path, input, request_id, details)
+                            .await)
                     }
                     Err(stop) => Err(stop),
                 }
@@ -267,14 +260,10 @@ impl Gateway {
             sent.expect("the pump ended well, so the request was sent")
         };
         match result {
-            Ok(response) => {
-                let (mut parts, body) = response.into_parts();
-                prepare_downstream_headers(&mut parts.headers);
-                Ok(Response::from_parts(parts, body::boxed(body)))
-            }
+            Ok(response) => Ok(upstream::answer(response)),
             Err(e) => {
                 tracing::warn!(upstream = %upstream.name, error = %e, "upstream request failed");
-                Ok(upstream_error_response(e))
+                Ok(upstream::upstream_error_response(e))
             }
         }
     }
@@ -412,50 +401,6 @@ async fn filter_whole_body(
     Ok(Bytes::from(out))
 }
 
-impl Gateway {
-    /// Calls a function or answers a fixed response, for request `request_id`.
-    async fn call_endpoint(
-        &self,
-        endpoint: &Endpoint,
-        path: &str,
-        input: Bytes,
-        request_id: u64,
-    ) -> Response<Body> {
-        match endpoint {
-            Endpoint::Function { plugin, function } => {
-                let function = function.clone().unwrap_or_else(|| {
-                    path.rsplit('/')
-                        .find(|s| !s.is_empty())
-                        .unwrap_or_default()
-                        .to_string()
-                });
-                let config = crate::FunctionRouteConfig {
-                    error_details: self.config.error_details,
-                    ..Default::default()
-                };
-                let route = crate::FunctionRoute::new(plugin.clone(), config);
-                body_response(route.call(request_id, &function, &input).await)
-            }
-            Endpoint::Respond(fixed) => {
-                let mut builder = Response::builder().status(fixed.status);
-                for (k, v) in &fixed.headers {
-                    builder = builder.header(k.as_str(), v.as_str());
-                }
-                builder
-                    .body(body::full(fixed.body.clone()))
-                    .unwrap_or_else(|_| {
-                        body_response(error_response::simple(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "bad_fixed_response",
-                            "the route's fixed response has an invalid header",
-                        ))
-                    })
-            }
-            Endpoint::Upstream(_) => unreachable!("upstream endpoints are sent, not called"),
-        }
-    }
-}
-
 /// The exchange filters see: pseudo-headers, then the request's own header
 /// map (`Host` becomes `:authority`), and what is known of the request and
 /// its connection.
@@ -498,206 +443,6 @@ fn exchange_for(
     exchange
 }
 
-/// Host and port as the client sent them (URI for HTTP/2, Host for HTTP/1).
-fn request_authority(parts: &Parts) -> Option<String> {
-    parts
-        .uri
-        .authority()
-        .map(|a| a.as_str().to_string())
-        .or_else(|| {
-            parts
-                .headers
-                .get(header::HOST)?
-                .to_str()
-                .ok()
-                .map(str::to_string)
-        })
-}
-
-/// What goes upstream after the filters: their pseudo-headers and a copy
-/// of their header map (the exchange keeps its own: filters read the
-/// request's headers until `proxy_on_log`).
-fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> RequestHead {
-    let get = |name: &[u8]| exchange.request_headers.get(name);
-    let mut headers = exchange.request_headers.map().clone();
-    let authority = get(b":authority").unwrap_or_default();
-    if let Ok(value) = HeaderValue::from_bytes(authority) {
-        headers.insert(header::HOST, value);
-    }
-    let host = String::from_utf8_lossy(authority);
-    prepare_upstream_headers(&mut headers, peer, &host);
-    RequestHead {
-        method: get(b":method")
-            .and_then(|m| hyper::Method::from_bytes(m).ok())
-            .unwrap_or(hyper::Method::GET),
-        path: get(b":path")
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .unwrap_or_else(|| "/".into()),
-        headers,
-    }
-}
-
-/// Hop-by-hop headers are the connection's, not the message's (RFC 9110 7.6.1).
-/// (`Trailer` is end-to-end: it names the trailers the message ends with.)
-/// Names are built once: parsing them per request showed in profiles.
-const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHENTICATE,
-];
-const HOP_COUNT: usize = 7;
-/// Where `TE` is in [`HOP_BY_HOP`].
-const TE_INDEX: usize = 3;
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// Removes the hop-by-hop fields, and the fields `Connection` names. Returns
-/// whether a `TE` field was among them.
-fn remove_hop_by_hop(headers: &mut HeaderMap) -> bool {
-    // Most messages carry none of them, or only `Connection: keep-alive`
-    // (every answer of an nginx upstream): one look at the names present
-    // decides which to remove, instead of hashing seven names to remove.
-    let mut present = [false; HOP_COUNT];
-    for name in headers.keys() {
-        if let Some(i) = HOP_BY_HOP.iter().position(|hop| hop == name) {
-            present[i] = true;
-        }
-    }
-    if !present.contains(&true) {
-        return false;
-    }
-    // `close` and `keep-alive` are connection options, not field names (a
-    // `Keep-Alive` field is hop-by-hop anyway): only other tokens are parsed.
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|token| {
-            !token.eq_ignore_ascii_case("keep-alive") && !token.eq_ignore_ascii_case("close")
-        })
-        .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for (name, present) in HOP_BY_HOP.iter().zip(present) {
-        if present {
-            headers.remove(name);
-        }
-    }
-    present[TE_INDEX]
-}
-
-/// X-Forwarded-For gets the client appended; -Proto and -Host are set when
-/// no earlier proxy set them; Via records this hop.
-fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &str) {
-    // `TE: trailers` says the client takes trailers (gRPC requires it); it
-    // is passed on, as Envoy does, so the upstream sends them. Other TE
-    // values are this hop's business.
-    let accepts_trailers = headers
-        .get_all(header::TE)
-        .iter()
-        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    if remove_hop_by_hop(headers) && accepts_trailers {
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
-    }
-    let client = ip_text(peer.ip());
-    let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(earlier) => format!("{earlier}, {client}"),
-        None => client,
-    };
-    // From the `String` itself: `from_str` would copy it.
-    if let Ok(value) = HeaderValue::try_from(forwarded_for) {
-        headers.insert(X_FORWARDED_FOR, value);
-    }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    }
-    if !headers.contains_key(&X_FORWARDED_HOST) {
-        if let Ok(value) = HeaderValue::from_str(host) {
-            headers.insert(X_FORWARDED_HOST, value);
-        }
-    }
-    headers.append(header::VIA, HeaderValue::from_static(VIA));
-}
-
-/// The client's address as text. IPv4, the common case, is written
-/// directly: through `Display` it took 1.3 k of a proxied request's 53 k
-/// instructions (bench/instructions.py).
-fn ip_text(ip: std::net::IpAddr) -> String {
-    let std::net::IpAddr::V4(v4) = ip else {
-        return ip.to_string();
-    };
-    let mut text = String::with_capacity(15);
-    for (i, octet) in v4.octets().into_iter().enumerate() {
-        if i > 0 {
-            text.push('.');
-        }
-        if octet >= 100 {
-            text.push(char::from(b'0' + octet / 100));
-        }
-        if octet >= 10 {
-            text.push(char::from(b'0' + octet / 10 % 10));
-        }
-        text.push(char::from(b'0' + octet % 10));
-    }
-    text
-}
-
-fn prepare_downstream_headers(headers: &mut HeaderMap) {
-    // A `TE` in an answer means nothing (RFC 9110 10.1.4): dropped with the rest.
-    remove_hop_by_hop(headers);
-    headers.append(header::VIA, HeaderValue::from_static(VIA));
-}
-
-fn path_and_query(uri: &hyper::Uri) -> String {
-    uri.path_and_query()
-        .map_or_else(|| "/".to_string(), |p| p.as_str().to_string())
-}
-
-fn hash_key(upstream: &Upstream, parts: &Parts, peer: SocketAddr) -> Option<u64> {
-    if !upstream.hashes() {
-        return None;
-    }
-    Some(match upstream.hash_on {
-        HashOn::ClientIp => hash(&peer.ip()),
-        HashOn::Path => hash(&parts.uri.path()),
-        HashOn::Header => {
-            let name = upstream.hash_header.as_deref()?;
-            hash(&parts.headers.get(name)?.as_bytes())
-        }
-    })
-}
-
-fn exchange_hash_key(
-    upstream: &Upstream,
-    exchange: &HttpExchange,
-    peer: SocketAddr,
-) -> Option<u64> {
-    if !upstream.hashes() {
-        return None;
-    }
-    Some(match upstream.hash_on {
-        HashOn::ClientIp => hash(&peer.ip()),
-        HashOn::Path => {
-            let path = exchange.request_headers.get(b":path")?;
-            hash(&path.split(|&b| b == b'?').next().unwrap_or_default())
-        }
-        HashOn::Header => {
-            let name = upstream.hash_header.as_deref()?;
-            hash(&exchange.request_headers.get(name.as_bytes())?)
-        }
-    })
-}
-
-/// The response for a request the chain stopped.
 /// The response for a request the chain stopped; a crash's report (or any
 /// failure's inner message) only with `details` (`error_details`).
 fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange, details: bool) -> Response<Body> {
@@ -709,16 +454,16 @@ fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange, details: bool) 
                 .expect("Respond means a local response was recorded");
             local_response(local)
         }
-        Stop::Closed { plugin } => body_response(error_response::json_error(
+        Stop::Closed { plugin } => body::full_response(error_response::json_error(
             StatusCode::BAD_GATEWAY,
             json!({"kind": "stream_closed", "plugin": plugin, "route": route,
                    "message": "the filter closed the stream"}),
         )),
         Stop::ClientBody { status, message } => {
             tracing::info!(%route, %message, "request failed on the client's body");
-            body_response(error_response::simple(status, "client_body", message))
+            body::full_response(error_response::simple(status, "client_body", message))
         }
-        Stop::TooLarge { limit } => body_response(error_response::simple(
+        Stop::TooLarge { limit } => body::full_response(error_response::simple(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("the body a filter buffers exceeds limits.max_body_bytes ({limit} bytes)"),
@@ -757,7 +502,7 @@ fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange, details: bool) 
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            body_response(response)
+            body::full_response(response)
         }
     }
 }
@@ -772,7 +517,7 @@ fn route_overloaded(route: &str) -> Response<Body> {
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    body_response(response)
+    body::full_response(response)
 }
 
 fn local_response(local: LocalResponse) -> Response<Body> {
@@ -785,29 +530,11 @@ fn local_response(local: LocalResponse) -> Response<Body> {
     response
 }
 
-fn upstream_error_response(error: UpstreamError) -> Response<Body> {
-    let (status, kind) = match &error {
-        UpstreamError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
-        UpstreamError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "upstream_unreachable"),
-        UpstreamError::ClientBody { status, .. } => (*status, "client_body"),
-    };
-    body_response(error_response::simple(status, kind, error.to_string()))
-}
-
-fn upstream_failed(route: &str, error: UpstreamError) -> Response<Body> {
-    tracing::warn!(%route, error = %error, "upstream request failed");
-    upstream_error_response(error)
-}
-
-fn body_response(response: Response<http_body_util::Full<Bytes>>) -> Response<Body> {
-    response.map(body::boxed)
-}
-
 async fn read_body(body: ClientBody, limit: usize) -> Result<Bytes, Response<Body>> {
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(body_response(error_response::simple(
+            Err(body::full_response(error_response::simple(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 format!("request body exceeds the limit of {limit} bytes"),
@@ -815,66 +542,11 @@ async fn read_body(body: ClientBody, limit: usize) -> Result<Bytes, Response<Bod
         }
         Err(e) => {
             let status = ClientBodyError::find(&*e).map_or(StatusCode::BAD_REQUEST, |e| e.status());
-            Err(body_response(error_response::simple(
+            Err(body::full_response(error_response::simple(
                 status,
                 "client_body",
                 format!("reading the request body failed: {e}"),
             )))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ip_text_matches_display() {
-        for ip in [
-            "0.0.0.0",
-            "127.0.0.1",
-            "10.0.100.9",
-            "192.168.1.255",
-            "255.255.255.255",
-            "1.20.200.99",
-            "::1",
-            "2001:db8::8a2e:370:7334",
-            "::ffff:10.0.0.1",
-        ] {
-            let ip: std::net::IpAddr = ip.parse().unwrap();
-            assert_eq!(ip_text(ip), ip.to_string());
-        }
-    }
-
-    fn map(fields: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in fields {
-            map.append(*name, HeaderValue::from_static(value));
-        }
-        map
-    }
-
-    #[test]
-    fn hop_by_hop_fields_and_the_ones_connection_names_are_removed() {
-        assert_eq!(HOP_BY_HOP[TE_INDEX], header::TE);
-        let mut upstream_answer = map(&[("server", "nginx"), ("connection", "keep-alive")]);
-        assert!(!remove_hop_by_hop(&mut upstream_answer));
-        assert_eq!(upstream_answer, map(&[("server", "nginx")]));
-
-        let mut request = map(&[
-            ("connection", "close, X-Private"),
-            ("connection", "keep-alive"),
-            ("x-private", "1"),
-            ("keep-alive", "timeout=5"),
-            ("te", "trailers"),
-            ("upgrade", "h2c"),
-            ("x-kept", "2"),
-        ]);
-        assert!(remove_hop_by_hop(&mut request));
-        assert_eq!(request, map(&[("x-kept", "2")]));
-
-        let mut plain = map(&[("x-kept", "2")]);
-        assert!(!remove_hop_by_hop(&mut plain));
-        assert_eq!(plain, map(&[("x-kept", "2")]));
     }
 }

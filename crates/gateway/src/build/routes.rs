@@ -15,6 +15,7 @@ use wasmgate_services::Services;
 use super::plugins::{filter_config, grants, LoadedPlugin, Plugins};
 use super::Problems;
 use crate::chain::RouteFilter;
+use crate::endpoint::function::Function;
 use crate::gateway::{Endpoint, Route};
 use crate::router::RouteMatcher;
 use crate::upstream::{Upstream, UpstreamCaller};
@@ -174,10 +175,10 @@ fn build_endpoint(
                     );
                 }
             }
-            Some(Endpoint::Function {
+            Some(Endpoint::Function(Function {
                 plugin: plugin.clone(),
                 function: f.function.clone(),
-            })
+            }))
         }
         Some(LoadedPlugin::ProxyWasm { .. }) => {
             problems.add(

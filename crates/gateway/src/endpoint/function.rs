@@ -1,0 +1,44 @@
+//! The function endpoint: the request body (as the filters left it) is an
+//! Extism plugin function's input, its output the answer. The function is
+//! the route's, or the last segment of the path; the call is `serve`'s
+//! (`FunctionRoute`), with the gateway's `error_details`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::Response;
+use wasmgate_extism::Plugin;
+
+use crate::body::{self, Body};
+use crate::{FunctionRoute, FunctionRouteConfig};
+
+/// An Extism plugin's function as a route's endpoint.
+pub(crate) struct Function {
+    pub plugin: Arc<Plugin>,
+    /// `None`: the last segment of the request's path names it.
+    pub function: Option<String>,
+}
+
+impl Function {
+    /// Calls the function with `input`, for request `request_id`.
+    pub(crate) async fn call(
+        &self,
+        path: &str,
+        input: Bytes,
+        request_id: u64,
+        error_details: bool,
+    ) -> Response<Body> {
+        let function = self.function.clone().unwrap_or_else(|| {
+            path.rsplit('/')
+                .find(|s| !s.is_empty())
+                .unwrap_or_default()
+                .to_string()
+        });
+        let config = FunctionRouteConfig {
+            error_details,
+            ..Default::default()
+        };
+        let route = FunctionRoute::new(self.plugin.clone(), config);
+        body::full_response(route.call(request_id, &function, &input).await)
+    }
+}
