@@ -7,8 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::gateway::{get, send, GatewayProc};
-use common::upstream::Upstream;
+use common::gateway::{get, send, with_upstream, GatewayProc};
 use common::{client, HttpClient, Reply};
 
 /// Sends an admin request with an optional bearer token, marked as
@@ -36,21 +35,21 @@ fn metric(scrape: &str, series: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_upstreams_and_plugins_are_changed_whole_or_not_at_all() {
-    let backend = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (backend, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
-admin: "{{admin}}"
+listen: "{listen}"
+admin: "{admin}"
 admin_writes: true
 plugins:
-  - {{name: tag, wasm: "{{wasm:add_header}}"}}
+  - {name: tag, wasm: "{wasm:add_header}"}
 upstreams:
-  - {{name: backend, nodes: [{{address: "{}"}}]}}
+  - {name: backend, nodes: [{address: "{backend}"}]}
 routes:
-  - {{name: home, path: {{prefix: /home}}, respond: {{status: 200, body: home}}}}
+  - {name: home, path: {prefix: /home}, respond: {status: 200, body: home}}
 "#,
-        backend.address()
-    ));
+    )
+    .await;
     let c = client();
     let operators_file = std::fs::read_to_string(&gw.config).unwrap();
 
@@ -225,22 +224,22 @@ routes:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_metrics_status_and_crash_reports() {
-    let backend = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (backend, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
-admin: "{{admin}}"
+listen: "{listen}"
+admin: "{admin}"
 plugins:
-  - {{name: tag, wasm: "{{wasm:add_header}}"}}
-  - {{name: faults, wasm: "{{wasm:faults}}"}}
+  - {name: tag, wasm: "{wasm:add_header}"}
+  - {name: faults, wasm: "{wasm:faults}"}
 upstreams:
-  - {{name: backend, nodes: [{{address: "{}"}}]}}
+  - {name: backend, nodes: [{address: "{backend}"}]}
 routes:
-  - {{name: api, path: {{prefix: /api}}, plugins: [{{plugin: tag}}], upstream: backend}}
-  - {{name: fn, path: {{prefix: /fn/}}, function: {{plugin: faults}}}}
+  - {name: api, path: {prefix: /api}, plugins: [{plugin: tag}], upstream: backend}
+  - {name: fn, path: {prefix: /fn/}, function: {plugin: faults}}
 "#,
-        backend.address()
-    ));
+    )
+    .await;
     let c = client();
     for _ in 0..5 {
         assert_eq!(get(&c, &gw.url("/api/x")).await.status, 200);
@@ -368,23 +367,23 @@ routes:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filter_buffering_past_the_limit_gets_413_and_streaming_passes() {
-    let backend = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (_backend, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
-admin: "{{admin}}"
-limits: {{max_body_bytes: 100000}}
+listen: "{listen}"
+admin: "{admin}"
+limits: {max_body_bytes: 100000}
 plugins:
-  - {{name: body, wasm: "{{wasm:http_body}}"}}
-  - {{name: tag, wasm: "{{wasm:add_header}}"}}
+  - {name: body, wasm: "{wasm:http_body}"}
+  - {name: tag, wasm: "{wasm:add_header}"}
 upstreams:
-  - {{name: backend, nodes: [{{address: "{}"}}]}}
+  - {name: backend, nodes: [{address: "{backend}"}]}
 routes:
-  - {{name: buffered, path: {{prefix: /buffered}}, plugins: [{{plugin: body}}], upstream: backend}}
-  - {{name: streamed, path: {{prefix: /streamed}}, plugins: [{{plugin: tag}}], upstream: backend}}
+  - {name: buffered, path: {prefix: /buffered}, plugins: [{plugin: body}], upstream: backend}
+  - {name: streamed, path: {prefix: /streamed}, plugins: [{plugin: tag}], upstream: backend}
 "#,
-        backend.address()
-    ));
+    )
+    .await;
     let c = client();
     let big = "x".repeat(300_000);
     let r = send(&c, "POST", &gw.url("/buffered"), &[], big.clone()).await;

@@ -10,8 +10,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::client;
-use common::gateway::{get, GatewayProc};
-use common::upstream::Upstream;
+use common::gateway::{get, with_upstream};
 
 /// Writes `request` and reads until the gateway closes or 10 s pass;
 /// returns what came back and how long it took.
@@ -32,24 +31,24 @@ fn exchange(port: u16, request: &[u8]) -> (String, Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_silent_and_malformed_clients_get_their_status_in_bounded_time() {
-    let backend = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (backend, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
-admin: "{{admin}}"
-limits: {{header_read_timeout_ms: 1000, body_read_timeout_ms: 1000}}
+listen: "{listen}"
+admin: "{admin}"
+limits: {header_read_timeout_ms: 1000, body_read_timeout_ms: 1000}
 plugins:
-  - {{name: faults, wasm: "{{wasm:faults}}"}}
+  - {name: faults, wasm: "{wasm:faults}"}
 upstreams:
   - name: backend
-    nodes: [{{address: "{}"}}]
-    health_check: {{passive: {{max_failures: 2, ejection_ms: 60000}}}}
+    nodes: [{address: "{backend}"}]
+    health_check: {passive: {max_failures: 2, ejection_ms: 60000}}
 routes:
-  - {{name: fn, path: {{prefix: /fn/}}, function: {{plugin: faults}}}}
-  - {{name: up, path: {{prefix: /up}}, upstream: backend}}
+  - {name: fn, path: {prefix: /fn/}, function: {plugin: faults}}
+  - {name: up, path: {prefix: /up}, upstream: backend}
 "#,
-        backend.address()
-    ));
+    )
+    .await;
     let port = gw.port;
     let (silent, half_head, kept_alive, stalled, malformed) = tokio::task::spawn_blocking(move || {
         // Connects and says nothing: closed after the header read timeout.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::gateway::{get, send, GatewayProc};
+use common::gateway::{get, send, with_upstream, GatewayProc};
 use common::upstream::Upstream;
 use common::{client, wasmgate};
 
@@ -18,37 +18,37 @@ fn header<'a>(reply: &'a common::Reply, name: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_match_and_header_filters_edit_both_directions() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (_up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: rust_header, wasm: "{{wasm:add_header}}", priority: 10}}
-  - {{name: go_header, wasm: "{{wasm:go_add_header}}", priority: 20}}
+  - {name: rust_header, wasm: "{wasm:add_header}", priority: 10}
+  - {name: go_header, wasm: "{wasm:go_add_header}", priority: 20}
 upstreams:
   - name: backend
-    nodes: [{{address: "{addr}"}}]
+    nodes: [{address: "{backend}"}]
 routes:
   - name: only-post
-    path: {{exact: /submit}}
+    path: {exact: /submit}
     methods: [POST]
-    headers: {{x-tenant: blue}}
-    respond: {{status: 201, body: "submitted"}}
+    headers: {x-tenant: blue}
+    respond: {status: 201, body: "submitted"}
   - name: wildcard-host
     hosts: ["*.example.com"]
-    respond: {{status: 200, body: "example subdomain"}}
+    respond: {status: 200, body: "example subdomain"}
   - name: users
-    path: {{regex: "/users/[0-9]+"}}
+    path: {regex: "/users/[0-9]+"}
     plugins:
-      - {{plugin: rust_header, conf: rust-conf}}
-      - {{plugin: go_header, conf: go-conf}}
+      - {plugin: rust_header, conf: rust-conf}
+      - {plugin: go_header, conf: go-conf}
     upstream: backend
   - name: plain
-    path: {{prefix: /plain/}}
+    path: {prefix: /plain/}
     upstream: backend
 "#,
-        addr = up.address()
-    ));
+    )
+    .await;
     let c = client();
     // Chain order: go_header (priority 20) runs before rust_header (10).
     let reply = get(&c, &gw.url("/users/42?x=1")).await;
@@ -103,17 +103,17 @@ routes:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_cleartext_downstream() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (_up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: h, wasm: "{{wasm:add_header}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
-routes: [{{name: all, plugins: [{{plugin: h, conf: over-h2}}], upstream: backend}}]
+  - {name: h, wasm: "{wasm:add_header}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
+routes: [{name: all, plugins: [{plugin: h, conf: over-h2}], upstream: backend}]
 "#,
-        up.address()
-    ));
+    )
+    .await;
     let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .build_http();
@@ -127,23 +127,23 @@ routes: [{{name: all, plugins: [{{plugin: h, conf: over-h2}}], upstream: backend
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_injection_answers_locally_and_skips_the_upstream() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: fault, wasm: "{{wasm:fault_injection}}"}}
-  - {{name: h, wasm: "{{wasm:add_header}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+  - {name: fault, wasm: "{wasm:fault_injection}"}
+  - {name: h, wasm: "{wasm:add_header}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
 routes:
   - name: fault
     plugins:
-      - {{plugin: fault, conf: {{body: "hello world", http_status: 200}}}}
-      - {{plugin: h}}
+      - {plugin: fault, conf: {body: "hello world", http_status: 200}}
+      - {plugin: h}
     upstream: backend
 "#,
-        up.address()
-    ));
+    )
+    .await;
     let c = client();
     for _ in 0..3 {
         let reply = get(&c, &gw.url("/anything")).await;
@@ -167,17 +167,19 @@ async fn http_body_rewrites_buffered_bodies_and_streams_the_rest_go_sdk() {
 }
 
 async fn http_body_rewrites_buffered_bodies_and_streams_the_rest(sdk: &str) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (_up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: body, wasm: "{{wasm:{sdk}http_body}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes: [{{name: all, plugins: [{{plugin: body}}], upstream: backend}}]
-"#,
-        up.address()
-    ));
+"#
+        ),
+    )
+    .await;
     let c = client();
     let reply = get(&c, &gw.url("/secret")).await;
     assert_eq!(reply.status, 200);
@@ -194,19 +196,19 @@ routes: [{{name: all, plugins: [{{plugin: body}}], upstream: backend}}]
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unfiltered_response_bodies_stream_without_buffering() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (_up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: h, wasm: "{{wasm:add_header}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+  - {name: h, wasm: "{wasm:add_header}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
 routes:
-  - {{name: filtered, headers: {{x-filter: "on"}}, plugins: [{{plugin: h}}], upstream: backend}}
-  - {{name: plain, upstream: backend}}
+  - {name: filtered, headers: {x-filter: "on"}, plugins: [{plugin: h}], upstream: backend}
+  - {name: plain, upstream: backend}
 "#,
-        up.address()
-    ));
+    )
+    .await;
     use http_body_util::BodyExt;
     for filter in ["off", "on"] {
         let c = client();
@@ -241,19 +243,21 @@ async fn http_config_header_comes_from_each_routes_conf_go_sdk() {
 }
 
 async fn http_config_header_comes_from_each_routes_conf(sdk: &str) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (_up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: cfg, wasm: "{{wasm:{sdk}http_config}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes:
   - {{name: a, path: {{prefix: /a}}, plugins: [{{plugin: cfg, conf: alpha}}], upstream: backend}}
   - {{name: b, path: {{prefix: /b}}, plugins: [{{plugin: cfg, conf: {{nested: true}}}}], upstream: backend}}
-"#,
-        up.address()
-    ));
+"#
+        ),
+    )
+    .await;
     let c = client();
     let a = get(&c, &gw.url("/a")).await;
     assert_eq!(header(&a, "custom-header"), Some("alpha"));
@@ -337,20 +341,20 @@ routes:
 /// An upstream behind `/rust` and `/go`, each with its SDK's JSON
 /// validation filter (the Go one requires the key `name`).
 async fn json_validation_gateway() -> (Upstream, GatewayProc) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: rust_json, wasm: "{{wasm:json_validation}}"}}
-  - {{name: go_json, wasm: "{{wasm:go_json_validation}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+  - {name: rust_json, wasm: "{wasm:json_validation}"}
+  - {name: go_json, wasm: "{wasm:go_json_validation}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
 routes:
-  - {{name: rust, path: {{prefix: /rust}}, plugins: [{{plugin: rust_json}}], upstream: backend}}
-  - {{name: go, path: {{prefix: /go}}, plugins: [{{plugin: go_json, conf: {{requiredKeys: [name]}}}}], upstream: backend}}
+  - {name: rust, path: {prefix: /rust}, plugins: [{plugin: rust_json}], upstream: backend}
+  - {name: go, path: {prefix: /go}, plugins: [{plugin: go_json, conf: {requiredKeys: [name]}}], upstream: backend}
 "#,
-        up.address()
-    ));
+    )
+    .await;
     (up, gw)
 }
 
@@ -473,23 +477,25 @@ async fn ticks_shared_queue_and_metrics_go_sdk() {
 }
 
 async fn ticks_shared_queue_and_metrics(sdk: &str) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (_up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 admin: "{{admin}}"
 plugins:
   - {{name: tick, wasm: "{{wasm:{sdk}tick}}"}}
   - {{name: queue, wasm: "{{wasm:{sdk}shared_queue}}"}}
   - {{name: metrics, wasm: "{{wasm:{sdk}metrics}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes:
   - {{name: tick, path: {{prefix: /tick}}, plugins: [{{plugin: tick}}], upstream: backend}}
   - {{name: queue, path: {{prefix: /queue}}, plugins: [{{plugin: queue}}], upstream: backend}}
   - {{name: metrics, path: {{prefix: /metrics}}, plugins: [{{plugin: metrics}}], upstream: backend}}
-"#,
-        up.address()
-    ));
+"#
+        ),
+    )
+    .await;
     let c = client();
     // Ticks: the root context's 50 ms timer keeps counting.
     let first = number(&get(&c, &gw.url("/tick")).await, "x-ticks");
@@ -561,17 +567,19 @@ async fn postponed_requests_resume_on_the_next_tick_go_sdk() {
 }
 
 async fn postponed_requests_resume_on_the_next_tick(sdk: &str) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (_up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: postpone, wasm: "{{wasm:{sdk}postpone_requests}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes: [{{name: all, plugins: [{{plugin: postpone}}], upstream: backend}}]
-"#,
-        up.address()
-    ));
+"#
+        ),
+    )
+    .await;
     let c = client();
     let started = Instant::now();
     let reply = get(&c, &gw.url("/later")).await;
@@ -587,17 +595,17 @@ routes: [{{name: all, plugins: [{{plugin: postpone}}], upstream: backend}}]
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_data_counts_across_instances() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (_up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: state, wasm: "{{wasm:shared_state}}", pool_size: 8}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
-routes: [{{name: all, plugins: [{{plugin: state}}], upstream: backend}}]
+  - {name: state, wasm: "{wasm:shared_state}", pool_size: 8}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
+routes: [{name: all, plugins: [{plugin: state}], upstream: backend}]
 "#,
-        up.address()
-    ));
+    )
+    .await;
     let c = client();
     let requests: Vec<_> = (0..40)
         .map(|_| {
@@ -617,21 +625,21 @@ routes: [{{name: all, plugins: [{{plugin: state}}], upstream: backend}}]
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extism_function_routes_share_the_listener() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (_up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: hello, wasm: "{{wasm:hello}}"}}
-  - {{name: h, wasm: "{{wasm:add_header}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+  - {name: hello, wasm: "{wasm:hello}"}
+  - {name: h, wasm: "{wasm:add_header}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
 routes:
-  - {{name: hello, path: {{exact: /hello}}, function: {{plugin: hello, function: hello}}}}
-  - {{name: filtered-hello, path: {{exact: /filtered/hello}}, plugins: [{{plugin: h}}], function: {{plugin: hello}}}}
-  - {{name: rest, upstream: backend}}
+  - {name: hello, path: {exact: /hello}, function: {plugin: hello, function: hello}}
+  - {name: filtered-hello, path: {exact: /filtered/hello}, plugins: [{plugin: h}], function: {plugin: hello}}
+  - {name: rest, upstream: backend}
 "#,
-        up.address()
-    ));
+    )
+    .await;
     let c = client();
     let reply = send(&c, "POST", &gw.url("/hello"), &[], "Ada").await;
     assert_eq!(reply.text(), r#"{"message":"Hello Ada"}"#);
@@ -909,13 +917,13 @@ fn bundled_example_config_checks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn properties_describe_request_connection_route_and_response() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: props, wasm: "{{wasm:properties}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+  - {name: props, wasm: "{wasm:properties}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
 routes:
   - name: inspected
     plugins:
@@ -930,8 +938,8 @@ routes:
                "cluster_name", "no.such.property"]
     upstream: backend
 "#,
-        up.address()
-    ));
+    )
+    .await;
     let c = client();
     let before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -992,19 +1000,19 @@ routes:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_trailers_pass_through_the_filter() {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (_up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: trailers, wasm: "{{wasm:trailers}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+  - {name: trailers, wasm: "{wasm:trailers}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
 routes:
-  - {{name: filtered, path: {{prefix: /filtered}}, plugins: [{{plugin: trailers}}], upstream: backend}}
-  - {{name: plain, upstream: backend}}
+  - {name: filtered, path: {prefix: /filtered}, plugins: [{plugin: trailers}], upstream: backend}
+  - {name: plain, upstream: backend}
 "#,
-        up.address()
-    ));
+    )
+    .await;
     let c = client();
     let te = [("te", "trailers")];
     // Unfiltered: the upstream's trailers reach the client.
@@ -1028,18 +1036,18 @@ routes:
 async fn request_trailers_pass_through_the_filter() {
     use http_body_util::StreamBody;
     use hyper::body::Frame;
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
+    let (_up, gw) = with_upstream(
+        "backend",
         r#"
-listen: "{{listen}}"
+listen: "{listen}"
 plugins:
-  - {{name: trailers, wasm: "{{wasm:trailers}}"}}
-upstreams: [{{name: backend, nodes: [{{address: "{}"}}]}}]
+  - {name: trailers, wasm: "{wasm:trailers}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
 routes:
-  - {{name: filtered, plugins: [{{plugin: trailers}}], upstream: backend}}
+  - {name: filtered, plugins: [{plugin: trailers}], upstream: backend}
 "#,
-        up.address()
-    ));
+    )
+    .await;
     // A chunked request body that ends with a trailer it declares.
     let mut trailers = hyper::HeaderMap::new();
     trailers.insert("x-checksum", "req-42".parse().unwrap());

@@ -21,7 +21,7 @@ use std::io::{BufRead, BufReader};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::gateway::{get, send, GatewayProc};
+use common::gateway::{get, send, with_upstream};
 use common::upstream::Upstream;
 use common::{client, plugin, post, wasmgate, Server};
 
@@ -189,21 +189,23 @@ async fn headers_config_and_logs_cpp_sdk() {
 }
 
 async fn headers_config_and_logs(sdk: Sdk) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (_up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: header, wasm: "{{wasm:{m}}}", root_id: add_header, memory_limit_mb: 8}}
-upstreams: [{{name: backend, nodes: [{{address: "{addr}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes:
   - {{name: configured, path: {{prefix: /users/}}, plugins: [{{plugin: header, conf: {n}-conf}}], upstream: backend}}
   - {{name: bare, plugins: [{{plugin: header}}], upstream: backend}}
 "#,
-        m = sdk.module,
-        n = sdk.name,
-        addr = up.address()
-    ));
+            m = sdk.module,
+            n = sdk.name,
+        ),
+    )
+    .await;
     let c = client();
     let reply = get(&c, &gw.url("/users/42?x=1")).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
@@ -253,14 +255,15 @@ async fn local_reply_ends_the_chain_cpp_sdk() {
 }
 
 async fn local_reply_ends_the_chain(sdk: Sdk) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: reply, wasm: "{{wasm:{m}}}", root_id: local_reply, memory_limit_mb: 8}}
   - {{name: header, wasm: "{{wasm:{m}}}", root_id: add_header, memory_limit_mb: 8}}
-upstreams: [{{name: backend, nodes: [{{address: "{addr}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes:
   - name: all
     plugins:
@@ -268,9 +271,10 @@ routes:
       - {{plugin: header}}
     upstream: backend
 "#,
-        m = sdk.module,
-        addr = up.address()
-    ));
+            m = sdk.module,
+        ),
+    )
+    .await;
     let c = client();
     for path in ["/teapot", "/teapot/pot?x=1", "/teapot"] {
         let reply = get(&c, &gw.url(path)).await;
@@ -303,18 +307,20 @@ async fn body_is_read_and_rewritten_cpp_sdk() {
 }
 
 async fn body_is_read_and_rewritten(sdk: Sdk) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (_up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: body, wasm: "{{wasm:{m}}}", root_id: body, memory_limit_mb: 8}}
-upstreams: [{{name: backend, nodes: [{{address: "{addr}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes: [{{name: all, plugins: [{{plugin: body}}], upstream: backend}}]
 "#,
-        m = sdk.module,
-        addr = up.address()
-    ));
+            m = sdk.module,
+        ),
+    )
+    .await;
     let c = client();
     // Response bodies.
     let reply = get(&c, &gw.url("/secret")).await;
@@ -357,18 +363,20 @@ async fn shared_data_counts_across_instances_cpp_sdk() {
 }
 
 async fn shared_data_counts_across_instances(sdk: Sdk) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (_up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: state, wasm: "{{wasm:{m}}}", root_id: shared_data, memory_limit_mb: 8, pool_size: 8}}
-upstreams: [{{name: backend, nodes: [{{address: "{addr}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes: [{{name: all, plugins: [{{plugin: state}}], upstream: backend}}]
 "#,
-        m = sdk.module,
-        addr = up.address()
-    ));
+            m = sdk.module,
+        ),
+    )
+    .await;
     let c = client();
     let requests: Vec<_> = (0..40)
         .map(|_| {
@@ -402,25 +410,27 @@ async fn http_call_continues_or_forbids_cpp_sdk() {
 
 async fn http_call_continues_or_forbids(sdk: Sdk) {
     let backend = Upstream::start("backend").await;
-    let auth = Upstream::start("auth").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (auth, gw) = with_upstream(
+        "auth",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: auth, wasm: "{{wasm:{m}}}", root_id: http_call, memory_limit_mb: 8}}
 upstreams:
   - {{name: backend, nodes: [{{address: "{backend}"}}]}}
-  - {{name: auth-service, nodes: [{{address: "{auth}"}}]}}
+  - {{name: auth-service, nodes: [{{address: "{{backend}}"}}]}}
   - {{name: dead-auth, nodes: [{{address: "127.0.0.1:1"}}]}}
 routes:
   - {{name: dead, path: {{prefix: /dead}}, plugins: [{{plugin: auth, conf: dead-auth}}], upstream: backend}}
   - {{name: broken, path: {{prefix: /broken}}, plugins: [{{plugin: auth, conf: no-such-upstream}}], upstream: backend}}
   - {{name: all, plugins: [{{plugin: auth, conf: auth-service}}], upstream: backend}}
 "#,
-        m = sdk.module,
-        backend = backend.address(),
-        auth = auth.address()
-    ));
+            m = sdk.module,
+            backend = backend.address(),
+        ),
+    )
+    .await;
     let c = client();
     // The callout's answer decides, and is reflected in the request.
     let allowed = send(&c, "GET", &gw.url("/data"), &[("x-token", "allow")], "").await;
@@ -482,18 +492,20 @@ async fn ticks_keep_counting_cpp_sdk() {
 }
 
 async fn ticks_keep_counting(sdk: Sdk) {
-    let up = Upstream::start("backend").await;
-    let gw = GatewayProc::start(&format!(
-        r#"
+    let (_up, gw) = with_upstream(
+        "backend",
+        &format!(
+            r#"
 listen: "{{listen}}"
 plugins:
   - {{name: tick, wasm: "{{wasm:{m}}}", root_id: tick, memory_limit_mb: 8}}
-upstreams: [{{name: backend, nodes: [{{address: "{addr}"}}]}}]
+upstreams: [{{name: backend, nodes: [{{address: "{{backend}}"}}]}}]
 routes: [{{name: tick, plugins: [{{plugin: tick}}], upstream: backend}}]
 "#,
-        m = sdk.module,
-        addr = up.address()
-    ));
+            m = sdk.module,
+        ),
+    )
+    .await;
     let c = client();
     let first = number(&get(&c, &gw.url("/tick")).await, "x-ticks");
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -143,6 +143,16 @@ impl Drop for GatewayProc {
     }
 }
 
+/// The set-up most gateway tests share: one echoing upstream
+/// (`common::upstream`) called `name`, and a gateway on `yaml`, in which
+/// `{backend}` is that upstream's address (besides `{listen}`, `{admin}`
+/// and `{wasm:NAME}`, as for [`GatewayProc::start`]).
+pub async fn with_upstream(name: &str, yaml: &str) -> (super::upstream::Upstream, GatewayProc) {
+    let upstream = super::upstream::Upstream::start(name).await;
+    let gateway = GatewayProc::start(&yaml.replace("{backend}", &upstream.address()));
+    (upstream, gateway)
+}
+
 /// Sends a request with `headers` and `body`.
 pub async fn send(
     client: &HttpClient,
