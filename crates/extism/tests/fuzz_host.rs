@@ -22,8 +22,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +29,7 @@ use common::script_guest::P::*;
 use common::script_guest::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmgate_extism::{CallError, Manifest, Plugin, PluginOptions, Runtime, RuntimeConfig};
+use wasmgate_testkit::fuzz::{env_u64, LogSink};
 
 /// What a function may fail with: the start of the message of each clean
 /// error it has. Functions not listed never fail.
@@ -494,39 +493,6 @@ async fn serve_http(listener: tokio::net::TcpListener) {
     }
 }
 
-static LOG_EVENTS: AtomicU64 = AtomicU64::new(0);
-
-/// Accepts every wasmgate event and formats its fields, so the log host
-/// functions run in full rather than being skipped for want of a listener.
-struct Sink;
-
-struct Visitor(String);
-
-impl tracing::field::Visit for Visitor {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.0, "{}={value:?} ", field.name());
-    }
-}
-
-impl tracing::Subscriber for Sink {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        metadata.target().starts_with("wasmgate")
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut visitor = Visitor(String::new());
-        event.record(&mut visitor);
-        std::hint::black_box(visitor.0.len());
-        LOG_EVENTS.fetch_add(1, Ordering::Relaxed);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 // ---------------------------------------------------------------------------
 // Plugins and probes.
 
@@ -633,20 +599,6 @@ impl Target {
     }
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(text) => {
-            let text = text.trim();
-            let parsed = match text.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => text.parse(),
-            };
-            parsed.unwrap_or_else(|_| panic!("{name}={text} is not a number"))
-        }
-        Err(_) => default,
-    }
-}
-
 const DEFAULT_SEED: u64 = 0x5eed_0006;
 const BATCH: u64 = 100;
 const MAX_OPS: u32 = 24;
@@ -663,7 +615,7 @@ fn the_table_names_every_host_function() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn every_host_function_survives_hostile_calls() {
-    let _ = tracing::subscriber::set_global_default(Sink);
+    let _ = tracing::subscriber::set_global_default(LogSink);
     let seed = env_u64("WASMGATE_FUZZ_SEED", DEFAULT_SEED);
     let iterations = env_u64("WASMGATE_FUZZ_ITERS", 40_000);
     let time_cap = std::env::var("WASMGATE_FUZZ_SECS")
@@ -785,10 +737,7 @@ async fn every_host_function_survives_hostile_calls() {
     }
     println!("outcomes: {:?}", tally.outcomes);
     println!("clean failures: {:#?}", tally.failures);
-    println!(
-        "plugin log events formatted: {}",
-        LOG_EVENTS.load(Ordering::Relaxed)
-    );
+    println!("plugin log events formatted: {}", LogSink::events());
     println!(
         "R6 extism: executions={executions} functions={exercised} calls={} seconds={:.1} seed={seed:#x} crashes=0",
         tally.calls,

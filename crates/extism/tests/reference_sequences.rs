@@ -42,6 +42,7 @@ use base64::Engine;
 use common::script_guest::*;
 use serde_json::Value;
 use wasmgate_extism::{CallError, Manifest, Plugin, PluginOptions, Runtime, RuntimeConfig};
+use wasmgate_testkit::fuzz::env_u64;
 
 fn reference_binary() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -1352,19 +1353,6 @@ fn serve_http() -> u16 {
         }
     });
     port
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            let v = v.trim();
-            match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
-                None => v.parse().unwrap(),
-            }
-        })
-        .unwrap_or(default)
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -24,7 +24,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -33,6 +32,7 @@ use wasmgate_proxy_wasm::{
     FilterConfig, FilterError, FilterPlugin, Flow, Headers, HttpCallFuture, HttpCallRequest,
     HttpCallResponse, HttpCaller, HttpExchange, RequestInfo, Runtime, RuntimeConfig,
 };
+use wasmgate_testkit::fuzz::{env_u64, LogSink, Rng};
 
 // ---------------------------------------------------------------------------
 // The host functions and the roles of their parameters.
@@ -503,40 +503,6 @@ fn guest_wat() -> String {
 
 // ---------------------------------------------------------------------------
 // Randomness: SplitMix64, seeded, so a failing run can be replayed.
-
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn u32(&mut self) -> u32 {
-        self.next_u64() as u32
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: u32) -> u32 {
-        (((self.next_u64() >> 32) * u64::from(n)) >> 32) as u32
-    }
-
-    /// True with probability `percent` / 100.
-    fn chance(&mut self, percent: u32) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u32) as usize]
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.u32() as u8).collect()
-    }
-}
 
 /// Numbers that sit on the edges of the guest's memory and of u32/i32.
 fn edge(rng: &mut Rng) -> u32 {
@@ -1491,40 +1457,6 @@ impl HttpCaller for FuzzCaller {
     }
 }
 
-static LOG_EVENTS: AtomicU64 = AtomicU64::new(0);
-
-/// Accepts every wasmgate event and formats its fields, so the log host
-/// functions run in full (formatting the guest's bytes) rather than being
-/// skipped for want of a listener.
-struct Sink;
-
-struct Visitor(String);
-
-impl tracing::field::Visit for Visitor {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.0, "{}={value:?} ", field.name());
-    }
-}
-
-impl tracing::Subscriber for Sink {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        metadata.target().starts_with("wasmgate")
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut visitor = Visitor(String::new());
-        event.record(&mut visitor);
-        std::hint::black_box(visitor.0.len());
-        LOG_EVENTS.fetch_add(1, Ordering::Relaxed);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 // ---------------------------------------------------------------------------
 // Driving streams.
 
@@ -1718,20 +1650,6 @@ async fn drive(
 }
 
 // ---------------------------------------------------------------------------
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(text) => {
-            let text = text.trim();
-            let parsed = match text.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => text.parse(),
-            };
-            parsed.unwrap_or_else(|_| panic!("{name}={text} is not a number"))
-        }
-        Err(_) => default,
-    }
-}
 
 #[test]
 fn the_table_names_every_host_function() {
@@ -2080,7 +1998,7 @@ async fn exclusive_store() -> tokio::sync::MutexGuard<'static, ()> {
 #[tokio::test(flavor = "current_thread")]
 async fn every_host_function_survives_hostile_calls() {
     let _store = exclusive_store().await;
-    let _ = tracing::subscriber::set_global_default(Sink);
+    let _ = tracing::subscriber::set_global_default(LogSink);
     let seed = env_u64("WASMGATE_FUZZ_SEED", DEFAULT_SEED);
     let iterations = env_u64("WASMGATE_FUZZ_ITERS", 10_000);
     let time_cap = std::env::var("WASMGATE_FUZZ_SECS")
@@ -2272,10 +2190,7 @@ async fn every_host_function_survives_hostile_calls() {
     println!("calls per phase: {:?}", tally.per_phase);
     println!("deepest re-entry: {}", tally.max_depth);
     println!("clean failures: {:?}", tally.failures);
-    println!(
-        "plugin log events formatted: {}",
-        LOG_EVENTS.load(Ordering::Relaxed)
-    );
+    println!("plugin log events formatted: {}", LogSink::events());
     println!(
         "R6 proxy-wasm: executions={executions} functions={exercised} stubs={} streams={} seconds={:.1} seed={seed:#x} crashes=0",
         STUBBED.len(),

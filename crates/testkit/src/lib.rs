@@ -12,6 +12,7 @@
 //!   `app`, optionally with SCRAM-SHA-256 authentication and TLS.
 //!
 //! - [`EtcdServer`]: a single-member etcd (v3 API) for cluster tests.
+//! - [`fuzz`]: the fuzzers' seeded randomness, log sink and settings.
 //!
 //! They can be stopped and started again on the same port and data (restart
 //! tests) or killed with SIGKILL (crash tests); dropping one stops it and
@@ -27,6 +28,7 @@
 //! of returning errors, as test code would.
 
 mod etcd;
+pub mod fuzz;
 mod postgres;
 mod redis;
 
