@@ -117,7 +117,11 @@ impl Gateway {
     ) -> Response<Body> {
         match &route.endpoint {
             Endpoint::Upstream(upstream) => {
-                upstream::forward_unfiltered(upstream, &route.name, parts, body, peer, host).await
+                let (head, outbound, key) = upstream::outbound(upstream, parts, body, peer, host);
+                match upstream.send(head, outbound, key).await {
+                    Ok(response) => upstream::answer(response),
+                    Err(e) => upstream::upstream_failed(&route.name, e),
+                }
             }
             endpoint => {
                 let input = match read_body(body, self.config.limits.max_body_bytes).await {

@@ -30,7 +30,7 @@ pub(crate) enum Endpoint {
 impl Endpoint {
     /// Answers a request whose (filtered) body is `input`, for the endpoints
     /// that take the body whole; an upstream streams it instead
-    /// (`upstream::forward_unfiltered`, or the chain's pump).
+    /// (`upstream::outbound`, or the chain's pump).
     pub(crate) async fn answer_whole(
         &self,
         path: &str,
