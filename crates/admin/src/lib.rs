@@ -340,6 +340,7 @@ impl Admin {
             "version": env!("CARGO_PKG_VERSION"),
             "started_at_ms": *STARTED_AT_MS,
             "reload": self.live.status(),
+            "watch": self.live.watch_status(),
             "config": config,
             "last_change": self.live.last_change(),
             "routes": gateway.config().routes.len(),

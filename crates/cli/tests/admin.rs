@@ -158,9 +158,19 @@ routes:
 
     // The admin write did not trigger a second (file-watch) reload; with the
     // route deleted nothing differs from the operator's file, which was
-    // never written.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let status = admin(&c, &gw, "GET", "/status", None, "").await.json();
+    // never written. Checked once the watcher has looked at the files three
+    // more times (it reloads on the second look at a change).
+    let polls = |status: &serde_json::Value| status["watch"]["polls"].as_u64().unwrap();
+    let looked = polls(&admin(&c, &gw, "GET", "/status", None, "").await.json());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = admin(&c, &gw, "GET", "/status", None, "").await.json();
+        if polls(&status) >= looked + 3 {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(status["reload"]["generation"], 4, "{status}");
     assert!(!gw.dir().join("wasmgate.admin.yaml").exists());
     assert_eq!(std::fs::read_to_string(&gw.config).unwrap(), operators_file);
@@ -344,7 +354,18 @@ routes:
         let (c, url) = (c.clone(), gw.url("/fn/sleep_ms"));
         tokio::spawn(async move { send(&c, "POST", &url, &[], "800").await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once the first request is in its call (an instance in use)...
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = admin(&c, &gw, "GET", "/plugins/faults/status", None, "")
+            .await
+            .json();
+        if status["instance_sets"][0]["pool"]["in_use"].as_u64() == Some(1) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let refused = send(&c, "POST", &gw.url("/fn/sleep_ms"), &[], "1").await;
     assert_eq!(refused.status, 503, "{}", refused.text());
     assert_eq!(refused.headers["retry-after"], "1");

@@ -50,6 +50,22 @@ fn try_push(etcd: &EtcdServer, yaml: &str, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Waits until `gw`'s watch has brought etcd revision `revision` (so it
+/// has seen every change up to it, its own writes' echoes included).
+async fn until_watched(c: &HttpClient, gw: &GatewayProc, revision: i64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let status = send(c, "GET", &gw.admin_url("/status"), &[], "")
+            .await
+            .json();
+        if status["config"]["revision_watched"].as_i64() >= Some(revision) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// This node's own entry in its `/cluster` view.
 async fn me(c: &HttpClient, gw: &GatewayProc) -> Value {
     let view = cluster(c, gw).await;
@@ -163,8 +179,8 @@ async fn a_change_through_any_node_reaches_every_node() {
     assert!(served >= revision, "{served} < {revision}");
     // The writer built the change once: the echo of its own write from the
     // watch is recognised, not rebuilt (its generation went up by one, and
-    // stays there once the echo has surely arrived).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // stays there once its watch has brought the echo).
+    until_watched(&c, &nodes[0], revision).await;
     assert_eq!(generation(&nodes[0]).await, Some(writer_generation + 1));
     // Deleted through node 3: gone everywhere.
     let del = send(&c, "DELETE", &nodes[2].admin_url("/routes/api"), &[], "").await;
@@ -210,13 +226,9 @@ async fn of_two_conflicting_edits_one_wins_and_the_other_gets_409() {
     until_serves(&c, &a, "/home", &expected).await;
     until_serves(&c, &b, "/home", &expected).await;
     // The loser, once it has seen the change, can make its own.
+    let won_at = winner.json()["revision"].as_i64().unwrap();
+    until_watched(&c, &b, won_at).await;
     let retry = edit(&b, "after").await;
-    let retry = if retry.status == 409 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        edit(&b, "after").await
-    } else {
-        retry
-    };
     assert_eq!(retry.status, 200, "{}", retry.text());
 }
 
@@ -231,17 +243,20 @@ async fn etcd_going_away_under_traffic_fails_no_request() {
     for gw in &nodes {
         until_serves(&c, gw, "/home", "home-v1").await;
     }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let served = std::sync::Arc::new(AtomicU64::new(0));
     let traffic: Vec<_> = nodes
         .iter()
         .map(|gw| {
-            let (c, url, stop) = (c.clone(), gw.url("/home"), stop.clone());
+            let (c, url, stop, served) = (c.clone(), gw.url("/home"), stop.clone(), served.clone());
             tokio::spawn(async move {
                 let (mut ok, mut failed) = (0u64, Vec::new());
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) {
                     let r = send(&c, "GET", &url, &[], "").await;
                     if r.status == 200 {
                         ok += 1;
+                        served.fetch_add(1, Ordering::Relaxed);
                     } else {
                         failed.push(format!("{} {}", r.status, r.text()));
                     }
@@ -250,21 +265,34 @@ async fn etcd_going_away_under_traffic_fails_no_request() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Traffic flows, then etcd goes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served.load(Ordering::Relaxed) < 100 {
+        assert!(Instant::now() < deadline, "no traffic");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     etcd.kill();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     // The nodes still serve, and say they lost etcd.
-    let status = send(&c, "GET", &nodes[0].admin_url("/status"), &[], "")
-        .await
-        .json();
-    assert_eq!(status["config"]["connected"], false, "{status}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for gw in &nodes {
+        loop {
+            let status = send(&c, "GET", &gw.admin_url("/status"), &[], "")
+                .await
+                .json();
+            if status["config"]["connected"] == false {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{status}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     etcd.start_again();
     // A change made after the restart reaches every node.
     push(&etcd, &BASE.replace("home-v1", "home-v2"));
     for gw in &nodes {
         until_serves(&c, gw, "/home", "home-v2").await;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     for task in traffic {
         let (ok, failed) = task.await.unwrap();
         assert!(ok > 100, "only {ok} requests");

@@ -753,17 +753,24 @@ routes: [{{name: all, upstream: pair}}]
     ));
     let c = client();
     drop(b); // node b goes away
-    tokio::time::sleep(Duration::from_millis(400)).await;
+             // Out of rotation once the probes say so.
+    let b_out = format!(
+        "wasmgate_upstream_node_healthy{{upstream=\"pair\",node=\"127.0.0.1:{b_port}\"}} 0"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !get(&c, &gw.admin_url("/metrics"))
+        .await
+        .text()
+        .contains(&b_out)
+    {
+        assert!(Instant::now() < deadline, "b was never taken out");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for _ in 0..10 {
         let reply = get(&c, &gw.url("/")).await;
         assert_eq!(reply.status, 200, "b is out of rotation: {}", reply.text());
         assert_eq!(reply.json()["upstream"], "a");
     }
-    let metrics = get(&c, &gw.admin_url("/metrics")).await.text();
-    assert!(
-        metrics.contains(&format!("node=\"127.0.0.1:{b_port}\"}} 0")),
-        "{metrics}"
-    );
 }
 
 /// A filter that traps on `/crash` and otherwise adds `x-fragile: ok`.

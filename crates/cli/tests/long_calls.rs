@@ -47,7 +47,15 @@ async fn a_long_call_completes_on_one_busy_cpu() {
             })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The load is running once small requests are being answered.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while small_ok.load(Ordering::Relaxed) < 50 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the load does not run"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let before = small_ok.load(Ordering::Relaxed);
     for round in 0..3 {
         let reply = post(&c, &server.url("/echo"), big.clone()).await;

@@ -200,8 +200,10 @@ async fn sighup_reloads() {
     let gw = GatewayProc::start_with(&config("v1", "{wasm:add_header}"), &["--no-watch"]);
     let c = client();
     assert_eq!(get(&c, &gw.url("/")).await.text(), "v1");
+    // Nothing watches the file: only the signal reloads it.
+    let status = get(&c, &gw.admin_url("/status")).await.json();
+    assert!(status["watch"].is_null(), "{status}");
     gw.rewrite(&config("v2", "{wasm:add_header}"));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         get(&c, &gw.url("/")).await.text(),
         "v1",

@@ -172,25 +172,47 @@ async fn full_pool_answers_503_after_a_bounded_wait() {
         let (c, url) = (c.clone(), server.url("/sleep_ms"));
         tokio::spawn(async move { post(&c, &url, "3000").await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let started = Instant::now();
-    let rejected = post(&c, &server.url("/sleep_ms"), "1").await;
+    // Until the busy call holds the only instance, a short call succeeds;
+    // then it is refused after the bounded wait.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (rejected, took) = loop {
+        let started = Instant::now();
+        let reply = post(&c, &server.url("/sleep_ms"), "1").await;
+        if reply.status != 200 {
+            break (reply, started.elapsed());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the busy call never held the instance"
+        );
+    };
     assert_eq!(rejected.status, 503, "{}", rejected.text());
     assert_eq!(rejected.json()["error"]["kind"], "overloaded");
     assert!(rejected.headers.contains_key("retry-after"));
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(took < Duration::from_secs(2), "{took:?}");
     assert_eq!(busy.await.unwrap().status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_requests() {
-    let mut server = Server::start(&[plugin("faults").to_str().unwrap()]);
+    // One instance, so that the request in flight is observable: a probe is
+    // refused (503) while it holds the instance.
+    let mut server = Server::start(&[
+        plugin("faults").to_str().unwrap(),
+        "--pool-size",
+        "1",
+        "--queue-timeout-ms",
+        "20",
+    ]);
     let c = client();
     let in_flight = {
         let (c, url) = (c.clone(), server.url("/sleep_ms"));
         tokio::spawn(async move { post(&c, &url, "700").await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while post(&c, &server.url("/sleep_ms"), "0").await.status != 503 {
+        assert!(Instant::now() < deadline, "the request never started");
+    }
     server.terminate();
     let reply = in_flight.await.unwrap();
     assert_eq!((reply.status, reply.text().as_str()), (200, "slept"));

@@ -75,6 +75,9 @@ pub(crate) struct State {
     /// The latest etcd revision seen (loaded, watched or written): where a
     /// watch resumes.
     pub seen: i64,
+    /// The latest revision a watch message brought (a node's own write is
+    /// seen here once etcd echoes it back).
+    pub watched: i64,
     /// The revision of the configuration this node serves (the newest mod
     /// revision of its objects, `layout::config_revision`; 0: none yet).
     pub applied: i64,
@@ -116,6 +119,7 @@ impl EtcdStore {
                 applied_objects: Objects::new(),
                 edit_base: None,
                 seen: 0,
+                watched: 0,
                 applied: 0,
                 connected: false,
                 last_error: None,
@@ -301,6 +305,7 @@ impl EtcdStore {
         let mut state = self.state.lock().expect("store state");
         if let Some(header) = message.header() {
             state.seen = state.seen.max(header.revision());
+            state.watched = state.watched.max(header.revision());
         }
         let mut changed = false;
         for event in message.events() {
@@ -628,6 +633,7 @@ impl ConfigStore for EtcdStore {
             "node": self.node,
             "revision": state.applied,
             "revision_seen": state.seen,
+            "revision_watched": state.watched,
             "connected": state.connected,
             "last_error": state.last_error,
         })

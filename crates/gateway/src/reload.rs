@@ -11,7 +11,7 @@
 //! modules with it, its root contexts stop, its health probes end.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -53,6 +53,10 @@ pub struct LiveGateway {
     ready: AtomicBool,
     /// Why the node has no configuration yet.
     waiting: Mutex<String>,
+    /// The file watcher's period in ms (0: not watching) and polls so far,
+    /// for `/status`: that it looked is observable, not only what it did.
+    watch_interval_ms: AtomicU64,
+    watch_polls: AtomicU64,
 }
 
 /// Why an admin API change was not applied.
@@ -171,6 +175,8 @@ impl LiveGateway {
             store: OnceLock::new(),
             ready: AtomicBool::new(true),
             waiting: Mutex::new(String::new()),
+            watch_interval_ms: AtomicU64::new(0),
+            watch_polls: AtomicU64::new(0),
         };
         *live.seen.lock().expect("seen lock") = fingerprint(&live.watched_files());
         live
@@ -225,6 +231,19 @@ impl LiveGateway {
     pub fn set_waiting(&self, why: &str) {
         *self.waiting.lock().expect("waiting lock") = why.to_string();
         self.set_ready(false);
+    }
+
+    /// The file watcher, for `/status`: its period and how often it has
+    /// looked at the files; `None` when the node does not watch them
+    /// (`--no-watch`, or its configuration is in a store).
+    pub fn watch_status(&self) -> Option<serde_json::Value> {
+        let interval_ms = self.watch_interval_ms.load(Ordering::Relaxed);
+        (interval_ms > 0).then(|| {
+            serde_json::json!({
+                "interval_ms": interval_ms,
+                "polls": self.watch_polls.load(Ordering::Relaxed),
+            })
+        })
     }
 
     /// Why the node has no configuration yet (when not ready).
@@ -479,8 +498,11 @@ impl LiveGateway {
     /// (checked every `interval`). Polling rather than inotify: it also sees
     /// files replaced by rename, on any filesystem.
     pub async fn watch(self: Arc<Self>, interval: Duration) {
+        self.watch_interval_ms
+            .store(interval.as_millis() as u64, Ordering::Relaxed);
         loop {
             tokio::time::sleep(interval).await;
+            self.watch_polls.fetch_add(1, Ordering::Relaxed);
             let files = self.watched_files();
             let now = fingerprint(&files);
             if now == *self.seen.lock().expect("seen lock") {
