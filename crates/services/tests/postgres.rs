@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use wasmgate_services::postgres::PgService;
 use wasmgate_services::{Service, ServiceConfig, ServiceError, Services};
+use wasmgate_testkit::load::Load;
 use wasmgate_testkit::{PostgresOptions, PostgresServer};
 
 fn service(config: ServiceConfig) -> Arc<Service> {
@@ -306,59 +307,25 @@ async fn waiting_for_a_connection_is_bounded_and_no_pooling_connects_per_call() 
 async fn a_restart_under_load_recovers_without_leaking_connections() {
     let mut server = PostgresServer::start();
     let s = service(config(server.url()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let outcomes = Arc::new(std::sync::Mutex::new(Vec::<Result<(), String>>::new()));
-    let load: Vec<_> = (0..8)
-        .map(|_| {
-            let (s, stop, outcomes) = (s.clone(), stop.clone(), outcomes.clone());
-            tokio::spawn(async move {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let r = pg(&s).query("select 1", &[], None).await;
-                    outcomes
-                        .lock()
-                        .unwrap()
-                        .push(r.map(|_| ()).map_err(|e| e.kind().to_string()));
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let load = Load::start(8, {
+        let s = s.clone();
+        move || {
+            let s = s.clone();
+            async move {
+                let r = pg(&s).query("select 1", &[], None).await;
+                r.map(drop).map_err(|e| e.kind().to_string())
+            }
+        }
+    });
+    load.until_more_calls(50).await;
     server.stop();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let during = outcomes.lock().unwrap().len();
+    load.until_more_failures(8).await;
     server.start_again();
     // Every call after the restart succeeds again, by itself.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let recent: Vec<_> = outcomes
-            .lock()
-            .unwrap()
-            .iter()
-            .rev()
-            .take(50)
-            .cloned()
-            .collect();
-        if recent.len() == 50 && recent.iter().all(Result::is_ok) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no recovery: {:?}",
-            &recent[..recent.len().min(5)]
-        );
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for task in load {
-        task.await.unwrap();
-    }
-    let outcomes = outcomes.lock().unwrap();
+    load.until_recovered(50, Duration::from_secs(10)).await;
+    let outcomes = load.stop().await;
     let failed: Vec<&String> = outcomes.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(
-        !failed.is_empty() && during > 0,
-        "the server was not down under load"
-    );
+    assert!(!failed.is_empty(), "the server was not down under load");
     // Failures while it was down were clear, and only `unavailable`.
     assert!(failed.iter().all(|k| *k == "unavailable"), "{failed:?}");
     // No connection leaked: at most the pool's size is open.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use wasmgate_services::redis::{reply_to_json, Access, RedisService};
 use wasmgate_services::{Service, ServiceConfig, Services};
+use wasmgate_testkit::load::Load;
 use wasmgate_testkit::{RedisOptions, RedisServer};
 
 fn service(url: &str, pool_size: usize) -> Arc<Service> {
@@ -144,54 +145,23 @@ async fn down_refused_and_slow_servers_fail_clearly() {
 async fn a_restart_under_load_recovers_without_leaking_connections() {
     let mut server = RedisServer::start();
     let s = service(&server.url(), 3);
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let outcomes = Arc::new(std::sync::Mutex::new(Vec::<Result<(), String>>::new()));
-    let load: Vec<_> = (0..8)
-        .map(|_| {
-            let (s, stop, outcomes) = (s.clone(), stop.clone(), outcomes.clone());
-            tokio::spawn(async move {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let r = redis(&s)
-                        .command(&Access::default(), &args(&["INCR", "n"]), None)
-                        .await;
-                    outcomes
-                        .lock()
-                        .unwrap()
-                        .push(r.map(|_| ()).map_err(|e| e.kind().to_string()));
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    server.kill();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    server.start_again();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let recent: Vec<_> = outcomes
-            .lock()
-            .unwrap()
-            .iter()
-            .rev()
-            .take(50)
-            .cloned()
-            .collect();
-        if recent.len() == 50 && recent.iter().all(Result::is_ok) {
-            break;
+    let load = Load::start(8, {
+        let s = s.clone();
+        move || {
+            let s = s.clone();
+            async move {
+                let incr = args(&["INCR", "n"]);
+                let r = redis(&s).command(&Access::default(), &incr, None).await;
+                r.map(drop).map_err(|e| e.kind().to_string())
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "no recovery: {:?}",
-            &recent[..recent.len().min(5)]
-        );
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for task in load {
-        task.await.unwrap();
-    }
-    let outcomes = outcomes.lock().unwrap();
+    });
+    load.until_more_calls(50).await;
+    server.kill();
+    load.until_more_failures(8).await;
+    server.start_again();
+    load.until_recovered(50, Duration::from_secs(15)).await;
+    let outcomes = load.stop().await;
     let failed: Vec<&String> = outcomes.iter().filter_map(|r| r.as_ref().err()).collect();
     assert!(!failed.is_empty(), "the server was not down under load");
     assert!(

@@ -13,6 +13,8 @@
 //!
 //! - [`EtcdServer`]: a single-member etcd (v3 API) for cluster tests.
 //! - [`fuzz`]: the fuzzers' seeded randomness, log sink and settings.
+//! - [`load`]: many tasks making calls, their outcomes recorded, for the
+//!   restart tests.
 //!
 //! They can be stopped and started again on the same port and data (restart
 //! tests) or killed with SIGKILL (crash tests); dropping one stops it and
@@ -29,6 +31,7 @@
 
 mod etcd;
 pub mod fuzz;
+pub mod load;
 mod postgres;
 mod redis;
 
