@@ -258,7 +258,9 @@ fn header_value(value: Vec<u8>) -> HeaderValue {
     // SAFETY: `classify` checked every byte with http's own rule, the one
     // `from_maybe_shared` would apply again (about a tenth of an edit's
     // cost); debug builds check again anyway.
-    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes::Bytes::from(value)) }
+    #[allow(unsafe_code)]
+    let value = unsafe { HeaderValue::from_maybe_shared_unchecked(bytes::Bytes::from(value)) };
+    value
 }
 
 fn find<'a, K: AsRef<[u8]>, V>(list: &'a [(K, V)], key: &[u8]) -> Option<&'a (K, V)> {

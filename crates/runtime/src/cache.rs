@@ -120,7 +120,9 @@ impl ModuleCache {
             .precompile_module(wasm)
             .map_err(|e| anyhow::Error::from(e).context("invalid WebAssembly module"))?;
         // SAFETY: the artifact was produced by this engine a moment ago.
-        let module = unsafe { Module::deserialize(engine, &artifact) }
+        #[allow(unsafe_code)]
+        let module = unsafe { Module::deserialize(engine, &artifact) };
+        let module = module
             .map_err(anyhow::Error::from)
             .context("loading a freshly compiled module")?;
         if let Err(e) = self.store_entry(&path, &artifact) {
@@ -155,7 +157,9 @@ fn load_entry(engine: &Engine, key: &[u8; 32], entry: &[u8]) -> Result<Module> {
     // SAFETY: the payload is byte-for-byte what this cache wrote after
     // compiling it (its HMAC, under a secret only this user can read, is
     // verified), and wasmtime re-checks engine compatibility while loading.
-    Ok(unsafe { Module::deserialize(engine, payload) }?)
+    #[allow(unsafe_code)]
+    let module = unsafe { Module::deserialize(engine, payload) };
+    Ok(module?)
 }
 
 fn mac(key: &[u8; 32], payload: &[u8]) -> [u8; 32] {

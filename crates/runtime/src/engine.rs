@@ -312,11 +312,11 @@ impl Runtime {
             );
             // SAFETY: `refuse_artifact` let it through, so the operator named
             // this file and allowed precompiled modules (PrecompiledPolicy).
-            return unsafe { Module::deserialize(self.engine(), bytes) }
-                .map_err(anyhow::Error::from)
-                .context(
-                    "loading a precompiled module (was it compiled by this wasmgate version?)",
-                );
+            #[allow(unsafe_code)]
+            let module = unsafe { Module::deserialize(self.engine(), bytes) };
+            return module.map_err(anyhow::Error::from).context(
+                "loading a precompiled module (was it compiled by this wasmgate version?)",
+            );
         }
         validate_magic(bytes)?;
         match &self.inner.cache {

@@ -147,8 +147,7 @@ async fn on_lane<T>(mut call: GuestCall<T>) -> (T, Duration) {
         let poll = call.as_mut().poll(cx);
         cpu += thread_cpu_time().saturating_sub(started);
         if poll.is_pending() && MOVE_REQUESTED.take() {
-            // SAFETY: a plain syscall without arguments.
-            unsafe { libc::sched_yield() };
+            rustix::thread::sched_yield();
         }
         poll
     })
@@ -158,14 +157,7 @@ async fn on_lane<T>(mut call: GuestCall<T>) -> (T, Duration) {
 
 /// The calling thread's CPU time so far.
 fn thread_cpu_time() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the calling thread's CPU clock into `now`.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
-        return Duration::ZERO;
-    }
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
@@ -276,14 +268,11 @@ fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
         let nice = NICE.load(Ordering::Relaxed);
-        // SAFETY: plain syscalls on the calling thread.
-        let result = unsafe {
-            let tid = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
-        };
-        if result != 0 {
+        // PRIO_PROCESS with a thread id: on Linux, the thread's own nice value.
+        let result = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice);
+        if let Err(error) = result {
             tracing::warn!(
-                error = %std::io::Error::last_os_error(),
+                error = %std::io::Error::from(error),
                 nice,
                 "could not lower the slow lane's CPU priority; long guest calls will compete with request handling"
             );

@@ -6,12 +6,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
 /// The certificates of a PEM file.
 pub(crate) fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut pem.as_slice())
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
         .with_context(|| format!("{}: not PEM certificates", path.display()))?;
     anyhow::ensure!(

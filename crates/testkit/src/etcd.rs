@@ -79,7 +79,7 @@ impl EtcdServer {
     /// Stops etcd (SIGTERM) and waits for it to exit.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            stop_child(&mut child, libc::SIGTERM);
+            stop_child(&mut child, crate::Signal::TERM);
         }
     }
 

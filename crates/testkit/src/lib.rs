@@ -29,6 +29,8 @@
 //! This crate is a dev-dependency only (`publish = false`); it panics instead
 //! of returning errors, as test code would.
 
+pub(crate) use rustix::process::Signal;
+
 mod etcd;
 pub mod fuzz;
 pub mod load;
@@ -77,14 +79,13 @@ pub fn free_port() -> u16 {
 
 /// Whether this process runs as root (effective uid 0).
 pub(crate) fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// Sends `signal` to process `pid`; false if it does not exist.
-pub(crate) fn signal(pid: u32, signal: libc::c_int) -> bool {
-    // SAFETY: kill(2) with a positive pid touches no memory of ours.
-    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+pub(crate) fn signal(pid: u32, signal: Signal) -> bool {
+    rustix::process::Pid::from_raw(pid as i32)
+        .is_some_and(|pid| rustix::process::kill_process(pid, signal).is_ok())
 }
 
 /// Waits up to `timeout` for `child` to exit; true if it did (and is reaped).
@@ -102,7 +103,7 @@ pub(crate) fn wait_timeout(child: &mut Child, timeout: Duration) -> bool {
 
 /// Stops `child`: `signal` (the server's graceful shutdown), then SIGKILL if
 /// it is still running after [`STOP_TIMEOUT`]. Always reaps it.
-pub(crate) fn stop_child(child: &mut Child, graceful: libc::c_int) {
+pub(crate) fn stop_child(child: &mut Child, graceful: Signal) {
     if matches!(child.try_wait(), Ok(Some(_))) {
         return;
     }

@@ -197,7 +197,7 @@ impl PostgresServer {
     /// checkpoints, exits. Waits for it. Does nothing if it is not running.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            stop_child(&mut child, libc::SIGINT);
+            stop_child(&mut child, crate::Signal::INT);
         }
     }
 
@@ -215,7 +215,7 @@ impl PostgresServer {
         let _ = child.kill();
         let _ = child.wait();
         for &pid in &children {
-            signal(pid, libc::SIGKILL);
+            signal(pid, crate::Signal::KILL);
         }
         // They are no longer ours to reap; wait until they have exited (or
         // are zombies, which hold no shared memory), or the next postmaster

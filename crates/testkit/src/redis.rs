@@ -133,7 +133,7 @@ impl RedisServer {
     /// exit. Does nothing if it is not running.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            stop_child(&mut child, libc::SIGTERM);
+            stop_child(&mut child, crate::Signal::TERM);
         }
     }
 
