@@ -3,7 +3,7 @@
 //! built exactly like a reload of the file (`LiveGateway::update`): it either
 //! serves in full or is refused with every reason. In file mode writes need
 //! `admin_writes: true` and are kept in the admin file beside the operator's
-//! (`admin_file.rs`), so they survive a restart. Every write is recorded
+//! (`wasmgate_config::admin_changes`), so they survive a restart. Every write is recorded
 //! (`LiveGateway::record_change`): what, before and after, from where.
 
 use hyper::StatusCode;

@@ -190,7 +190,7 @@ mod tests {
         served.sort();
         assert_eq!(
             served, documented,
-            "crates/gateway/src/admin/endpoints.rs and docs/admin-openapi.yaml must list the same endpoints"
+            "crates/admin/src/endpoints.rs and docs/admin-openapi.yaml must list the same endpoints"
         );
     }
 }

@@ -111,7 +111,7 @@ pub struct GatewayConfig {
 
 impl GatewayConfig {
     /// Reads and checks `path`, with the admin API's changes applied when
-    /// `admin_writes` is on (see `admin_file.rs`).
+    /// `admin_writes` is on (see `admin_changes.rs`).
     pub fn load(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
         let mut config = Self::read_file(path)?;
         let admin_file = admin_file_path(path);

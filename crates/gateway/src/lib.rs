@@ -1,11 +1,14 @@
-//! wasmgate's HTTP front.
+//! wasmgate's data plane.
 //!
-//! [`listener`] accepts connections (HTTP/1.1 and h2c) with graceful
-//! shutdown; a [`Handler`] answers each request. Two handlers exist:
-//! [`FunctionRoute`] (`wasmgate serve`: one Extism plugin, whose functions
-//! are called with the request body as input) and [`Gateway`] (`wasmgate
-//! run`: routes, upstreams and Proxy-Wasm filter chains, built from a
-//! [`config::GatewayConfig`]). The gateway's request path is in `proxy.rs`.
+//! [`transport`] accepts connections (HTTP/1.1 and h2c) with graceful
+//! shutdown and keeps upstream connections; a [`Handler`] answers each
+//! request. Two handlers exist: [`FunctionRoute`] (`wasmgate serve`: one
+//! Extism plugin, whose functions are called with the request body as
+//! input) and [`LiveGateway`] (`wasmgate run`: the [`Gateway`] built from a
+//! `wasmgate_config::GatewayConfig` (`build/`), swapped whole by its one
+//! reload function). The gateway's request path is `proxy.rs`, in order;
+//! its endpoints are `endpoint/`, its upstreams `upstream/`. What
+//! operations read of it is [`stats`]; the admin API is a crate of its own.
 
 pub mod body;
 mod build;

@@ -281,7 +281,7 @@ impl LiveGateway {
     /// writes) and swaps the result in, as a reload does. In file mode the
     /// operator's file as it is now, with the admin file's changes applied,
     /// is edited, and what then differs from the operator's file is written
-    /// to the admin file (see `admin_file.rs`); the operator's file is not
+    /// to the admin file (see `wasmgate_config::admin_changes`); the operator's file is not
     /// written. With a store, the configuration in the store is edited and
     /// the change written to it with compare-and-swap (see `config_store.rs`).
     /// A rejected change touches nothing.

@@ -4,7 +4,7 @@
 //! `<cache dir>/plugins/<sha256>.wasm` and read from there afterwards. A URL
 //! needs the module's `sha256`, checked before the copy is kept, so a
 //! changed or tampered file at the URL is refused, not run; any module with
-//! a `sha256` is checked against it when loaded (`gateway.rs`).
+//! a `sha256` is checked against it when loaded (`plugins.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
