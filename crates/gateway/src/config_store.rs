@@ -8,7 +8,6 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::reload::EditError;
 use wasmgate_config::AdminChanges;
 use wasmgate_config::GatewayConfig;
 
@@ -46,4 +45,33 @@ pub trait ConfigStore: Send + Sync {
 
     /// The store revision this node serves (0 before the first).
     fn revision(&self) -> i64;
+}
+
+/// Why an admin API change was not applied.
+#[derive(Debug)]
+pub enum EditError {
+    /// The named route, upstream or plugin does not exist.
+    NotFound(String),
+    /// The configuration's source does not take admin writes (file mode
+    /// without `admin_writes`).
+    WritesOff(String),
+    /// Another writer changed the entry since this node last saw it.
+    Conflict(String),
+    /// The store (etcd) could not be reached or refused the write.
+    StoreUnavailable(String),
+    /// The change was checked or built and refused, for these reasons.
+    Invalid(String),
+}
+
+impl EditError {
+    /// The reason, for triggers that report only text.
+    pub fn into_reason(self) -> String {
+        match self {
+            EditError::NotFound(reason)
+            | EditError::WritesOff(reason)
+            | EditError::Conflict(reason)
+            | EditError::StoreUnavailable(reason)
+            | EditError::Invalid(reason) => reason,
+        }
+    }
 }

@@ -23,6 +23,7 @@ use wasmgate_runtime::Runtime;
 
 use crate::body::Body;
 use crate::config_store::ConfigStore;
+pub use crate::config_store::EditError;
 use crate::gateway::{plugin_path, Gateway};
 use crate::transport::listener::{Connection, Handler};
 use wasmgate_config::GatewayConfig;
@@ -57,35 +58,6 @@ pub struct LiveGateway {
     /// for `/status`: that it looked is observable, not only what it did.
     watch_interval_ms: AtomicU64,
     watch_polls: AtomicU64,
-}
-
-/// Why an admin API change was not applied.
-#[derive(Debug)]
-pub enum EditError {
-    /// The named route, upstream or plugin does not exist.
-    NotFound(String),
-    /// The configuration's source does not take admin writes (file mode
-    /// without `admin_writes`).
-    WritesOff(String),
-    /// Another writer changed the entry since this node last saw it.
-    Conflict(String),
-    /// The store (etcd) could not be reached or refused the write.
-    StoreUnavailable(String),
-    /// The change was checked or built and refused, for these reasons.
-    Invalid(String),
-}
-
-impl EditError {
-    /// The reason, for triggers that report only text.
-    pub fn into_reason(self) -> String {
-        match self {
-            EditError::NotFound(reason)
-            | EditError::WritesOff(reason)
-            | EditError::Conflict(reason)
-            | EditError::StoreUnavailable(reason)
-            | EditError::Invalid(reason) => reason,
-        }
-    }
 }
 
 /// One admin write, for the audit log and `/status`.
