@@ -84,7 +84,7 @@ check "RSS bounded (max <= start + $conc x $cap MiB + 64 MiB = $((bound / 1024))
 check "RSS does not grow per request (end <= first-half peak + 16 MiB)" "$([ "$end_kib" -le $((half_max_kib + 16384)) ]; echo $?)" "first-half peak $((half_max_kib / 1024)) MiB, end $((end_kib / 1024)) MiB"
 after="$(curl -s -m 10 -X POST "http://127.0.0.1:$port/trap_sometimes" -d 7)"
 check "serve still answers a normal call" "$([ "$after" = "ok 7" ]; echo $?)" "$after"
-grown="$(grep -c 'failed (out_of_memory): memory cap exceeded' "$TMP/serve.log" || true)"
+grown="$(grep -cE 'failed \(out_of_memory(, request [0-9]+)?\): memory cap exceeded' "$TMP/serve.log" || true)"
 check "log: one out_of_memory report per request" "$([ "$grown" = "$n" ]; echo $?)" "$grown"
 s_summary="serve: $ok/$n stopped at the $cap MiB cap (p50 $p50 ms); RSS start $((start_kib / 1024)) max $((max_kib / 1024)) end $((end_kib / 1024)) settled $((settled_kib / 1024)) MiB"
 kill "$pid" 2>/dev/null || true
@@ -92,9 +92,11 @@ kill "$pid" 2>/dev/null || true
 # --- gateway function route with memory_limit_mb
 gw="$(free_port)"
 admin="$(free_port)"
+# error_details: the answers carry the cap the reports name (checked below).
 cat >"$TMP/gateway.yaml" <<EOF
 listen: 127.0.0.1:$gw
 admin: 127.0.0.1:$admin
+error_details: true
 plugins:
   - {name: faults, wasm: $WASM/faults.wasm, memory_limit_mb: 32, pool_size: 4}
 routes:
