@@ -73,9 +73,24 @@ if [ ${#sdk_pkgs[@]} -gt 0 ]; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${sdk_pkgs[@]}" >/dev/null
 fi
 
+# h2spec, HTTP/2 conformance against the TLS listener (crates/cli/tests/tls.rs),
+# built from the module pinned in tools/h2spec into target/test-bin;
+# curl (HTTP/2 by ALPN, --resolve for SNI) and Python's ssl module drive the
+# other TLS tests.
+command -v curl >/dev/null || { sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo; $sudo apt-get update -qq; $sudo apt-get install -y -qq curl >/dev/null; }
+if [ ! -x "$root/target/test-bin/h2spec" ]; then
+  mkdir -p "$root/target/test-bin"
+  (cd "$root/tools/h2spec" && go build -o "$root/target/test-bin/h2spec" github.com/summerwind/h2spec/cmd/h2spec)
+fi
+
 # Playwright for Python, pinned; only its driver is used (no browser download).
 python3 -c 'import playwright, importlib.metadata as m; assert m.version("playwright") == "1.65.2"' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check playwright==1.65.2
+
+# WebSocket and gRPC clients and servers of the protocol tests
+# (crates/cli/tests/protocols.rs), pinned.
+python3 -c 'import importlib.metadata as m; assert m.version("websockets") == "17.4" and m.version("grpcio") == "1.85.3"' 2>/dev/null ||
+  python3 -m pip install --quiet --disable-pip-version-check websockets==17.4 grpcio==1.85.3
 
 if [ "${1:-}" = "--bench" ]; then
   need=()

@@ -33,6 +33,8 @@ import urllib.error
 import urllib.request
 
 from playwright.sync_api import sync_playwright
+from websockets.sync.client import connect as websocket_connect
+from websockets.sync.server import serve as websocket_serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WASMGATE = os.path.join(ROOT, "target/release/wasmgate")
@@ -61,8 +63,28 @@ class Upstream(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def make_certificate(directory, name, days):
+    """A self-signed ECDSA certificate for `name`.example valid for `days`."""
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", str(days), "-newkey", "ec",
+                    "-pkeyopt", "ec_paramgen_curve:P-256", "-subj", f"/CN={name}.example",
+                    "-addext", f"subjectAltName=DNS:{name}.example",
+                    "-keyout", f"{directory}/{name}.key", "-out", f"{directory}/{name}.pem"],
+                   check=True, capture_output=True)
+    return f"{{name: {name}, cert: {directory}/{name}.pem, key: {directory}/{name}.key}}"
+
+
 def start_upstream():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def start_websocket_upstream():
+    """A WebSocket server echoing every message, on a free port."""
+    def echo(ws):
+        for message in ws:
+            ws.send(message)
+    server = websocket_serve(echo, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -137,12 +159,14 @@ class DashboardTest(unittest.TestCase):
         cls.playwright = sync_playwright().start()
         cls.browser = cls.playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         cls.upstream = start_upstream()
+        cls.websocket_upstream = start_websocket_upstream()
 
     @classmethod
     def tearDownClass(cls):
         cls.browser.close()
         cls.playwright.stop()
         cls.upstream.shutdown()
+        cls.websocket_upstream.shutdown()
 
     def new_page(self):
         page = self.browser.new_page(viewport={"width": 1280, "height": 900})
@@ -160,10 +184,17 @@ class DashboardTest(unittest.TestCase):
         page.wait_for_selector(f'body[data-loaded="{name}"]', timeout=10000)
 
     def test_pages_edit_errors_crash_and_profile(self):
+        certificates = tempfile.mkdtemp(prefix="wasmgate-dashboard-certs-")
+        soon = make_certificate(certificates, "soon", 10)
+        later = make_certificate(certificates, "later", 90)
         gw = Gateway(f"""
 admin_writes: true
+listeners:
+  - {{address: "127.0.0.1:{free_port()}", tls: {{certificates: [soon, later]}}}}
+certificates: [{soon}, {later}]
 upstreams:
   - {{name: backend, nodes: [{{address: "127.0.0.1:{self.upstream.server_port}"}}]}}
+  - {{name: chat, nodes: [{{address: "127.0.0.1:{self.websocket_upstream.socket.getsockname()[1]}"}}]}}
 plugins:
   - {{name: tag, wasm: "{WASM}/add_header.wasm"}}
   - {{name: constructor, wasm: "{WASM}/add_header.wasm"}}
@@ -173,6 +204,7 @@ routes:
   - {{name: xss, path: {{prefix: "{XSS_PREFIX}"}}, respond: {{status: 200, body: x}}}}
   - {{name: constructor, path: {{prefix: /constructor}}, plugins: [{{plugin: constructor}}], respond: {{status: 200, body: c}}}}
   - {{name: functions, path: {{prefix: /f/}}, function: {{plugin: faults}}}}
+  - {{name: chat, path: {{prefix: /chat}}, upstream: chat}}
 """)
         try:
             for _ in range(30):
@@ -221,17 +253,36 @@ routes:
             self.assertEqual(self.dialogs, [])
             page.screenshot(path=os.path.join(SHOTS, "dashboard-overview.png"), full_page=True)
 
-            # Routes and upstreams.
+            # Routes and upstreams, with a WebSocket open through `chat`.
+            websocket = websocket_connect(f"ws://127.0.0.1:{gw.port}/chat", open_timeout=10)
+            websocket.send("hi")
+            self.assertEqual(websocket.recv(timeout=10), "hi")
             self.open(page, gw, "routes")
+            chat = page.locator('#routes-table tr[data-route="chat"] td')
+            self.assertEqual(chat.nth(4).text_content(), "1 open / 1")
+            self.assertEqual(page.locator('#routes-table tr[data-route="api"] td').nth(4).text_content(), "-")
+            websocket.close()
             api = page.locator('#routes-table tr[data-route="api"]').text_content()
             self.assertIn("tag \"dashboard\"", api)
             self.assertIn("upstream backend", api)
             upstream_row = page.locator("#upstreams-table tbody tr").first.text_content()
             self.assertIn(f"127.0.0.1:{self.upstream.server_port}", upstream_row)
+            self.assertEqual(page.locator("#upstreams-table tbody tr").first.locator("td").nth(2).text_content(), "http1")
             # The <script> in a route's match: shown as its characters, nothing ran.
             xss = page.locator('#routes-table tr[data-route="xss"]').text_content()
             self.assertIn(XSS_PREFIX, xss)
             self.assertEqual(page.evaluate("document.scripts.length"), 1)
+            # Listeners and certificates: the one expiring within 14 days is marked.
+            listeners = page.locator("#listeners-table").text_content()
+            self.assertIn(f"127.0.0.1:{gw.port}", listeners)
+            self.assertIn("HTTPS", listeners)
+            soon_row = page.locator('#certificates-table tr[data-certificate="soon"]')
+            self.assertIn("soon.example", soon_row.text_content())
+            self.assertIn(soon_row.locator("td").nth(4).text_content(), ("9", "10"))
+            self.assertIn("warn", soon_row.get_attribute("class"))
+            later_row = page.locator('#certificates-table tr[data-certificate="later"]')
+            self.assertIn("later.example", later_row.text_content())
+            self.assertNotIn("warn", later_row.get_attribute("class") or "")
             page.screenshot(path=os.path.join(SHOTS, "dashboard-routes.png"), full_page=True)
 
             # Plugins: the crash's stack, then a profile of live traffic.

@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 
 use super::endpoints::{Endpoint, Section};
 use super::{Caller, Reply};
-use wasmgate_config::{NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
+use wasmgate_config::{
+    CertificateConfig, NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig,
+};
 use wasmgate_gateway::reload::{AdminChange, EditError};
 use wasmgate_gateway::LiveGateway;
 
@@ -31,6 +33,11 @@ pub(super) async fn handle(
                 config.admin_token = Some("<redacted>".into());
             }
             config.services = config.services.iter().map(NamedEntry::redacted).collect();
+            config.certificates = config
+                .certificates
+                .iter()
+                .map(NamedEntry::redacted)
+                .collect();
             return Reply::json(StatusCode::OK, json!(config));
         }
         Endpoint::List(section)
@@ -44,6 +51,9 @@ pub(super) async fn handle(
         Section::Upstreams => entry::<UpstreamConfig>(live, caller, endpoint, name, body).await,
         Section::Plugins => entry::<PluginConfig>(live, caller, endpoint, name, body).await,
         Section::Services => entry::<ServiceConfig>(live, caller, endpoint, name, body).await,
+        Section::Certificates => {
+            entry::<CertificateConfig>(live, caller, endpoint, name, body).await
+        }
     }
 }
 

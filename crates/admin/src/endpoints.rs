@@ -40,6 +40,7 @@ pub(crate) enum Section {
     Upstreams,
     Plugins,
     Services,
+    Certificates,
 }
 
 impl Endpoint {
@@ -85,6 +86,10 @@ pub(crate) const TABLE: &[(Method, &str, Endpoint)] = &[
     (Method::GET, "/services/{name}", Get(Services)),
     (Method::PUT, "/services/{name}", Put(Services)),
     (Method::DELETE, "/services/{name}", Delete(Services)),
+    (Method::GET, "/certificates", List(Certificates)),
+    (Method::GET, "/certificates/{name}", Get(Certificates)),
+    (Method::PUT, "/certificates/{name}", Put(Certificates)),
+    (Method::DELETE, "/certificates/{name}", Delete(Certificates)),
 ];
 
 /// What the table says about a request.

@@ -346,6 +346,11 @@ impl Admin {
             "routes": gateway.config().routes.len(),
             "upstreams": gateway.config().upstreams.len(),
             "plugins": plugins,
+            "listeners": gateway.config().all_listeners().iter().map(|l| json!({
+                "address": l.address,
+                "tls": l.tls.is_some(),
+            })).collect::<Vec<_>>(),
+            "certificates": gateway.certificates,
         })
     }
 

@@ -1,7 +1,7 @@
 //! `/metrics`: everything in the Prometheus text format. Families, in order:
-//! configuration reloads, the engine's instance allocator, routes, upstream
-//! nodes, plugins, services (Redis, PostgreSQL), then the metrics Proxy-Wasm
-//! plugins defined themselves.
+//! configuration reloads, the engine's instance allocator, TLS (handshakes,
+//! certificates), routes, upstream nodes, plugins, services (Redis,
+//! PostgreSQL), then the metrics Proxy-Wasm plugins defined themselves.
 
 use std::fmt::Write;
 
@@ -18,6 +18,8 @@ pub fn render(live: &LiveGateway) -> String {
     reload_metrics(live, &mut out);
     instance_pool_metrics(live, &mut out);
     long_call_metrics(&mut out);
+    tls_metrics(&gateway, &mut out);
+    tunnel_metrics(&mut out);
     route_metrics(&gateway, &mut out);
     upstream_metrics(&gateway, &mut out);
     plugin_metrics(&gateway, &mut out);
@@ -503,6 +505,114 @@ fn service_metrics(live: &LiveGateway, out: &mut String) {
                 out,
                 "wasmgate_service_pool_connections{{{},state=\"{state}\"}} {n}",
                 labels(s)
+            );
+        }
+    }
+}
+
+fn tls_metrics(gateway: &Gateway, out: &mut String) {
+    let handshakes = wasmgate_gateway::stats::tls_handshakes();
+    family(
+        out,
+        "wasmgate_tls_handshakes_total",
+        "counter",
+        "TLS handshakes completed on the traffic listeners, full or resumed (a session ticket or the session cache).",
+    );
+    for (kind, n) in [("full", handshakes.full), ("resumed", handshakes.resumed)] {
+        let _ = writeln!(out, "wasmgate_tls_handshakes_total{{kind=\"{kind}\"}} {n}");
+    }
+    family(
+        out,
+        "wasmgate_tls_handshake_failures_total",
+        "counter",
+        "TLS handshakes refused or abandoned, by reason (timeout, not_tls, protocol_version, no_shared_cipher, unknown_sni, client_certificate, other).",
+    );
+    for (reason, n) in handshakes.failed {
+        let _ = writeln!(
+            out,
+            "wasmgate_tls_handshake_failures_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    if gateway.certificates.is_empty() {
+        return;
+    }
+    family(
+        out,
+        "wasmgate_tls_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "When each served certificate's leaf expires (notAfter), in seconds since the epoch.",
+    );
+    for certificate in &gateway.certificates {
+        let _ = writeln!(
+            out,
+            "wasmgate_tls_certificate_expiry_timestamp_seconds{{certificate=\"{}\"}} {}",
+            escape(&certificate.name),
+            certificate.not_after
+        );
+    }
+}
+
+/// Upgraded connections (WebSocket) by route: kept since the process
+/// started, across reloads, since a tunnel outlives its configuration.
+fn tunnel_metrics(out: &mut String) {
+    let tunnels = wasmgate_gateway::stats::tunnels();
+    if tunnels.is_empty() {
+        return;
+    }
+    family(
+        out,
+        "wasmgate_tunnels_open",
+        "gauge",
+        "Upgraded connections (WebSocket tunnels) open now, by route.",
+    );
+    for t in &tunnels {
+        let route = escape(&t.route);
+        let _ = writeln!(out, "wasmgate_tunnels_open{{route=\"{route}\"}} {}", t.open);
+    }
+    family(
+        out,
+        "wasmgate_tunnels_total",
+        "counter",
+        "Upgraded connections opened (the upstream answered 101 and both sides switched), by route.",
+    );
+    for t in &tunnels {
+        let route = escape(&t.route);
+        let _ = writeln!(
+            out,
+            "wasmgate_tunnels_total{{route=\"{route}\"}} {}",
+            t.opened
+        );
+    }
+    family(
+        out,
+        "wasmgate_tunnels_closed_total",
+        "counter",
+        "Upgraded connections closed, by route and why (closed, error, idle_timeout, max_duration).",
+    );
+    for t in &tunnels {
+        let route = escape(&t.route);
+        for (end, n) in &t.ends {
+            let _ = writeln!(
+                out,
+                "wasmgate_tunnels_closed_total{{route=\"{route}\",reason=\"{end}\"}} {n}"
+            );
+        }
+    }
+    family(
+        out,
+        "wasmgate_tunnel_bytes_total",
+        "counter",
+        "Bytes copied through upgraded connections, by route and direction (to_upstream, to_client).",
+    );
+    for t in &tunnels {
+        let route = escape(&t.route);
+        for (direction, n) in [
+            ("to_upstream", t.bytes_to_upstream),
+            ("to_client", t.bytes_to_client),
+        ] {
+            let _ = writeln!(
+                out,
+                "wasmgate_tunnel_bytes_total{{route=\"{route}\",direction=\"{direction}\"}} {n}"
             );
         }
     }

@@ -56,13 +56,22 @@ fn push(args: PushArgs) -> Result<ExitCode> {
             .block_on(crate::gateway::build(&args.config))
             .map(|(gateway, _)| gateway.config().clone())
     };
-    let config = match checked {
+    let mut config = match checked {
         Ok(config) => config,
         Err(errors) => {
             eprintln!("{errors}\nnothing was pushed");
             return Ok(ExitCode::FAILURE);
         }
     };
+    let base = args
+        .config
+        .file()
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    if let Err(e) = inline_certificates(&mut config, base) {
+        eprintln!("{}: {e}\nnothing was pushed", args.config.file().display());
+        return Ok(ExitCode::FAILURE);
+    }
     let pushed = tokio.block_on(wasmgate_cluster::push::push(
         &config,
         &args.etcd,
@@ -82,6 +91,25 @@ fn push(args: PushArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Certificates given as files (`cert`, `key`) are published as their PEM
+/// text (`cert_pem`, `key_pem`): the nodes do not share the pusher's files.
+fn inline_certificates(config: &mut GatewayConfig, base: &std::path::Path) -> Result<(), String> {
+    for (i, certificate) in config.certificates.iter_mut().enumerate() {
+        for (file, text) in [
+            (&mut certificate.cert, &mut certificate.cert_pem),
+            (&mut certificate.key, &mut certificate.key_pem),
+        ] {
+            if let Some(path) = file.take() {
+                let path = base.join(path);
+                *text = Some(std::fs::read_to_string(&path).map_err(|e| {
+                    format!("certificates[{i}]: cannot read {}: {e}", path.display())
+                })?);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A node's own file, in etcd mode, holds only the node's settings.
 pub fn check_node_file(config: &GatewayConfig) -> Result<(), String> {
     let held: Vec<&str> = [
@@ -89,6 +117,7 @@ pub fn check_node_file(config: &GatewayConfig) -> Result<(), String> {
         ("upstreams", config.upstreams.is_empty()),
         ("plugins", config.plugins.is_empty()),
         ("services", config.services.is_empty()),
+        ("certificates", config.certificates.is_empty()),
         ("global_plugins", config.global_plugins.is_empty()),
     ]
     .into_iter()

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use wasmgate_admin::Admin;
 use wasmgate_config::GatewayConfig;
-use wasmgate_gateway::{Gateway, ListenerConfig, LiveGateway};
+use wasmgate_gateway::{Gateway, ListenerConfig, Listening, LiveGateway};
 use wasmgate_runtime::{Runtime, RuntimeConfig};
 
 use crate::plugin_args::default_cache_dir;
@@ -180,8 +180,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         }
     };
     let config = live.current().config().clone();
-    let listener = std::net::TcpListener::bind(&config.listen)
-        .with_context(|| format!("binding {}", config.listen))?;
+    let listeners = bind_listeners(&config, &args.config.config)?;
     let listener_config = ListenerConfig {
         header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
@@ -189,7 +188,12 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     if let Some(admin) = &config.admin {
         let admin_listener = tokio::net::TcpListener::bind(admin)
             .await
-            .with_context(|| format!("binding the admin listener {admin}"))?;
+            .with_context(|| {
+                format!(
+                    "{}: admin: cannot listen on {admin} (is another process using it? change `admin`)",
+                    args.config.config.display()
+                )
+            })?;
         let handler = Arc::new(Admin::new(live.clone()));
         let admin_config = listener_config.clone();
         tokio::spawn(async move {
@@ -208,8 +212,23 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     if !args.no_watch && !clustered {
         tokio::spawn(live.clone().watch(WATCH_INTERVAL));
     }
+    let addresses: Vec<String> = config
+        .all_listeners()
+        .iter()
+        .map(|l| {
+            format!(
+                "{}{}",
+                if l.tls.is_some() {
+                    "https://"
+                } else {
+                    "http://"
+                },
+                l.address
+            )
+        })
+        .collect();
     tracing::info!(
-        address = %config.listen,
+        listeners = ?addresses,
         threads,
         routes = config.routes.len(),
         upstreams = config.upstreams.len(),
@@ -222,9 +241,39 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
             store.leave().await;
         }
     };
-    crate::serve::serve_until_signal(listener, threads, live, listener_config, leave).await?;
+    crate::serve::serve_until_signal(listeners, threads, live, listener_config, leave).await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Binds every traffic listener of `config` (read from `file`); an address
+/// that cannot be bound is an error naming its setting and the file.
+fn bind_listeners(config: &GatewayConfig, file: &std::path::Path) -> Result<Vec<Listening>> {
+    let field = |i: usize| match (&config.listen, i) {
+        (Some(_), 0) => "listen".to_string(),
+        (Some(_), i) => format!("listeners[{}]", i - 1),
+        (None, _) if config.listeners.is_empty() => "listen (the default)".to_string(),
+        (None, i) => format!("listeners[{i}]"),
+    };
+    config
+        .all_listeners()
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let socket = std::net::TcpListener::bind(&l.address).with_context(|| {
+                format!(
+                    "{}: {}: cannot listen on {} (is another process using it? change the address)",
+                    file.display(),
+                    field(i),
+                    l.address
+                )
+            })?;
+            Ok(Listening {
+                socket,
+                tls: l.tls.as_ref().map(|_| l.address.as_str().into()),
+            })
+        })
+        .collect()
 }
 
 /// How often the configuration file and plugin modules are checked for changes.

@@ -125,7 +125,11 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
         shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_secs),
         ..ListenerConfig::default()
     };
-    serve_until_signal(listener, threads, route, config, async {}).await?;
+    let listening = vec![wasmgate_gateway::Listening {
+        socket: listener,
+        tls: None,
+    }];
+    serve_until_signal(listening, threads, route, config, async {}).await?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -134,14 +138,14 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
 /// their in-flight requests while `on_stop` runs (a cluster node leaves the
 /// cluster then).
 pub async fn serve_until_signal<H: Handler>(
-    listener: std::net::TcpListener,
+    listeners: Vec<wasmgate_gateway::Listening>,
     threads: usize,
     handler: Arc<H>,
     config: ListenerConfig,
     on_stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let workers = wasmgate_gateway::serve_workers(listener, threads, handler, config, stopped)?;
+    let workers = wasmgate_gateway::serve_workers(listeners, threads, handler, config, stopped)?;
     shutdown_signal().await;
     tracing::info!("shutting down: waiting for in-flight requests");
     let _ = stop.send(true);

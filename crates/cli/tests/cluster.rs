@@ -3,16 +3,20 @@
 //! configuration is in etcd. A change through any node's admin API reaches
 //! every node; conflicting edits get 409; etcd can go away under traffic
 //! without a failed request; a broken change is rejected everywhere with
-//! its reason in `/cluster`; a late node catches up; and a rate limit kept
-//! in Redis holds for the cluster, not per node.
+//! its reason in `/cluster`; a late node catches up; a rate limit kept
+//! in Redis holds for the cluster, not per node; and a TLS certificate
+//! written through one node is served by all.
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::gateway::{send, GatewayProc};
+use common::tls::{certificate, curl};
 use common::{client, HttpClient};
 use serde_json::Value;
+use wasmgate_testkit::pki::{KeyType, Pki};
 use wasmgate_testkit::{EtcdServer, RedisServer};
 
 /// A node whose configuration is in `etcd`.
@@ -712,4 +716,149 @@ async fn a_clean_stop_leaves_the_cluster_at_once() {
         "left after {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_written_through_one_node_is_served_by_every_node() {
+    let etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    // Every node has a TLS listener in its own file; the certificates are
+    // cluster configuration, and there are none yet.
+    let nodes: Vec<GatewayProc> = (1..=3)
+        .map(|i| {
+            GatewayProc::start(&format!(
+                r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+listeners: [{{address: "{{tls_listen}}", tls: {{unknown_sni: refuse}}}}]
+config: {{etcd: ["{}"], node_name: node{i}}}
+"#,
+                etcd.url()
+            ))
+        })
+        .collect();
+    let c = client();
+    for gw in &nodes {
+        until_serves(&c, gw, "/home", "home-v1").await;
+        let refused = curl(
+            "shop.example",
+            gw.tls_port,
+            "/home",
+            Path::new("/dev/null"),
+            &[],
+        );
+        assert!(!refused.ok, "a handshake without a certificate succeeded");
+    }
+    let pki = Pki::new("wasmgate test CA");
+    let shop = pki.server(&["shop.example"], KeyType::EcdsaP256, 1, 1);
+    let body =
+        serde_json::json!({"cert_pem": shop.cert_pem(), "key_pem": shop.key_pem()}).to_string();
+    let put = send(
+        &c,
+        "PUT",
+        &nodes[0].admin_url("/certificates/shop"),
+        &[("content-type", "application/json")],
+        body,
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.text());
+    for gw in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let served = curl("shop.example", gw.tls_port, "/home", &pki.ca, &[]);
+            if served.ok {
+                assert_eq!((served.status, served.body.as_str()), (200, "home-v1"));
+                break;
+            }
+            assert!(Instant::now() < deadline, "{}", served.stderr);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Read back through another node: the chain, never the key.
+    let got = send(
+        &c,
+        "GET",
+        &nodes[2].admin_url("/certificates/shop"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(got.json()["cert_pem"], shop.cert_pem().as_str());
+    assert!(!got.text().contains("PRIVATE KEY"), "{}", got.text());
+    let config = send(&c, "GET", &nodes[1].admin_url("/config"), &[], "").await;
+    assert!(!config.text().contains("PRIVATE KEY"), "{}", config.text());
+    let status = send(&c, "GET", &nodes[1].admin_url("/status"), &[], "")
+        .await
+        .json();
+    assert_eq!(
+        status["certificates"][0]["names"][0], "shop.example",
+        "{status}"
+    );
+
+    // A key that is not the certificate's: refused with the reason, and
+    // every node keeps the one it has.
+    let other = pki.server(&["shop.example"], KeyType::EcdsaP256, 2, 1);
+    let mismatched =
+        serde_json::json!({"cert_pem": shop.cert_pem(), "key_pem": other.key_pem()}).to_string();
+    let put = send(
+        &c,
+        "PUT",
+        &nodes[1].admin_url("/certificates/shop"),
+        &[("content-type", "application/json")],
+        mismatched,
+    )
+    .await;
+    assert_eq!(put.status, 422, "{}", put.text());
+    assert!(put.text().contains("do not match"), "{}", put.text());
+    assert!(!put.text().contains("PRIVATE KEY"), "{}", put.text());
+    for gw in &nodes {
+        let served = curl("shop.example", gw.tls_port, "/home", &pki.ca, &[]);
+        assert_eq!(served.status, 200, "{}", served.stderr);
+    }
+
+    // Deleted through node 2: refused everywhere again.
+    let del = send(
+        &c,
+        "DELETE",
+        &nodes[1].admin_url("/certificates/shop"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(del.status, 200, "{}", del.text());
+    for gw in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while curl("shop.example", gw.tls_port, "/home", &pki.ca, &[]).ok {
+            assert!(Instant::now() < deadline, "still served after the delete");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // `config push` of a file that names certificate files publishes their
+    // PEM text: the nodes do not have the pusher's files.
+    push(
+        &etcd,
+        &format!("{BASE}certificates: [{}]\n", certificate("shop", &shop)),
+    );
+    for gw in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !curl("shop.example", gw.tls_port, "/home", &pki.ca, &[]).ok {
+            assert!(
+                Instant::now() < deadline,
+                "the pushed certificate was never served"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let got = send(
+        &c,
+        "GET",
+        &nodes[1].admin_url("/certificates/shop"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(got.json()["cert_pem"], shop.cert_pem().as_str());
+    assert_eq!(got.json()["cert"], Value::Null);
 }

@@ -6,6 +6,7 @@
 //! <prefix>/upstreams/<name>   {...}                         (an upstream entry)
 //! <prefix>/plugins/<name>     {...}
 //! <prefix>/services/<name>    {...}
+//! <prefix>/certificates/<name> {...}                       (PEM text, `cert_pem` and `key_pem`)
 //! <prefix>/global_plugins     [{"plugin": ..., "conf": ...}, ...]
 //! <prefix>/changed            {"by": ..., "at_ms": ...} (written with every change)
 //! <prefix>/nodes/<node>       the node's registration (under a lease)
@@ -30,7 +31,7 @@ use wasmgate_config::AdminChanges;
 use wasmgate_config::{FilterRef, GatewayConfig, NamedEntry};
 
 /// The kinds of named objects, as key segments.
-pub const KINDS: [&str; 4] = ["services", "plugins", "upstreams", "routes"];
+pub const KINDS: [&str; 5] = ["certificates", "services", "plugins", "upstreams", "routes"];
 pub const GLOBAL_PLUGINS: &str = "global_plugins";
 pub const CHANGED: &str = "changed";
 pub const NODES: &str = "nodes";
@@ -141,6 +142,9 @@ pub fn merge(local: &GatewayConfig, prefix: &str, objects: &Objects) -> Result<G
             "services" => config
                 .services
                 .push(serde_json::from_value(named(value)?).with_context(|| key.clone())?),
+            "certificates" => config
+                .certificates
+                .push(serde_json::from_value(named(value)?).with_context(|| key.clone())?),
             _ => {}
         }
     }
@@ -202,6 +206,9 @@ pub fn writes(
             value: Some(value),
         })
     };
+    for c in &changes.certificates {
+        named("certificates", c.name(), entry_value(c));
+    }
     for s in &changes.services {
         named("services", s.name(), entry_value(s));
     }
@@ -223,6 +230,7 @@ pub fn writes(
     }
     let deleted = &changes.deleted;
     for (kind, names) in [
+        ("certificates", &deleted.certificates),
         ("services", &deleted.services),
         ("plugins", &deleted.plugins),
         ("upstreams", &deleted.upstreams),
@@ -243,6 +251,9 @@ pub fn writes(
 pub fn all_objects(prefix: &str, config: &GatewayConfig) -> BTreeMap<String, Vec<u8>> {
     let mut objects = BTreeMap::new();
     objects.insert(changed_key(prefix), changed_value("config push"));
+    for c in &config.certificates {
+        objects.insert(key(prefix, "certificates", &c.name), entry_value(c));
+    }
     for s in &config.services {
         objects.insert(key(prefix, "services", &s.name), entry_value(s));
     }
@@ -290,7 +301,7 @@ global_plugins: []
         let merged = merge(&local, "/wg", &objects).unwrap();
         let names: Vec<&str> = merged.routes.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["zeta", "alpha"], "file order, not key order");
-        assert_eq!(merged.listen, "127.0.0.1:1");
+        assert_eq!(merged.listen.as_deref(), Some("127.0.0.1:1"));
         assert_eq!(merged.upstreams[0].name, "u");
 
         // A new route goes last; a replaced one keeps its place.

@@ -30,7 +30,7 @@ fn registration(store: &EtcdStore) -> Option<Value> {
     let status = live.status();
     Some(json!({
         "node": store.node,
-        "listen": config.listen,
+        "listen": config.all_listeners().iter().map(|l| &l.address).collect::<Vec<_>>(),
         "admin": config.admin,
         "version": env!("CARGO_PKG_VERSION"),
         "revision": state.applied,

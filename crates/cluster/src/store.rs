@@ -101,10 +101,13 @@ impl EtcdStore {
             .config
             .clone()
             .context("the node's file has no `config` section")?;
-        let node = source
-            .node_name
-            .clone()
-            .unwrap_or_else(|| local.listen.clone());
+        let node = source.node_name.clone().unwrap_or_else(|| {
+            local
+                .all_listeners()
+                .first()
+                .map(|l| l.address.clone())
+                .unwrap_or_default()
+        });
         Ok(Arc::new(EtcdStore {
             endpoints: source.etcd.clone(),
             prefix: source.prefix.trim_end_matches('/').to_string(),

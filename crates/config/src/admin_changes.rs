@@ -17,7 +17,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{GatewayConfig, NamedEntry, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
+use crate::{
+    CertificateConfig, GatewayConfig, NamedEntry, PluginConfig, RouteConfig, ServiceConfig,
+    UpstreamConfig,
+};
 
 /// The admin file of the configuration file `config`.
 pub fn admin_file_path(config: &Path) -> PathBuf {
@@ -32,6 +35,8 @@ pub fn admin_file_path(config: &Path) -> PathBuf {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminChanges {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<CertificateConfig>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceConfig>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -49,6 +54,8 @@ pub struct AdminChanges {
 #[serde(deny_unknown_fields)]
 pub struct Deleted {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<String>,
@@ -60,7 +67,8 @@ pub struct Deleted {
 
 impl Deleted {
     fn is_empty(&self) -> bool {
-        self.services.is_empty()
+        self.certificates.is_empty()
+            && self.services.is_empty()
             && self.plugins.is_empty()
             && self.upstreams.is_empty()
             && self.routes.is_empty()
@@ -77,7 +85,8 @@ const HEADER: &str = "\
 
 impl AdminChanges {
     pub fn is_empty(&self) -> bool {
-        self.services.is_empty()
+        self.certificates.is_empty()
+            && self.services.is_empty()
             && self.plugins.is_empty()
             && self.upstreams.is_empty()
             && self.routes.is_empty()
@@ -113,6 +122,11 @@ impl AdminChanges {
 
     /// Applies these changes over `config` (the operator's file).
     pub fn apply_to(&self, config: &mut GatewayConfig) {
+        apply(
+            &mut config.certificates,
+            &self.certificates,
+            &self.deleted.certificates,
+        );
         apply(&mut config.services, &self.services, &self.deleted.services);
         apply(&mut config.plugins, &self.plugins, &self.deleted.plugins);
         apply(
@@ -125,16 +139,19 @@ impl AdminChanges {
 
     /// The changes that turn `base` (the operator's file) into `desired`.
     pub fn between(base: &GatewayConfig, desired: &GatewayConfig) -> AdminChanges {
+        let (certificates, deleted_certificates) = diff(&base.certificates, &desired.certificates);
         let (services, deleted_services) = diff(&base.services, &desired.services);
         let (plugins, deleted_plugins) = diff(&base.plugins, &desired.plugins);
         let (upstreams, deleted_upstreams) = diff(&base.upstreams, &desired.upstreams);
         let (routes, deleted_routes) = diff(&base.routes, &desired.routes);
         AdminChanges {
+            certificates,
             services,
             plugins,
             upstreams,
             routes,
             deleted: Deleted {
+                certificates: deleted_certificates,
                 services: deleted_services,
                 plugins: deleted_plugins,
                 upstreams: deleted_upstreams,

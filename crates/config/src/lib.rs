@@ -19,6 +19,7 @@ pub mod names;
 pub mod node;
 pub mod plugins;
 pub mod routes;
+pub mod tls;
 pub mod upstreams;
 
 use std::path::Path;
@@ -33,9 +34,15 @@ use names::unique_names;
 pub use names::{check_name, NamedEntry};
 pub use node::{ConfigSource, Limits, ADMIN_TOKEN_ENV};
 pub use plugins::{conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind};
-pub use routes::{FixedResponse, FunctionEndpoint, PathMatch, RouteConfig};
+pub use routes::{
+    FixedResponse, FunctionEndpoint, PathMatch, Redirect, RouteConfig, Scheme, UpgradeConfig,
+};
+pub use tls::{
+    CertificateConfig, ClientAuth, ListenerConfig, TlsListener, UnknownSni, UpstreamTls,
+};
 pub use upstreams::{
     ActiveCheck, Balance, HashOn, HealthCheckConfig, NodeConfig, PassiveCheck, UpstreamConfig,
+    UpstreamProtocol,
 };
 pub use wasmgate_services::ServiceConfig;
 
@@ -43,9 +50,14 @@ pub use wasmgate_services::ServiceConfig;
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// Address of the traffic listener (HTTP/1.1 and cleartext HTTP/2).
-    #[serde(default = "node::default_listen")]
-    pub listen: String,
+    /// Address of a plain traffic listener (HTTP/1.1 and cleartext HTTP/2).
+    /// Without it and without `listeners`, the gateway listens on
+    /// 127.0.0.1:8080.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// Further listeners, plain or TLS (docs/tls.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerConfig>,
     /// Address of the admin listener (`/metrics`, `/healthz`, `/readyz`, the
     /// admin API); none when absent.
     #[serde(default)]
@@ -94,6 +106,9 @@ pub struct GatewayConfig {
     /// its own `services`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceConfig>,
+    /// Certificates TLS listeners serve, by name (docs/tls.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<CertificateConfig>,
     /// Every plugin the routes use, declared once.
     #[serde(default)]
     pub plugins: Vec<PluginConfig>,
@@ -142,6 +157,21 @@ impl GatewayConfig {
         }
     }
 
+    /// Every traffic listener: `listen` (or the default one, when there is
+    /// neither it nor `listeners`), then `listeners`.
+    pub fn all_listeners(&self) -> Vec<ListenerConfig> {
+        let plain = match &self.listen {
+            Some(address) => Some(address.clone()),
+            None if self.listeners.is_empty() => Some(node::default_listen()),
+            None => None,
+        };
+        plain
+            .map(|address| ListenerConfig { address, tls: None })
+            .into_iter()
+            .chain(self.listeners.iter().cloned())
+            .collect()
+    }
+
     /// Reads `path` as it is written: no admin changes, no checks. Its
     /// plugins are marked as the operator's (`from_operator_file`).
     pub fn read_file(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
@@ -186,6 +216,19 @@ impl GatewayConfig {
         unique_names(
             self.routes.iter().map(|r| r.name.as_str()),
             "routes",
+            &mut problem,
+        );
+        let certificates = unique_names(
+            self.certificates.iter().map(|c| c.name.as_str()),
+            "certificates",
+            &mut problem,
+        );
+        tls::check(
+            self.config.is_some(),
+            self.listen.as_deref(),
+            &self.listeners,
+            &self.certificates,
+            &certificates,
             &mut problem,
         );
         plugins::check(&self.plugins, &services, &mut problem);

@@ -5,7 +5,9 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::{GatewayConfig, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig};
+use crate::{
+    CertificateConfig, GatewayConfig, PluginConfig, RouteConfig, ServiceConfig, UpstreamConfig,
+};
 
 /// An entry of one of the configuration's named lists (plugins, upstreams,
 /// routes), as the admin API and the admin file handle them.
@@ -64,6 +66,24 @@ impl NamedEntry for ServiceConfig {
     }
     fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
         &mut config.services
+    }
+}
+
+impl NamedEntry for CertificateConfig {
+    const KIND: &'static str = "certificate";
+    fn name(&self) -> &str {
+        &self.name
+    }
+    /// The private key is never shown back.
+    fn redacted(&self) -> Self {
+        let mut shown = self.clone();
+        if shown.key_pem.is_some() {
+            shown.key_pem = Some("<redacted>".into());
+        }
+        shown
+    }
+    fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
+        &mut config.certificates
     }
 }
 

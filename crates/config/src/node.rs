@@ -95,7 +95,7 @@ fn default_body_timeout_ms() -> u64 {
 /// Addresses, admin origins and token, limits.
 pub(crate) fn check(config: &GatewayConfig, problem: &mut dyn FnMut(String, String)) {
     for (field, address) in [
-        ("listen", Some(&config.listen)),
+        ("listen", config.listen.as_ref()),
         ("admin", config.admin.as_ref()),
     ] {
         if let Some(address) = address {

@@ -26,6 +26,11 @@ pub struct RouteConfig {
     /// Header name -> exact value every request must carry.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Only requests that came over `https` (a TLS listener) or plain
+    /// `http`; absent matches both. A route `{scheme: http, redirect:
+    /// {scheme: https}}` sends plain requests to HTTPS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<Scheme>,
     /// The route's filter chain.
     #[serde(default)]
     pub plugins: Vec<FilterRef>,
@@ -35,13 +40,79 @@ pub struct RouteConfig {
     /// ... or an Extism function ...
     #[serde(default)]
     pub function: Option<FunctionEndpoint>,
-    /// ... or a fixed answer.
+    /// ... or a fixed answer ...
     #[serde(default)]
     pub respond: Option<FixedResponse>,
+    /// ... or a redirect to the same request elsewhere (`{scheme: https}`:
+    /// HTTP to HTTPS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
     /// Requests this route serves at once; more are answered 503 with
     /// `Retry-After` at once instead of queueing. Unlimited when absent.
     #[serde(default)]
     pub max_concurrent_requests: Option<usize>,
+    /// HTTP/1.1 upgrades (WebSocket) the route tunnels to its upstream.
+    /// Default: WebSocket, idle for at most 5 minutes.
+    #[serde(default, skip_serializing_if = "UpgradeConfig::is_default")]
+    pub upgrade: UpgradeConfig,
+}
+
+/// Which `Upgrade` protocols a route tunnels to its upstream once the
+/// upstream answers `101 Switching Protocols`, and for how long. (Envoy's
+/// `upgrade_configs`, APISIX's `enable_websocket`.)
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeConfig {
+    /// `Upgrade` tokens (case-insensitive) the route lets through, e.g.
+    /// `websocket`; others are dropped as hop-by-hop fields. `[]` turns
+    /// upgrades off. Default `[websocket]`.
+    #[serde(default = "default_upgrade_protocols")]
+    pub protocols: Vec<String>,
+    /// A tunnel in which no byte has moved either way for this long is
+    /// closed. Default 300000 (5 minutes).
+    #[serde(default = "default_tunnel_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// A tunnel open this long is closed however busy. Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<u64>,
+}
+
+impl Default for UpgradeConfig {
+    fn default() -> Self {
+        UpgradeConfig {
+            protocols: default_upgrade_protocols(),
+            idle_timeout_ms: default_tunnel_idle_timeout_ms(),
+            max_duration_ms: None,
+        }
+    }
+}
+
+impl UpgradeConfig {
+    fn is_default(&self) -> bool {
+        *self == UpgradeConfig::default()
+    }
+
+    /// Whether `protocol` (an `Upgrade` value's first token) is tunneled.
+    pub fn allows(&self, protocol: &str) -> bool {
+        self.protocols
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(protocol))
+    }
+}
+
+fn default_upgrade_protocols() -> Vec<String> {
+    vec!["websocket".to_string()]
+}
+
+fn default_tunnel_idle_timeout_ms() -> u64 {
+    300_000
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    Http,
+    Https,
 }
 
 /// At most one of `exact`, `prefix`, `regex`.
@@ -78,6 +149,31 @@ pub struct FixedResponse {
     pub headers: BTreeMap<String, String>,
 }
 
+/// A redirect: the request's own URL with the parts given here replaced.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Redirect {
+    /// `https` or `http` (default: the request's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
+    /// Host (default: the request's, without its port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Port (default: none, the scheme's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Path and query (default: the request's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// 301, 302, 303, 307 or 308 (default 301).
+    #[serde(default = "default_redirect_status")]
+    pub status: u16,
+}
+
+fn default_redirect_status() -> u16 {
+    301
+}
+
 fn default_status() -> u16 {
     200
 }
@@ -104,6 +200,7 @@ pub(crate) fn check(
         );
         check_endpoint(&at, r, declared, problem);
         check_match(&at, r, problem);
+        check_upgrade(&format!("{at}.upgrade"), &r.upgrade, problem);
     }
 }
 
@@ -117,12 +214,38 @@ fn check_endpoint(
         r.upstream.is_some(),
         r.function.is_some(),
         r.respond.is_some(),
+        r.redirect.is_some(),
     ];
     if endpoints.iter().filter(|&&e| e).count() != 1 {
         problem(
             at.to_string(),
-            "a route needs exactly one endpoint: upstream, function or respond".into(),
+            "a route needs exactly one endpoint: upstream, function, respond or redirect".into(),
         );
+    }
+    if let Some(redirect) = &r.redirect {
+        if ![301, 302, 303, 307, 308].contains(&redirect.status) {
+            problem(
+                format!("{at}.redirect.status"),
+                "must be 301, 302, 303, 307 or 308".into(),
+            );
+        }
+        if redirect
+            .scheme
+            .as_deref()
+            .is_some_and(|s| s != "http" && s != "https")
+        {
+            problem(
+                format!("{at}.redirect.scheme"),
+                "must be http or https".into(),
+            );
+        }
+        if redirect
+            .path
+            .as_deref()
+            .is_some_and(|p| !p.starts_with('/'))
+        {
+            problem(format!("{at}.redirect.path"), "must begin with /".into());
+        }
     }
     if let Some(name) = &r.upstream {
         if !declared.upstreams.contains(name.as_str()) {
@@ -144,6 +267,37 @@ fn check_endpoint(
         if !(100..=999).contains(&respond.status) {
             problem(format!("{at}.respond.status"), "must be 100-999".into());
         }
+    }
+}
+
+fn check_upgrade(at: &str, upgrade: &UpgradeConfig, problem: &mut dyn FnMut(String, String)) {
+    for (i, protocol) in upgrade.protocols.iter().enumerate() {
+        let token = !protocol.is_empty()
+            && protocol
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~/".contains(&b));
+        if !token {
+            problem(
+                format!("{at}.protocols[{i}]"),
+                format!("`{protocol}` is not an Upgrade token (letters, digits, `-`, `.`, `/`)"),
+            );
+        } else if protocol.eq_ignore_ascii_case("h2c") {
+            // An h2c upgrade is the connection's own business: the listener
+            // speaks HTTP/2 to clients that start with its preface.
+            problem(
+                format!("{at}.protocols[{i}]"),
+                "h2c cannot be tunneled: clients speak HTTP/2 to the listener directly".into(),
+            );
+        }
+    }
+    if upgrade.idle_timeout_ms == 0 {
+        problem(format!("{at}.idle_timeout_ms"), "must be above 0".into());
+    }
+    if upgrade.max_duration_ms == Some(0) {
+        problem(
+            format!("{at}.max_duration_ms"),
+            "must be above 0 (or absent: no limit)".into(),
+        );
     }
 }
 

@@ -29,6 +29,37 @@ pub struct UpstreamConfig {
     pub retries: u32,
     #[serde(default)]
     pub health_check: HealthCheckConfig,
+    /// TLS to the nodes (`https`): SNI, trusted CAs, client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::UpstreamTls>,
+    /// The HTTP version spoken to the nodes. Default `http1`.
+    #[serde(default, skip_serializing_if = "UpstreamProtocol::is_default")]
+    pub protocol: UpstreamProtocol,
+}
+
+/// How the gateway talks to an upstream's nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, a pool of keep-alive connections per node (over TLS when
+    /// `tls` is set).
+    #[default]
+    Http1,
+    /// HTTP/2 without TLS (prior knowledge): one multiplexed connection per
+    /// node carries every request. gRPC servers speak this.
+    H2c,
+    /// HTTP/2 over TLS (needs `tls`; ALPN `h2`, a node that does not agree
+    /// fails the handshake).
+    H2,
+    /// Over TLS (needs `tls`), what the node chooses by ALPN: HTTP/2 when it
+    /// offers `h2`, HTTP/1.1 otherwise.
+    Auto,
+}
+
+impl UpstreamProtocol {
+    fn is_default(&self) -> bool {
+        *self == UpstreamProtocol::Http1
+    }
 }
 
 fn default_connect_timeout_ms() -> u64 {
@@ -161,6 +192,22 @@ pub(crate) fn check(upstreams: &[UpstreamConfig], problem: &mut dyn FnMut(String
                     "must be at least 1".into(),
                 );
             }
+        }
+        if let Some(tls) = &u.tls {
+            crate::tls::check_upstream(&at, tls, problem);
+        }
+        match (u.protocol, u.tls.is_some()) {
+            (UpstreamProtocol::H2 | UpstreamProtocol::Auto, false) => problem(
+                format!("{at}.protocol"),
+                "h2 and auto are chosen by ALPN in the TLS handshake: they need `tls` \
+                 (HTTP/2 without TLS is h2c)"
+                    .into(),
+            ),
+            (UpstreamProtocol::H2c, true) => problem(
+                format!("{at}.protocol"),
+                "h2c is HTTP/2 without TLS: with `tls`, use h2 (or auto)".into(),
+            ),
+            _ => {}
         }
         if u.hash_on == HashOn::Header && u.hash_header.is_none() {
             problem(

@@ -39,7 +39,10 @@ fn main() {
     let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let (_keep_serving, shutdown) = tokio::sync::watch::channel(false);
     let workers = wasmgate_gateway::serve_workers(
-        listener,
+        vec![wasmgate_gateway::Listening {
+            socket: listener,
+            tls: None,
+        }],
         threads,
         Arc::new(NativeHello),
         ListenerConfig::default(),

@@ -1,18 +1,13 @@
 //! A route's filter chain for one request: one Proxy-Wasm stream per filter,
 //! in chain order, run phase by phase. A filter that fails (crash, timeout,
 //! no instance) either fails the request (`fail: closed`) or drops out of
-//! the chain for the rest of the request (`fail: open`).
+//! the chain for the rest of the request (`fail: open`). Bodies stream
+//! through it with `body_pump.rs`.
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use hyper::body::Frame;
-use tokio::sync::mpsc;
-use wasmgate_proxy_wasm::Headers;
-use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
-
-use crate::body::{Body, BoxError, ClientBodyError};
 use wasmgate_config::FailStrategy;
+use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
 
 /// A filter of a route: the plugin configured for that route, and its policy.
 pub struct RouteFilter {
@@ -163,97 +158,6 @@ impl Chain {
             }
         }
     }
-
-    /// Streams `source` through the body callbacks into `sink`. Ends early
-    /// (Err) when a filter stops the stream; the sink then gets an error so
-    /// the peer sees an aborted body rather than a truncated one.
-    /// `first` is a frame already read from `source`.
-    pub async fn pump<B>(
-        &mut self,
-        direction: Direction,
-        exchange: &mut Box<HttpExchange>,
-        mut source: B,
-        mut first: Option<Result<Frame<Bytes>, B::Error>>,
-        sink: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
-        limit: usize,
-    ) -> Result<(), Stop>
-    where
-        B: hyper::body::Body<Data = Bytes> + Unpin,
-        B::Error: Into<BoxError>,
-    {
-        use http_body_util::BodyExt;
-        // Bytes the filters hold back (fed in, nothing passed on yet): a
-        // filter buffering the body is what the limit protects against; a
-        // body streaming through is not held and may be any size.
-        let mut held = 0usize;
-        loop {
-            let next = match first.take() {
-                Some(frame) => Some(frame),
-                None => source.frame().await,
-            };
-            let frame = match next {
-                None => {
-                    // The end came without a last data frame: tell the filters.
-                    let out = self
-                        .body_chunk(direction, exchange, Vec::new(), true)
-                        .await?;
-                    send(sink, out).await;
-                    return Ok(());
-                }
-                Some(Err(e)) => {
-                    let error: BoxError = e.into();
-                    let client = ClientBodyError::find(&*error).map(|e| Stop::ClientBody {
-                        status: e.status(),
-                        message: e.to_string(),
-                    });
-                    let _ = sink.send(Err(error)).await;
-                    // An upstream's broken body is passed on as broken; a
-                    // client's ends the request with its own status.
-                    return client.map_or(Ok(()), Err);
-                }
-                Some(Ok(frame)) => frame,
-            };
-            match frame.into_data() {
-                Ok(data) => {
-                    held += data.len();
-                    let end = source.is_end_stream();
-                    let out = self
-                        .body_chunk(direction, exchange, data.to_vec(), end)
-                        .await?;
-                    if !out.is_empty() {
-                        held = 0;
-                    } else if held > limit {
-                        return Err(Stop::TooLarge { limit });
-                    }
-                    send(sink, out).await;
-                    if end {
-                        return Ok(());
-                    }
-                }
-                Err(frame) => {
-                    if let Ok(trailers) = frame.into_trailers() {
-                        let out = self
-                            .body_chunk(direction, exchange, Vec::new(), false)
-                            .await?;
-                        send(sink, out).await;
-                        *trailers_of(exchange, direction) = Headers::from_map(trailers);
-                        self.trailers(direction, exchange).await?;
-                        // Filters read trailers in `proxy_on_log` too: a copy
-                        // goes out.
-                        let map = trailers_of(exchange, direction).map().clone();
-                        let _ = sink.send(Ok(Frame::trailers(map))).await;
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-}
-
-async fn send(sink: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>, data: Vec<u8>) {
-    if !data.is_empty() {
-        let _ = sink.send(Ok(Frame::data(Bytes::from(data)))).await;
-    }
 }
 
 /// Applies the fail strategy to a filter's result.
@@ -298,45 +202,5 @@ fn body_of(exchange: &mut HttpExchange, direction: Direction) -> &mut Vec<u8> {
     match direction {
         Direction::Request => &mut exchange.request_body,
         Direction::Response => &mut exchange.response_body,
-    }
-}
-
-fn trailers_of(exchange: &mut HttpExchange, direction: Direction) -> &mut Headers {
-    match direction {
-        Direction::Request => &mut exchange.request_trailers,
-        Direction::Response => &mut exchange.response_trailers,
-    }
-}
-
-/// A body fed by a channel (what `Chain::pump` writes into).
-pub fn channel_body(rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>) -> Body {
-    channel_body_after(None, rx)
-}
-
-/// The same, with a frame already taken from the channel in front.
-pub fn channel_body_after(
-    first: Option<Result<Frame<Bytes>, BoxError>>,
-    rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
-) -> Body {
-    use http_body_util::BodyExt;
-    http_body_util::StreamBody::new(ReceiverStream { first, rx }).boxed_unsync()
-}
-
-/// An mpsc receiver as a `futures::Stream`, without pulling in a stream crate.
-struct ReceiverStream {
-    first: Option<Result<Frame<Bytes>, BoxError>>,
-    rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
-}
-
-impl futures_core::Stream for ReceiverStream {
-    type Item = Result<Frame<Bytes>, BoxError>;
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        if let Some(first) = self.first.take() {
-            return std::task::Poll::Ready(Some(first));
-        }
-        self.rx.poll_recv(cx)
     }
 }

@@ -94,12 +94,19 @@ pub fn crash_summary(report: &wasmgate_runtime::CrashReport, request_id: u64) ->
     )
 }
 
-/// A JSON error response with `{"error": body}`.
+/// A JSON error response with `{"error": body}`, marked as the gateway's
+/// own answer (a gRPC client gets it as a gRPC status: `grpc.rs`).
 pub fn json_error(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
+    let made = crate::grpc::GatewayAnswer {
+        kind: body["kind"].as_str().unwrap_or("error").to_string(),
+        message: body["message"].as_str().unwrap_or_default().to_string(),
+        grpc_status: None,
+    };
     let bytes = serde_json::to_vec(&json!({ "error": body })).expect("JSON values serialise");
     Response::builder()
         .status(status)
         .header(hyper::header::CONTENT_TYPE, "application/json")
+        .extension(made)
         .body(Full::new(Bytes::from(bytes)))
         .expect("static response parts are valid")
 }

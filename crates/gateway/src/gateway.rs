@@ -18,6 +18,7 @@ use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
 pub(crate) use crate::endpoint::Endpoint;
 use crate::router::{RouteIndex, RouteMatcher};
+use crate::transport::tls::TlsAcceptorConfig;
 use crate::upstream::Upstream;
 
 pub struct Gateway {
@@ -35,6 +36,21 @@ pub struct Gateway {
     pub unimplemented_imports: Vec<(String, Vec<String>)>,
     /// The services its plugins were granted, with their pools.
     pub(crate) services: Services,
+    /// What each TLS listener accepts with, by its configured address.
+    pub(crate) tls: Vec<(String, TlsAcceptorConfig)>,
+    /// The certificates it serves.
+    pub certificates: Vec<CertificateInfo>,
+}
+
+/// What operators see of a certificate served: its names and expiry.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CertificateInfo {
+    pub name: String,
+    /// Names it is served for (exact and `*.` wildcards).
+    pub names: Vec<String>,
+    pub subject: String,
+    /// Seconds since the epoch.
+    pub not_after: i64,
 }
 
 impl AsRef<RouteMatcher> for Route {
@@ -57,6 +73,8 @@ pub(crate) struct Route {
     pub concurrency: Option<Arc<Semaphore>>,
     /// Requests turned away by the concurrency limit.
     pub rejected: AtomicU64,
+    /// The upgrades (WebSocket) it tunnels to its upstream.
+    pub upgrade: wasmgate_config::UpgradeConfig,
 }
 
 impl Route {
@@ -69,6 +87,14 @@ impl Route {
 impl Gateway {
     pub fn config(&self) -> &GatewayConfig {
         &self.config
+    }
+
+    /// What the TLS listener configured at `address` accepts with.
+    pub fn tls_acceptor(&self, address: &str) -> Option<TlsAcceptorConfig> {
+        self.tls
+            .iter()
+            .find(|(a, _)| a == address)
+            .map(|(_, acceptor)| acceptor.clone())
     }
 
     /// The services its plugins may use, with their pools.

@@ -11,6 +11,7 @@
 //! operations read of it is [`stats`]; the admin API is a crate of its own.
 
 pub mod body;
+mod body_pump;
 mod build;
 mod chain;
 pub mod config_store;
@@ -18,6 +19,7 @@ mod endpoint;
 pub mod error_response;
 mod function_route;
 mod gateway;
+mod grpc;
 mod proxy;
 pub mod reload;
 pub mod request_id;
@@ -29,4 +31,6 @@ mod upstream;
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
 pub use gateway::Gateway;
 pub use reload::{LiveGateway, ReloadStatus};
-pub use transport::listener::{serve, serve_workers, Connection, Handler, ListenerConfig, Workers};
+pub use transport::listener::{
+    serve, serve_workers, Connection, Handler, ListenerConfig, Listening, Workers,
+};

@@ -9,13 +9,16 @@
 //!    `on_response_body` after the headers have gone out;
 //! 5. `on_log` / `on_done` once the response body is over.
 //!
-//! A local response from a filter ends the chain and skips the endpoint.
+//! An upgrade request (WebSocket) the route tunnels takes steps 1-4 with its
+//! headers only; after the node's `101` its connection becomes a tunnel to
+//! the node's (`endpoint/tunnel.rs`), and `on_log` runs once the `101` is
+//! sent. A local response from a filter ends the chain and skips the endpoint.
 //! Routes without filters skip the Proxy-Wasm work entirely. How bytes come
 //! in and go out is `transport/`'s; which node an upstream request goes to,
 //! `upstream/`'s.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -29,22 +32,52 @@ use tokio::sync::mpsc;
 use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo};
 
 use crate::body::{self, Body, ClientBody, ClientBodyError};
-use crate::chain::{channel_body, channel_body_after, Chain, Direction, Stop};
+use crate::body_pump::{channel_body, channel_body_after, BodyPump};
+use crate::chain::{Chain, Direction, Stop};
+use crate::endpoint::tunnel::{self, UpgradeRequest};
 use crate::endpoint::upstream::{
     self, exchange_hash_key, path_and_query, request_authority, upstream_head,
 };
+use crate::endpoint::Target;
 use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
+use crate::grpc;
+use crate::router::RouteInput;
 use crate::transport::listener::{Connection, Handler};
 use crate::upstream::{OutboundBody, Upstream};
+
+/// The rest of a request body still streaming when its response began.
+type RequestPump = BodyPump<ClientBody>;
 
 /// Frames in flight between a body pump and its reader.
 const BODY_CHANNEL_FRAMES: usize = 8;
 
 impl Handler for Gateway {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
-        let peer = connection.peer;
-        let (parts, body) = request.into_parts();
+        if !grpc::is_grpc(request.headers()) {
+            return self.route_request(request, connection).await;
+        }
+        // A gRPC call: its deadline kept, the gateway's own answers made
+        // gRPC statuses (grpc.rs).
+        let Some(timeout) = grpc::timeout(request.headers()) else {
+            return grpc::answer(self.route_request(request, connection).await);
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        match tokio::time::timeout_at(deadline, self.route_request(request, connection)).await {
+            Ok(response) => grpc::answer(response.map(|b| grpc::DeadlineBody::wrap(b, deadline))),
+            Err(_) => grpc::deadline_exceeded(timeout),
+        }
+    }
+}
+
+impl Gateway {
+    /// Steps 1-5 above for one request.
+    async fn route_request(
+        &self,
+        request: Request<Incoming>,
+        connection: Connection,
+    ) -> Response<Body> {
+        let (mut parts, body) = request.into_parts();
         let body = ClientBody::new(
             body,
             Duration::from_millis(self.config.limits.body_read_timeout_ms),
@@ -54,10 +87,13 @@ impl Handler for Gateway {
             .route_index
             .find(
                 &self.routes,
-                &host,
-                parts.uri.path(),
-                &parts.method,
-                &parts.headers,
+                &RouteInput {
+                    host: &host,
+                    path: parts.uri.path(),
+                    method: &parts.method,
+                    headers: &parts.headers,
+                    tls: connection.tls.is_some(),
+                },
             )
             .map(|i| &self.routes[i]);
         let Some(route) = route else {
@@ -84,8 +120,18 @@ impl Handler for Gateway {
             },
         };
         let started = std::time::Instant::now();
-        let response = if route.filters.is_empty() {
-            self.unfiltered(route, parts, body, peer, &host).await
+        let upgrade = match &route.endpoint {
+            Endpoint::Upstream(upstream) => {
+                tunnel::requested(&mut parts, &route.upgrade).map(|upgrade| (upstream, upgrade))
+            }
+            _ => None,
+        };
+        let response = if let Some((upstream, upgrade)) = upgrade {
+            self.upgrade(route, upstream, upgrade, parts, connection, host)
+                .await
+        } else if route.filters.is_empty() {
+            self.unfiltered(route, parts, body, &connection, &host)
+                .await
         } else {
             self.filtered(route, parts, body, connection, host).await
         };
@@ -103,21 +149,20 @@ impl Handler for Gateway {
             None => response,
         }
     }
-}
 
-impl Gateway {
     /// The fast path: no filter, so no exchange to build.
     async fn unfiltered(
         &self,
         route: &Route,
         parts: Parts,
         body: ClientBody,
-        peer: SocketAddr,
+        connection: &Connection,
         host: &str,
     ) -> Response<Body> {
         match &route.endpoint {
             Endpoint::Upstream(upstream) => {
-                let (head, outbound, key) = upstream::outbound(upstream, parts, body, peer, host);
+                let (head, outbound, key) =
+                    upstream::outbound(upstream, parts, body, connection, host);
                 match upstream.send(head, outbound, key).await {
                     Ok(response) => upstream::answer(response),
                     Err(e) => upstream::upstream_failed(&route.name, e),
@@ -129,13 +174,18 @@ impl Gateway {
                     Err(response) => return response,
                 };
                 let request_id = crate::request_id::next();
+                let target = Target {
+                    scheme: if connection.tls.is_some() {
+                        "https"
+                    } else {
+                        "http"
+                    },
+                    // Without its port (a redirect names its own).
+                    authority: host,
+                    path_and_query: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+                };
                 endpoint
-                    .answer_whole(
-                        parts.uri.path(),
-                        input,
-                        request_id,
-                        self.config.error_details,
-                    )
+                    .answer_whole(&target, input, request_id, self.config.error_details)
                     .await
             }
         }
@@ -167,7 +217,7 @@ impl Gateway {
             return response;
         }
         let limit = self.config.limits.max_body_bytes;
-        let sent = match &route.endpoint {
+        let sent: Result<(Response<Body>, Option<RequestPump>), Stop> = match &route.endpoint {
             Endpoint::Upstream(upstream) => {
                 self.send_upstream(
                     upstream,
@@ -188,33 +238,52 @@ impl Gateway {
                 };
                 match input {
                     Ok(input) => {
-                        let path = (exchange.request_headers.get(b":path"))
-                            .map(|p| String::from_utf8_lossy(p).into_owned())
-                            .unwrap_or_default();
-                        let path = path.split('?').next().unwrap_or_default().to_string();
+                        let pseudo = |name: &[u8]| {
+                            let value = exchange.request_headers.get(name).unwrap_or_default();
+                            String::from_utf8_lossy(value)
+                        };
+                        // Read only what the endpoint uses: a fixed answer
+                        // nothing, a function the path, a redirect all three.
+                        let (scheme, authority, path) = match endpoint {
+                            Endpoint::Respond(_) => Default::default(),
+                            Endpoint::Function(_) => {
+                                (Default::default(), Default::default(), pseudo(b":path"))
+                            }
+                            _ => (pseudo(b":scheme"), pseudo(b":authority"), pseudo(b":path")),
+                        };
+                        let target = Target {
+                            scheme: &scheme,
+                            authority: &authority,
+                            path_and_query: &path,
+                        };
                         let request_id = exchange.info.id;
                         let details = self.config.error_details;
-                        Ok(endpoint
-                            .answer_whole(&path, input, request_id, details)
-                            .await)
+                        let answer = endpoint
+                            .answer_whole(&target, input, request_id, details)
+                            .await;
+                        Ok((answer, None))
                     }
                     Err(stop) => Err(stop),
                 }
             }
         };
-        let response = match sent {
-            Ok(response) => response,
+        let (response, request_rest) = match sent {
+            Ok(sent) => sent,
             Err(stop) => {
                 let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
                 chain.finish(&mut exchange).await;
                 return response;
             }
         };
-        self.filter_response(route, chain, exchange, response).await
+        self.filter_response(route, chain, exchange, response, request_rest)
+            .await
     }
 
     /// Sends the filtered request upstream; its body is pumped through the
-    /// chain while the upstream reads it.
+    /// chain while the upstream reads it. When the upstream answers before
+    /// the request body is over (a bidirectional stream), the rest of the
+    /// request body comes back with the answer, to be pumped beside the
+    /// response body (`filter_response`).
     async fn send_upstream(
         &self,
         upstream: &Upstream,
@@ -223,62 +292,121 @@ impl Gateway {
         body: ClientBody,
         peer: SocketAddr,
         request_ends: bool,
-    ) -> Result<Response<Body>, Stop> {
+    ) -> Result<(Response<Body>, Option<RequestPump>), Stop> {
         let head = upstream_head(exchange, peer);
         let key = exchange_hash_key(upstream, exchange, peer);
-        let result = if request_ends {
-            upstream
-                .send(head, OutboundBody::Replayable(Bytes::new()), key)
-                .await
+        let (result, rest) = if request_ends {
+            let body = OutboundBody::Replayable(Bytes::new());
+            (upstream.send(head, body, key).await, None)
         } else {
             let (tx, mut rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
-            let stopped = AtomicBool::new(false);
+            let limit = self.config.limits.max_body_bytes;
+            let mut pump = Some(BodyPump::new(Direction::Request, body, tx, limit));
             // The upstream hears of the request once the filters have let
             // the first of its body through (or its end): a request a
             // filter refuses while it buffers the body (a JSON or WAF check)
             // never reaches the upstream, not even its head.
             let send = async {
                 let first = rx.recv().await;
-                if stopped.load(Ordering::Relaxed) {
-                    return None;
-                }
                 let body = OutboundBody::Streaming(channel_body_after(first, rx));
-                Some(upstream.send(head, body, key).await)
+                upstream.send(head, body, key).await
             };
-            let limit = self.config.limits.max_body_bytes;
-            let pump = async {
-                let result = chain
-                    .pump(Direction::Request, exchange, body, None, &tx, limit)
-                    .await;
-                if result.is_err() {
-                    stopped.store(true, Ordering::Relaxed);
-                    // Abort the upstream request if it started: its body
-                    // will not be complete.
-                    let _ = tx.send(Err("stopped by a filter".into())).await;
+            let mut send = std::pin::pin!(send);
+            loop {
+                tokio::select! {
+                    biased;
+                    result = &mut send => break (result, pump),
+                    next = async {
+                        match pump.as_mut() {
+                            Some(pump) => pump.next().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        let body = pump.as_mut().expect("only polled while there");
+                        match chain.feed(body, exchange, next).await {
+                            // Dropping the sink ends the body the upstream reads.
+                            Ok(true) => pump = None,
+                            Ok(false) => {}
+                            Err(stop) => {
+                                // The upstream request, if it started, is
+                                // aborted: its body will not be complete.
+                                if let Some(pump) = pump {
+                                    pump.abort("stopped by a filter").await;
+                                }
+                                return Err(stop);
+                            }
+                        }
+                    }
                 }
-                drop(tx);
-                result
-            };
-            let (sent, pumped) = tokio::join!(send, pump);
-            pumped?;
-            sent.expect("the pump ended well, so the request was sent")
+            }
         };
         match result {
-            Ok(response) => Ok(upstream::answer(response)),
+            Ok(response) => Ok((upstream::answer(response), rest)),
             Err(e) => {
+                if let Some(pump) = rest {
+                    pump.abandon();
+                }
                 tracing::warn!(upstream = %upstream.name, error = %e, "upstream request failed");
-                Ok(upstream::upstream_error_response(e))
+                Ok((upstream::upstream_error_response(e), None))
             }
         }
     }
 
-    /// Response headers through the chain; the body is filtered as it streams.
+    /// An upgrade request: its headers through the chain, then to the
+    /// upstream on a connection of its own; the node's answer through the
+    /// chain, and after a `101` the tunnel (`tunnel::answer`).
+    async fn upgrade(
+        &self,
+        route: &Route,
+        upstream: &Upstream,
+        upgrade: UpgradeRequest,
+        parts: Parts,
+        connection: Connection,
+        host: String,
+    ) -> Response<Body> {
+        // An upgrade request has no body of its own: what follows its head
+        // is the tunnel's.
+        if route.filters.is_empty() {
+            let (mut head, key) = upstream::outbound_head(upstream, parts, &connection, &host);
+            tunnel::ask_upstream(&mut head.headers, &upgrade.protocol);
+            return match upstream.send(head, OutboundBody::Upgrade, key).await {
+                Ok(response) => tunnel::answer(upgrade, response, &route.name, &route.upgrade),
+                Err(e) => upstream::upstream_failed(&route.name, e),
+            };
+        }
+        let peer = connection.peer;
+        let mut exchange = exchange_for(parts, connection, host, route);
+        let mut chain = match Chain::start(&route.filters).await {
+            Ok(chain) => chain,
+            Err(stop) => {
+                return stopped(&route.name, stop, &mut exchange, self.config.error_details)
+            }
+        };
+        if let Err(stop) = chain.headers(Direction::Request, &mut exchange, true).await {
+            let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
+            chain.finish(&mut exchange).await;
+            return response;
+        }
+        let mut head = upstream_head(&exchange, peer);
+        tunnel::ask_upstream(&mut head.headers, &upgrade.protocol);
+        let key = exchange_hash_key(upstream, &exchange, peer);
+        let response = match upstream.send(head, OutboundBody::Upgrade, key).await {
+            Ok(response) => tunnel::answer(upgrade, response, &route.name, &route.upgrade),
+            Err(e) => upstream::upstream_failed(&route.name, e),
+        };
+        self.filter_response(route, chain, exchange, response, None)
+            .await
+    }
+
+    /// Response headers through the chain; the body is filtered as it
+    /// streams, beside the rest of the request body if that is still coming.
     async fn filter_response(
         &self,
         route: &Route,
         mut chain: Chain,
         mut exchange: Box<HttpExchange>,
         response: Response<Body>,
+        request_rest: Option<RequestPump>,
     ) -> Response<Body> {
         let (parts, body) = response.into_parts();
         let mut response_headers = Headers::from_map(parts.headers);
@@ -289,6 +417,9 @@ impl Gateway {
             .headers(Direction::Response, &mut exchange, response_ends)
             .await
         {
+            if let Some(pump) = request_rest {
+                pump.abandon();
+            }
             let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
             chain.finish(&mut exchange).await;
             return response;
@@ -310,6 +441,9 @@ impl Gateway {
             headers
         };
         if response_ends {
+            if let Some(pump) = request_rest {
+                pump.abandon();
+            }
             chain.finish(&mut exchange).await;
             let mut response = builder.body(body::empty()).expect("valid parts");
             *response.headers_mut() = exchange.response_headers.take_sent();
@@ -318,9 +452,14 @@ impl Gateway {
         // Most bodies come whole in their first frame: filter those here and
         // answer with the result, which is cheaper than a streaming task and
         // lets a filter still replace the response.
+        // Not while the request still streams: its next frame may be what
+        // the upstream waits for before it sends one.
         let mut body = body;
-        let first = body.frame().await;
-        if body.is_end_stream() {
+        let first = match request_rest {
+            None => body.frame().await,
+            Some(_) => None,
+        };
+        if request_rest.is_none() && body.is_end_stream() {
             if let Some(data) = first.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()) {
                 let data = data.to_vec();
                 let filtered = chain
@@ -349,25 +488,25 @@ impl Gateway {
         let limit = self.config.limits.max_body_bytes;
         let route_name = route.name.clone();
         tokio::spawn(async move {
-            if let Err(stop) = chain
-                .pump(Direction::Response, &mut exchange, body, first, &tx, limit)
-                .await
-            {
-                // Headers are gone: all that is left is to abort the body
-                // (the client sees a truncated response, never a wrong one).
-                match stop {
-                    Stop::TooLarge { limit } => tracing::warn!(
-                        route = %route_name,
-                        limit,
-                        "a filter buffered more of the response body than limits.max_body_bytes; aborting the response"
-                    ),
-                    stop => {
-                        tracing::warn!(route = %route_name, ?stop, "a filter stopped the response body; aborting it")
-                    }
+            let response = BodyPump::new(Direction::Response, body, tx, limit);
+            let pumped = match request_rest {
+                None => chain.pump(&mut exchange, response, first).await,
+                Some(request) => chain.duplex(&mut exchange, request, response).await,
+            };
+            // Headers are gone: all that is left was to abort the body (the
+            // pump did; the client sees a truncated response, never a wrong
+            // one).
+            match pumped {
+                Ok(()) => {}
+                Err(Stop::TooLarge { limit }) => tracing::warn!(
+                    route = %route_name,
+                    limit,
+                    "a filter buffered more of a body than limits.max_body_bytes; aborting the response"
+                ),
+                Err(stop) => {
+                    tracing::warn!(route = %route_name, ?stop, "a filter stopped a body; aborting the response")
                 }
-                let _ = tx.send(Err("response stopped by a filter".into())).await;
             }
-            drop(tx);
             chain.finish(&mut exchange).await;
         });
         builder.body(channel_body(rx)).expect("valid parts")
@@ -393,13 +532,11 @@ async fn filter_whole_body(
         }
         out
     };
-    let pump = async {
-        let result = chain
-            .pump(Direction::Request, exchange, body, None, &tx, limit)
-            .await;
-        drop(tx);
-        result
-    };
+    let pump = chain.pump(
+        exchange,
+        BodyPump::new(Direction::Request, body, tx, limit),
+        None,
+    );
     let (out, pumped) = tokio::join!(collect, pump);
     pumped?;
     Ok(Bytes::from(out))
@@ -421,7 +558,12 @@ fn exchange_for(
     request_headers.push_pseudo(":method", parts.method.as_str().as_bytes().to_vec());
     request_headers.push_pseudo(":path", path_and_query(&parts.uri).into_bytes());
     request_headers.push_pseudo(":authority", authority.into_bytes());
-    request_headers.push_pseudo(":scheme", &b"http"[..]);
+    let scheme: &'static [u8] = if connection.tls.is_some() {
+        b"https"
+    } else {
+        b"http"
+    };
+    request_headers.push_pseudo(":scheme", scheme);
     let protocol = match parts.version {
         hyper::Version::HTTP_2 => "HTTP/2",
         hyper::Version::HTTP_10 => "HTTP/1.0",
@@ -443,6 +585,7 @@ fn exchange_for(
         destination: Some(connection.local),
         connection_id: connection.id,
         cluster,
+        tls: connection.tls,
     };
     exchange
 }
@@ -531,6 +674,17 @@ fn local_response(local: LocalResponse) -> Response<Body> {
     *response.status_mut() = status;
     let mut headers = local.headers;
     *response.headers_mut() = headers.take_map();
+    let message = match local.details.is_empty() {
+        true => format!("refused by a filter ({status})"),
+        false => local.details,
+    };
+    response
+        .extensions_mut()
+        .insert(crate::grpc::GatewayAnswer {
+            kind: "local".into(),
+            message,
+            grpc_status: local.grpc_status,
+        });
     response
 }
 

@@ -438,30 +438,44 @@ impl LiveGateway {
     fn warn_about_restart_only_changes(&self, new: &GatewayConfig) {
         let current = self.current();
         let old = current.config();
-        if old.listen != new.listen
+        if old.all_listeners() != new.all_listeners()
             || old.admin != new.admin
             || old.limits.threads != new.limits.threads
             || old.limits.long_call_threads != new.limits.long_call_threads
             || old.limits.long_call_nice != new.limits.long_call_nice
         {
             tracing::warn!(
-                "`listen`, `admin`, `limits.threads`, `limits.long_call_threads` and `limits.long_call_nice` changes take effect at the next restart"
+                "`listen`, `listeners`, `admin`, `limits.threads`, `limits.long_call_threads` and `limits.long_call_nice` changes take effect at the next restart (certificates and the other sections are reloaded)"
             );
         }
     }
 
-    /// The files a reload reads: the configuration, its admin file and every
-    /// plugin's module.
+    /// The files a reload reads: the configuration, its admin file, every
+    /// plugin's module, and every certificate, key and client CA file (a
+    /// renewed certificate is picked up like a changed module).
     pub fn watched_files(&self) -> Vec<PathBuf> {
         let current = self.current();
+        let config = current.config();
         let base = self.file.parent().unwrap_or(Path::new("."));
+        let resolve = |f: &PathBuf| {
+            if f.is_absolute() {
+                f.clone()
+            } else {
+                base.join(f)
+            }
+        };
         let mut files = vec![self.file.clone(), self.admin_file.clone()];
+        files.extend(config.plugins.iter().map(|p| plugin_path(base, p)));
+        files.extend(crate::transport::tls::certificate_files(
+            &config.certificates,
+            base,
+        ));
         files.extend(
-            current
-                .config()
-                .plugins
+            config
+                .listeners
                 .iter()
-                .map(|p| plugin_path(base, p)),
+                .filter_map(|l| l.tls.as_ref()?.client_ca.as_ref())
+                .map(resolve),
         );
         files
     }
@@ -493,6 +507,10 @@ impl LiveGateway {
 }
 
 impl Handler for LiveGateway {
+    fn tls(&self, address: &str) -> Option<crate::transport::tls::TlsAcceptorConfig> {
+        self.current.load().tls_acceptor(address)
+    }
+
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
         if !self.is_ready() {
             return self.not_ready();

@@ -16,6 +16,21 @@ pub struct RouteMatcher {
     path: PathPattern,
     methods: Vec<Method>,
     headers: Vec<(String, String)>,
+    /// `Some(true)`: only requests that came over TLS; `Some(false)`: only
+    /// plain ones (`scheme:`).
+    tls: Option<bool>,
+}
+
+/// What a route is matched against.
+pub struct RouteInput<'a> {
+    /// Without its port.
+    pub host: &'a str,
+    /// Without its query.
+    pub path: &'a str,
+    pub method: &'a Method,
+    pub headers: &'a HeaderMap,
+    /// Whether it came on a TLS connection (`https`).
+    pub tls: bool,
 }
 
 enum HostPattern {
@@ -63,11 +78,18 @@ impl RouteMatcher {
                 .iter()
                 .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
                 .collect(),
+            tls: route.scheme.map(|s| s == wasmgate_config::Scheme::Https),
         }
     }
 
-    /// `host` is without its port; `path` without its query.
-    pub fn matches(&self, host: &str, path: &str, method: &Method, headers: &HeaderMap) -> bool {
+    pub fn matches(&self, request: &RouteInput<'_>) -> bool {
+        let RouteInput {
+            host,
+            path,
+            method,
+            headers,
+            tls,
+        } = *request;
         let host_ok = self.hosts.is_empty()
             || self.hosts.iter().any(|pattern| match pattern {
                 HostPattern::Exact(h) => host.eq_ignore_ascii_case(h),
@@ -83,6 +105,7 @@ impl RouteMatcher {
         };
         host_ok
             && path_ok
+            && self.tls.is_none_or(|wanted| wanted == tls)
             && (self.methods.is_empty() || self.methods.contains(method))
             && self.headers.iter().all(|(name, value)| {
                 headers
@@ -169,25 +192,20 @@ impl RouteIndex {
     pub fn find(
         &self,
         matchers: &[impl AsRef<RouteMatcher>],
-        host: &str,
-        path: &str,
-        method: &Method,
-        headers: &HeaderMap,
+        request: &RouteInput<'_>,
     ) -> Option<usize> {
         let lower;
-        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
-            lower = host.to_ascii_lowercase();
+        let host = if request.host.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = request.host.to_ascii_lowercase();
             lower.as_str()
         } else {
-            host
+            request.host
         };
+        let path = request.path;
+        let request = RouteInput { host, ..*request };
         let mut best: Option<usize> = None;
         let mut consider = |route: usize| {
-            if best.is_none_or(|b| route < b)
-                && matchers[route]
-                    .as_ref()
-                    .matches(host, path, method, headers)
-            {
+            if best.is_none_or(|b| route < b) && matchers[route].as_ref().matches(&request) {
                 best = Some(route);
             }
         };
@@ -242,6 +260,21 @@ mod tests {
     use super::*;
     use wasmgate_config::GatewayConfig;
 
+    fn head<'a>(
+        host: &'a str,
+        path: &'a str,
+        method: &'a Method,
+        headers: &'a HeaderMap,
+    ) -> RouteInput<'a> {
+        RouteInput {
+            host,
+            path,
+            method,
+            headers,
+            tls: false,
+        }
+    }
+
     fn route(yaml: &str) -> RouteMatcher {
         let config =
             GatewayConfig::parse(&format!("routes:\n  - name: r\n    respond: {{}}\n{yaml}"))
@@ -253,28 +286,36 @@ mod tests {
     fn hosts_paths_methods_headers() {
         let none = HeaderMap::new();
         let r = route("    hosts: ['api.example.com', '*.example.org']\n    path: {prefix: /v1/}\n    methods: [get]\n");
-        assert!(r.matches("api.example.com", "/v1/x", &Method::GET, &none));
-        assert!(r.matches("a.b.example.org", "/v1/", &Method::GET, &none));
+        assert!(r.matches(&head("api.example.com", "/v1/x", &Method::GET, &none)));
+        assert!(r.matches(&head("a.b.example.org", "/v1/", &Method::GET, &none)));
         assert!(
-            !r.matches("example.org", "/v1/", &Method::GET, &none),
+            !r.matches(&head("example.org", "/v1/", &Method::GET, &none)),
             "apex is not *."
         );
-        assert!(!r.matches("api.example.com", "/v2/x", &Method::GET, &none));
-        assert!(!r.matches("api.example.com", "/v1/x", &Method::POST, &none));
+        assert!(!r.matches(&head("api.example.com", "/v2/x", &Method::GET, &none)));
+        assert!(!r.matches(&head("api.example.com", "/v1/x", &Method::POST, &none)));
 
         let r = route("    path: {regex: '/users/[0-9]+'}\n    headers: {x-canary: 'yes'}\n");
         let mut canary = HeaderMap::new();
         canary.insert("x-canary", "yes".parse().unwrap());
-        assert!(r.matches("h", "/users/42", &Method::GET, &canary));
+        assert!(r.matches(&head("h", "/users/42", &Method::GET, &canary)));
         assert!(
-            !r.matches("h", "/users/42/x", &Method::GET, &canary),
+            !r.matches(&head("h", "/users/42/x", &Method::GET, &canary)),
             "anchored"
         );
-        assert!(!r.matches("h", "/users/42", &Method::GET, &none));
+        assert!(!r.matches(&head("h", "/users/42", &Method::GET, &none)));
 
         let r = route("    path: {exact: /}\n");
-        assert!(r.matches("h", "/", &Method::GET, &none));
-        assert!(!r.matches("h", "/a", &Method::GET, &none));
+        assert!(r.matches(&head("h", "/", &Method::GET, &none)));
+        assert!(!r.matches(&head("h", "/a", &Method::GET, &none)));
+
+        let r = route("    scheme: http\n");
+        let plain = head("h", "/", &Method::GET, &none);
+        assert!(r.matches(&plain));
+        assert!(!r.matches(&RouteInput { tls: true, ..plain }));
+        let r = route("    scheme: https\n");
+        assert!(!r.matches(&plain));
+        assert!(r.matches(&RouteInput { tls: true, ..plain }));
     }
 
     /// The index finds the same route as a walk of the list, over many
@@ -347,8 +388,8 @@ mod tests {
                 }
                 let walked = matchers
                     .iter()
-                    .position(|m| m.matches(host, path, &method, &headers));
-                let found = index.find(&matchers, host, path, &method, &headers);
+                    .position(|m| m.matches(&head(host, path, &method, &headers)));
+                let found = index.find(&matchers, &head(host, path, &method, &headers));
                 assert_eq!(found, walked, "{host} {path} {method} in\n{yaml}");
                 checked += 1;
             }

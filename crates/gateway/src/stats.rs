@@ -35,6 +35,57 @@ pub struct NodeStats<'a> {
     pub latency: &'a LatencyHistogram,
 }
 
+/// TLS handshakes on the traffic listeners since the process started.
+pub struct HandshakeStats {
+    /// Completed with a full handshake.
+    pub full: u64,
+    /// Completed by resuming a session (ticket or cache).
+    pub resumed: u64,
+    /// By reason (`transport::tls::REASONS`), every reason listed.
+    pub failed: Vec<(&'static str, u64)>,
+}
+
+pub fn tls_handshakes() -> HandshakeStats {
+    let (full, resumed, failed) = crate::transport::tls::handshake_counts();
+    HandshakeStats {
+        full,
+        resumed,
+        failed,
+    }
+}
+
+/// A route's upgraded connections (WebSocket tunnels) since the process
+/// started: a tunnel outlives the configuration it was opened under, so
+/// these are kept by route name, not by the gateway.
+pub struct TunnelStats {
+    pub route: String,
+    pub opened: u64,
+    /// Open now.
+    pub open: u64,
+    pub bytes_to_upstream: u64,
+    pub bytes_to_client: u64,
+    /// Closed tunnels by why they ended: `closed`, `error`,
+    /// `idle_timeout`, `max_duration`.
+    pub ends: Vec<(&'static str, u64)>,
+}
+
+pub fn tunnels() -> Vec<TunnelStats> {
+    crate::endpoint::tunnel::all()
+        .into_iter()
+        .map(|(route, c)| {
+            let opened = c.opened.load(Ordering::Relaxed);
+            TunnelStats {
+                route,
+                opened,
+                open: opened.saturating_sub(c.closed.load(Ordering::Relaxed)),
+                bytes_to_upstream: c.to_upstream.load(Ordering::Relaxed),
+                bytes_to_client: c.to_client.load(Ordering::Relaxed),
+                ends: c.ends().collect(),
+            }
+        })
+        .collect()
+}
+
 impl Gateway {
     /// Every route, in matching order.
     pub fn route_stats(&self) -> impl Iterator<Item = RouteStats<'_>> {

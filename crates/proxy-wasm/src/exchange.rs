@@ -46,6 +46,25 @@ pub struct RequestInfo {
     pub connection_id: u64,
     /// The upstream the route sends to (`cluster_name`).
     pub cluster: Option<Arc<str>>,
+    /// The connection's TLS, if it is a TLS connection (`connection.*`).
+    pub tls: Option<Arc<TlsInfo>>,
+}
+
+/// What is known of a TLS connection, as Envoy's `connection.*` properties
+/// give it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TlsInfo {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The SNI the client sent.
+    pub sni: Option<String>,
+    /// The protocol ALPN chose (`h2`, `http/1.1`).
+    pub alpn: Option<String>,
+    /// The client's certificate, when it sent one that verified: its
+    /// subject (RFC 2253 order, as `CN=a,O=b`), its URI and DNS SANs.
+    pub peer_subject: Option<String>,
+    pub peer_uri_sans: Vec<String>,
+    pub peer_dns_sans: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -54,6 +73,9 @@ pub struct LocalResponse {
     pub details: String,
     pub headers: Headers,
     pub body: Vec<u8>,
+    /// The gRPC status a gRPC client gets instead (`grpc-status`), when the
+    /// filter gave one.
+    pub grpc_status: Option<u32>,
 }
 
 impl HttpExchange {

@@ -396,7 +396,7 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
          body_len: u32,
          headers_ptr: u32,
          headers_len: u32,
-         _grpc_status: i32|
+         grpc_status: i32|
          -> Result<i32> {
             let details = read(
                 &mut c,
@@ -419,6 +419,8 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
                 details: String::from_utf8_lossy(&details).into_owned(),
                 headers,
                 body,
+                // -1 (every SDK's default) is none.
+                grpc_status: u32::try_from(grpc_status).ok(),
             });
             Ok(OK)
         },

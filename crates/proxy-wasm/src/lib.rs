@@ -25,7 +25,7 @@ mod state;
 mod stream;
 
 pub use abi::{AbiVersion, Action};
-pub use exchange::{HttpExchange, LocalResponse, RequestInfo};
+pub use exchange::{HttpExchange, LocalResponse, RequestInfo, TlsInfo};
 pub use headers::Headers;
 pub use http_call::{HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller};
 pub use plugin::{FilterConfig, FilterError, FilterPlugin};

@@ -57,9 +57,24 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
         [b"source", field] => address(info.source, field),
         [b"destination", field] => address(info.destination, field),
         [b"connection", b"id"] => Some(integer(info.connection_id as i64)),
-        // Cleartext listeners only: no TLS, so no peer certificate or SNI.
-        [b"connection", b"mtls"] => Some(vec![0]),
-        [b"connection", b"requested_server_name"] => Some(Vec::new()),
+        [b"connection", field] => connection(info.tls.as_deref(), field),
+        _ => None,
+    }
+}
+
+/// `connection.*` of TLS: empty (and `mtls` false) on a plain connection.
+fn connection(tls: Option<&crate::exchange::TlsInfo>, field: &[u8]) -> Option<Vec<u8>> {
+    let text = |value: Option<&str>| Some(value.unwrap_or_default().as_bytes().to_vec());
+    let first = |list: Option<&Vec<String>>| text(list.and_then(|l| l.first()).map(String::as_str));
+    match field {
+        b"mtls" => Some(vec![u8::from(
+            tls.is_some_and(|t| t.peer_subject.is_some()),
+        )]),
+        b"tls_version" => text(tls.map(|t| t.version)),
+        b"requested_server_name" => text(tls.and_then(|t| t.sni.as_deref())),
+        b"subject_peer_certificate" => text(tls.and_then(|t| t.peer_subject.as_deref())),
+        b"uri_san_peer_certificate" => first(tls.map(|t| &t.peer_uri_sans)),
+        b"dns_san_peer_certificate" => first(tls.map(|t| &t.peer_dns_sans)),
         _ => None,
     }
 }

@@ -1521,6 +1521,7 @@ fn request_info() -> RequestInfo {
         destination: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
         connection_id: 7,
         cluster: Some("fuzz-cluster".into()),
+        tls: None,
     }
 }
 

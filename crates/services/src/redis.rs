@@ -294,6 +294,13 @@ impl RedisService {
             .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         // The CA file applies to `rediss://` URLs; a plain one ignores it.
         let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        if tls {
+            // The redis crate builds its rustls config with the process's
+            // default provider, which rustls cannot pick by itself when the
+            // build has two (the gateway's listeners also use aws-lc-rs):
+            // ring, as every other TLS client here. A no-op once set.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let client = match &self.ca_pem {
             Some(pem) if tls => redis::Client::build_with_tls(
                 info,

@@ -15,6 +15,8 @@
 //! - [`fuzz`]: the fuzzers' seeded randomness, log sink and settings.
 //! - [`load`]: many tasks making calls, their outcomes recorded, for the
 //!   restart tests.
+//! - [`pki`]: a test CA and the server and client certificates it issues
+//!   (`openssl`), for the TLS tests.
 //!
 //! They can be stopped and started again on the same port and data (restart
 //! tests) or killed with SIGKILL (crash tests); dropping one stops it and
@@ -34,6 +36,7 @@ pub(crate) use rustix::process::Signal;
 mod etcd;
 pub mod fuzz;
 pub mod load;
+pub mod pki;
 mod postgres;
 mod redis;
 

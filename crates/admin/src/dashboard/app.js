@@ -157,9 +157,19 @@ const pages = {
   },
 
   async routes() {
-    const [config, metrics] = await Promise.all([api("/config"), api("/metrics").then(parseMetrics)]);
+    const [config, metrics, status] = await Promise.all([api("/config"), api("/metrics").then(parseMetrics), api("/status")]);
+    // Upgraded connections (WebSocket tunnels) per route, open and since start.
+    const tunnels = new Map();
+    for (const m of metrics) {
+      const which = { wasmgate_tunnels_open: "open", wasmgate_tunnels_total: "total" }[m.name];
+      if (!which || !m.labels.route) continue;
+      if (!tunnels.has(m.labels.route)) tunnels.set(m.labels.route, { open: 0, total: 0 });
+      tunnels.get(m.labels.route)[which] = m.value;
+    }
     fill("routes-table", (config.routes || []).map((r) => {
-      const tr = row([r.name, describeMatch(r), describeFilters(r, config), describeEndpoint(r)]);
+      const t = tunnels.get(r.name);
+      const tr = row([r.name, describeMatch(r), describeFilters(r, config), describeEndpoint(r),
+        t ? `${t.open} open / ${t.total}` : "-"]);
       tr.dataset.route = r.name;
       return tr;
     }));
@@ -176,12 +186,21 @@ const pages = {
         const address = typeof n === "string" ? n : n.address;
         const weight = typeof n === "string" ? 1 : (n.weight ?? 1);
         const m = node.get(u.name + " " + address) || Object.create(null);
-        rows.push(row([u.name, address, weight,
+        rows.push(row([u.name, address, u.protocol || "http1", weight,
           m.healthy === undefined ? "-" : (m.healthy ? "yes" : "no"),
           m.connections ?? "-", m.requests_total ?? "-", m.retries_total ?? "-"]));
       }
     }
     fill("upstreams-table", rows);
+    fill("listeners-table", (status.listeners || []).map((l) => row([l.address, l.tls ? "HTTPS (HTTP/1.1, HTTP/2)" : "HTTP (HTTP/1.1, h2c)"])));
+    fill("certificates-table", (status.certificates || []).map((c) => {
+      const days = Math.floor((c.not_after * 1000 - Date.now()) / 86400000);
+      const tr = row([c.name, c.names.join(", "), c.subject, new Date(c.not_after * 1000).toISOString().slice(0, 10),
+        days < 0 ? "expired" : String(days)]);
+      tr.dataset.certificate = c.name;
+      if (days < 14) tr.classList.add("warn");
+      return tr;
+    }));
   },
 
   async plugins() {

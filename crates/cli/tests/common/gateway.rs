@@ -14,6 +14,8 @@ pub struct GatewayProc {
     pub child: Child,
     pub port: u16,
     pub admin_port: u16,
+    /// The port of `{tls_listen}` (for a TLS listener), free whether used or not.
+    pub tls_port: u16,
     _dir: tempfile::TempDir,
     pub config: PathBuf,
     /// Everything the gateway wrote to stderr so far. It is read as it
@@ -22,7 +24,8 @@ pub struct GatewayProc {
 }
 
 /// `{wasm:name}` in the YAML becomes the path of plugin `name`;
-/// `{listen}` and `{admin}` become free addresses.
+/// `{listen}` and `{admin}` become free addresses (a `GatewayProc` also
+/// replaces `{tls_listen}`).
 pub fn render(yaml: &str, port: u16, admin_port: u16) -> String {
     let mut text = yaml
         .replace("{listen}", &format!("127.0.0.1:{port}"))
@@ -43,10 +46,11 @@ impl GatewayProc {
 
     /// Starts `wasmgate run` with extra arguments.
     pub fn start_with(yaml: &str, args: &[&str]) -> GatewayProc {
-        let (port, admin_port) = (free_port(), free_port());
+        let (port, admin_port, tls_port) = (free_port(), free_port(), free_port());
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("wasmgate.yaml");
-        std::fs::write(&config, render(yaml, port, admin_port)).unwrap();
+        let yaml = yaml.replace("{tls_listen}", &format!("127.0.0.1:{tls_port}"));
+        std::fs::write(&config, render(&yaml, port, admin_port)).unwrap();
         let mut child = wasmgate()
             .args(["run", "-c"])
             .arg(&config)
@@ -72,6 +76,7 @@ impl GatewayProc {
             child,
             port,
             admin_port,
+            tls_port,
             _dir: dir,
             config,
             logs,
@@ -109,7 +114,8 @@ impl GatewayProc {
     /// and deploy tools do: written beside it, then renamed over it.
     pub fn rewrite(&self, yaml: &str) {
         let staged = self.config.with_extension("yaml.new");
-        std::fs::write(&staged, render(yaml, self.port, self.admin_port)).unwrap();
+        let yaml = yaml.replace("{tls_listen}", &format!("127.0.0.1:{}", self.tls_port));
+        std::fs::write(&staged, render(&yaml, self.port, self.admin_port)).unwrap();
         std::fs::rename(&staged, &self.config).unwrap();
     }
 
@@ -172,4 +178,31 @@ pub async fn send(
 
 pub async fn get(client: &HttpClient, url: &str) -> Reply {
     send(client, "GET", url, &[], Bytes::new()).await
+}
+
+/// A sample of the gateway's `/metrics`, with its labels as written.
+pub async fn metric(c: &HttpClient, gw: &GatewayProc, series: &str) -> f64 {
+    let text = send(c, "GET", &gw.admin_url("/metrics"), &[], "")
+        .await
+        .text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no `{series}` in /metrics:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Waits until the gateway has applied configuration generation `n`.
+pub async fn until_generation(c: &HttpClient, gw: &GatewayProc, n: u64) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = send(c, "GET", &gw.admin_url("/status"), &[], "")
+            .await
+            .json();
+        if status["reload"]["generation"].as_u64() >= Some(n) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "no generation {n}: {status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 pub mod gateway;
+pub mod peers;
 pub mod reference;
+pub mod tls;
 pub mod upstream;
 
 use std::path::PathBuf;

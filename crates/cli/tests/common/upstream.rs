@@ -33,6 +33,53 @@ pub struct Upstream {
 
 impl Upstream {
     pub async fn start(name: &str) -> Upstream {
+        Upstream::serve(name, None).await
+    }
+
+    /// The same upstream over TLS (HTTP/1.1), serving the certificate
+    /// `cert` (a PEM chain) with `key`; with `client_ca`, only to clients
+    /// with a certificate from it.
+    pub async fn start_tls(
+        name: &str,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        client_ca: Option<&std::path::Path>,
+    ) -> Upstream {
+        use rustls::pki_types::pem::PemObject;
+        let chain = rustls::pki_types::CertificateDer::pem_file_iter(cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+                    roots.add(cert.unwrap()).unwrap();
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let config = builder.with_single_cert(chain, key).unwrap();
+        Upstream::serve(
+            name,
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+        )
+        .await
+    }
+
+    async fn serve(name: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Upstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let hits = Arc::new(AtomicUsize::new(0));
@@ -44,15 +91,22 @@ impl Upstream {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (name, counter) = (name.clone(), counter.clone());
+                let (name, counter, tls) = (name.clone(), counter.clone(), tls.clone());
                 let connection = tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
                         counter.fetch_add(1, Ordering::SeqCst);
                         answer(name.clone(), request)
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => http.serve_connection(TokioIo::new(stream), service).await,
+                        Some(tls) => match tls.accept(stream).await {
+                            Ok(stream) => {
+                                http.serve_connection(TokioIo::new(stream), service).await
+                            }
+                            Err(_) => return, // a client that did not trust us
+                        },
+                    };
                 });
                 open.lock().unwrap().push(connection.abort_handle());
             }

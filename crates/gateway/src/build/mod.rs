@@ -12,12 +12,15 @@ mod routes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use wasmgate_config::{ConfigError, ConfigErrors, GatewayConfig};
 use wasmgate_proxy_wasm::Runtime;
 use wasmgate_services::Services;
 
+use crate::gateway::CertificateInfo;
 use crate::router::RouteIndex;
+use crate::transport::tls::{self, TlsAcceptorConfig};
 use crate::upstream::Upstream;
 use crate::Gateway;
 
@@ -52,9 +55,10 @@ impl Gateway {
             file: file.to_path_buf(),
             found: Vec::new(),
         };
-        let services = build_services(&config, previous, &mut problems);
-        let upstreams = build_upstreams(&config);
         let base = file.parent().unwrap_or(Path::new("."));
+        let services = build_services(&config, previous, &mut problems);
+        let (tls, certificates) = build_tls(&config, base, &mut problems);
+        let upstreams = build_upstreams(&config, base, &mut problems);
         let plugins = plugins::load(&config, base, runtime, &services, &mut problems).await;
         let routes = routes::build(
             &config,
@@ -77,6 +81,8 @@ impl Gateway {
             plugin_hashes: plugins.hashes,
             unimplemented_imports: plugins.unimplemented,
             services,
+            tls,
+            certificates,
         })
     }
 }
@@ -104,13 +110,71 @@ fn build_services(
     }
 }
 
-/// Every upstream, by name: its nodes' pools and its health probes start now.
-fn build_upstreams(config: &GatewayConfig) -> Arc<HashMap<String, Arc<Upstream>>> {
-    Arc::new(
-        config
-            .upstreams
+/// Every upstream, by name: its nodes' pools and its health probes start
+/// now. An upstream whose TLS settings do not load is left out (and the
+/// problem recorded).
+fn build_upstreams(
+    config: &GatewayConfig,
+    base: &Path,
+    problems: &mut Problems,
+) -> Arc<HashMap<String, Arc<Upstream>>> {
+    let mut upstreams = HashMap::with_capacity(config.upstreams.len());
+    for (i, u) in config.upstreams.iter().enumerate() {
+        match Upstream::new(u, base) {
+            Ok(upstream) => {
+                upstreams.insert(u.name.clone(), upstream);
+            }
+            Err(message) => problems.add(format!("upstreams[{i}].tls"), message),
+        }
+    }
+    Arc::new(upstreams)
+}
+
+/// The certificates, and each TLS listener's acceptor by its address.
+fn build_tls(
+    config: &GatewayConfig,
+    base: &Path,
+    problems: &mut Problems,
+) -> (Vec<(String, TlsAcceptorConfig)>, Vec<CertificateInfo>) {
+    let loaded = match tls::load_certificates(&config.certificates, base) {
+        Ok(loaded) => loaded,
+        Err((field, message)) => {
+            problems.add(field, message);
+            return (Vec::new(), Vec::new());
+        }
+    };
+    let mut acceptors = Vec::new();
+    let listeners = config.all_listeners();
+    let first_tls = usize::from(config.listen.is_some() || config.listeners.is_empty());
+    for (i, listener) in listeners.iter().enumerate() {
+        let Some(settings) = &listener.tls else {
+            continue;
+        };
+        if !loaded
             .iter()
-            .map(|u| (u.name.clone(), Upstream::new(u)))
-            .collect(),
-    )
+            .any(|c| settings.certificates.is_empty() || settings.certificates.contains(&c.name))
+        {
+            tracing::warn!(listener = %listener.address, "this TLS listener has no certificate to serve yet: it refuses handshakes until one is configured");
+        }
+        match tls::server_config(settings, &loaded, base) {
+            Ok(server) => acceptors.push((
+                listener.address.clone(),
+                TlsAcceptorConfig {
+                    server,
+                    handshake_timeout: Duration::from_millis(settings.handshake_timeout_ms),
+                },
+            )),
+            Err(message) => problems.add(format!("listeners[{}].tls", i - first_tls), message),
+        }
+    }
+    let certificates = loaded
+        .into_iter()
+        .map(|c| CertificateInfo {
+            name: c.name,
+            names: c.names,
+            subject: c.subject,
+            not_after: c.not_after,
+        })
+        .collect();
+    (acceptors, certificates)
 }

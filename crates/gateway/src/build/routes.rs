@@ -73,6 +73,7 @@ pub(super) async fn build(
                     .max_concurrent_requests
                     .map(|n| Arc::new(Semaphore::new(n))),
                 rejected: AtomicU64::new(0),
+                upgrade: r.upgrade.clone(),
             });
         }
     }
@@ -161,6 +162,9 @@ fn build_endpoint(
 ) -> Option<Endpoint> {
     if let Some(name) = &r.upstream {
         return context.upstreams.get(name).cloned().map(Endpoint::Upstream);
+    }
+    if let Some(redirect) = &r.redirect {
+        return Some(Endpoint::Redirect(redirect.clone()));
     }
     let Some(f) = &r.function else {
         return r.respond.clone().map(Endpoint::Respond);

@@ -6,14 +6,16 @@
 //! awaits it without boxing a future per request.)
 
 pub(crate) mod function;
+pub(crate) mod redirect;
 pub(crate) mod respond;
+pub(crate) mod tunnel;
 pub(crate) mod upstream;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::Response;
-use wasmgate_config::FixedResponse;
+use wasmgate_config::{FixedResponse, Redirect};
 
 use crate::body::Body;
 use crate::upstream::Upstream;
@@ -25,6 +27,17 @@ pub(crate) enum Endpoint {
     Function(function::Function),
     /// A fixed answer (`respond.rs`).
     Respond(FixedResponse),
+    /// A redirect to the request's URL changed (`redirect.rs`).
+    Redirect(Redirect),
+}
+
+/// Where a request was going, as the filters left it: what the endpoints
+/// that take the body whole may read of it.
+pub(crate) struct Target<'a> {
+    pub scheme: &'a str,
+    /// The host, with or without its port.
+    pub authority: &'a str,
+    pub path_and_query: &'a str,
 }
 
 impl Endpoint {
@@ -33,16 +46,18 @@ impl Endpoint {
     /// (`upstream::outbound`, or the chain's pump).
     pub(crate) async fn answer_whole(
         &self,
-        path: &str,
+        target: &Target<'_>,
         input: Bytes,
         request_id: u64,
         error_details: bool,
     ) -> Response<Body> {
         match self {
             Endpoint::Function(function) => {
+                let path = target.path_and_query.split('?').next().unwrap_or_default();
                 function.call(path, input, request_id, error_details).await
             }
             Endpoint::Respond(fixed) => respond::answer(fixed),
+            Endpoint::Redirect(redirect) => redirect::answer(redirect, target),
             Endpoint::Upstream(_) => unreachable!("an upstream streams the body"),
         }
     }

@@ -16,6 +16,7 @@ use wasmgate_proxy_wasm::HttpExchange;
 
 use crate::body::{self, Body, ClientBody};
 use crate::error_response;
+use crate::transport::listener::Connection;
 use crate::upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
 
 const VIA: &str = "1.1 wasmgate";
@@ -27,25 +28,39 @@ const VIA: &str = "1.1 wasmgate";
 /// copy.)
 pub(crate) fn outbound(
     upstream: &Upstream,
-    mut parts: Parts,
+    parts: Parts,
     body: ClientBody,
-    peer: SocketAddr,
+    connection: &Connection,
     host: &str,
 ) -> (RequestHead, OutboundBody, Option<u64>) {
-    let key = hash_key(upstream, &parts, peer);
-    let authority = request_authority(&parts).unwrap_or_else(|| host.to_string());
-    prepare_upstream_headers(&mut parts.headers, peer, &authority);
+    let (head, key) = outbound_head(upstream, parts, connection, host);
     let outbound = if body.is_end_stream() {
         OutboundBody::Replayable(Bytes::new())
     } else {
         OutboundBody::Streaming(body::boxed(body))
     };
+    (head, outbound, key)
+}
+
+/// [`outbound`]'s head and hash key, for a request whose body goes
+/// elsewhere (an upgrade's, into its tunnel).
+pub(crate) fn outbound_head(
+    upstream: &Upstream,
+    mut parts: Parts,
+    connection: &Connection,
+    host: &str,
+) -> (RequestHead, Option<u64>) {
+    let peer = connection.peer;
+    let key = hash_key(upstream, &parts, peer);
+    let authority = request_authority(&parts).unwrap_or_else(|| host.to_string());
+    let secure = connection.tls.is_some();
+    prepare_upstream_headers(&mut parts.headers, peer, &authority, secure);
     let head = RequestHead {
         method: parts.method,
         path: path_and_query(&parts.uri),
         headers: parts.headers,
     };
-    (head, outbound, key)
+    (head, key)
 }
 
 /// An upstream's answer as the client gets it: hop-by-hop fields removed,
@@ -85,7 +100,7 @@ pub(crate) fn upstream_head(exchange: &HttpExchange, peer: SocketAddr) -> Reques
         headers.insert(header::HOST, value);
     }
     let host = String::from_utf8_lossy(authority);
-    prepare_upstream_headers(&mut headers, peer, &host);
+    prepare_upstream_headers(&mut headers, peer, &host, exchange.info.tls.is_some());
     RequestHead {
         method: get(b":method")
             .and_then(|m| hyper::Method::from_bytes(m).ok())
@@ -184,7 +199,12 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) -> bool {
 
 /// X-Forwarded-For gets the client appended; -Proto and -Host are set when
 /// no earlier proxy set them; Via records this hop.
-pub(crate) fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr, host: &str) {
+pub(crate) fn prepare_upstream_headers(
+    headers: &mut HeaderMap,
+    peer: SocketAddr,
+    host: &str,
+    secure: bool,
+) {
     // `TE: trailers` says the client takes trailers (gRPC requires it); it
     // is passed on, as Envoy does, so the upstream sends them. Other TE
     // values are this hop's business.
@@ -205,7 +225,8 @@ pub(crate) fn prepare_upstream_headers(headers: &mut HeaderMap, peer: SocketAddr
         headers.insert(X_FORWARDED_FOR, value);
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        let proto = if secure { "https" } else { "http" };
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     }
     if !headers.contains_key(&X_FORWARDED_HOST) {
         if let Ok(value) = HeaderValue::from_str(host) {
@@ -287,16 +308,24 @@ pub(crate) fn exchange_hash_key(
 /// An upstream's failure as the client's answer: 504 for a timeout, 502
 /// when no node could be reached.
 pub(crate) fn upstream_error_response(error: UpstreamError) -> Response<Body> {
-    let (status, kind) = match &error {
-        UpstreamError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
-        UpstreamError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "upstream_unreachable"),
-        UpstreamError::ClientBody { status, .. } => (*status, "client_body"),
-    };
+    let (status, kind) = status_and_kind(&error);
     crate::body::full_response(error_response::simple(status, kind, error.to_string()))
 }
 
+/// The answer's status and the error's kind (`upstream_tls`, ...), which
+/// the log line and the answer both carry.
+fn status_and_kind(error: &UpstreamError) -> (StatusCode, &'static str) {
+    match error {
+        UpstreamError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
+        UpstreamError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "upstream_unreachable"),
+        UpstreamError::Tls { .. } => (StatusCode::BAD_GATEWAY, "upstream_tls"),
+        UpstreamError::ClientBody { status, .. } => (*status, "client_body"),
+    }
+}
+
 pub(crate) fn upstream_failed(route: &str, error: UpstreamError) -> Response<Body> {
-    tracing::warn!(%route, error = %error, "upstream request failed");
+    let (_, kind) = status_and_kind(&error);
+    tracing::warn!(%route, kind, error = %error, "upstream request failed");
     upstream_error_response(error)
 }
 

@@ -1,11 +1,12 @@
-//! Accepting connections and serving HTTP/1.1 and cleartext HTTP/2 (h2c,
-//! told apart by the connection preface) on them.
+//! Accepting connections and serving HTTP/1.1 and HTTP/2 on them: on a
+//! plain listener told apart by the connection preface (h2c), on a TLS
+//! listener after the handshake (`tls.rs`), by ALPN.
 //!
 //! [`serve_workers`] is how the CLI serves traffic: one thread per core, each
-//! with its own single-threaded tokio runtime accepting from the shared
-//! socket, so that a request is read, proxied and answered without waking
-//! another thread. (A multi-thread runtime parks and unparks its workers
-//! around requests even with one worker: docs/benchmarks.md.)
+//! with its own single-threaded tokio runtime accepting from every shared
+//! listening socket, so that a request is read, proxied and answered
+//! without waking another thread. (A multi-thread runtime parks and unparks
+//! its workers around requests even with one worker: docs/benchmarks.md.)
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,8 +24,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use super::tls::TlsAcceptorConfig;
 use crate::body::Body;
 use crate::transport::head_deadline::HeadDeadline;
+use wasmgate_proxy_wasm::TlsInfo;
 
 /// Answers requests. One handler serves every connection of a listener.
 pub trait Handler: Send + Sync + 'static {
@@ -33,10 +36,18 @@ pub trait Handler: Send + Sync + 'static {
         request: Request<Incoming>,
         connection: Connection,
     ) -> impl Future<Output = Response<Body>> + Send;
+
+    /// What the TLS listener configured at `address` accepts with, now: a
+    /// gateway's certificates change with its configuration (looked up by
+    /// address, so a reload that reorders listeners changes nothing).
+    /// `None` refuses connections on it.
+    fn tls(&self, _address: &str) -> Option<TlsAcceptorConfig> {
+        None
+    }
 }
 
 /// The connection a request came on.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Connection {
     /// Unique per process.
     pub id: u64,
@@ -44,6 +55,8 @@ pub struct Connection {
     pub peer: SocketAddr,
     /// The listener's address the client connected to.
     pub local: SocketAddr,
+    /// The connection's TLS, on a TLS listener.
+    pub tls: Option<Arc<TlsInfo>>,
 }
 
 static CONNECTION_IDS: AtomicU64 = AtomicU64::new(1);
@@ -65,10 +78,31 @@ impl Default for ListenerConfig {
     }
 }
 
-/// Serves `handler` on `listener` until `shutdown` resolves, then stops
-/// accepting, lets in-flight requests finish (up to the grace period) and returns.
+/// A bound listening socket, and for a TLS listener its address as
+/// configured (what [`Handler::tls`] is asked with).
+pub struct Listening {
+    pub socket: std::net::TcpListener,
+    pub tls: Option<Arc<str>>,
+}
+
+/// Serves `handler` on `listener` (plain) until `shutdown` resolves, then
+/// stops accepting, lets in-flight requests finish (up to the grace period)
+/// and returns.
 pub async fn serve<H: Handler>(
     listener: TcpListener,
+    handler: Arc<H>,
+    config: ListenerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    serve_listener(listener, None, handler, config, shutdown).await
+}
+
+/// [`serve`], or for the TLS listener configured at `tls` (`Some(address)`)
+/// each connection's handshake (bounded by its deadline, counted when it
+/// fails) in the connection's own task, then HTTP by ALPN.
+async fn serve_listener<H: Handler>(
+    listener: TcpListener,
+    tls: Option<Arc<str>>,
     handler: Arc<H>,
     config: ListenerConfig,
     shutdown: impl Future<Output = ()>,
@@ -98,23 +132,59 @@ pub async fn serve<H: Handler>(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let connection = Connection {
+        let mut connection = Connection {
             id: CONNECTION_IDS.fetch_add(1, Ordering::Relaxed),
             peer,
             local: stream.local_addr().unwrap_or(peer),
+            tls: None,
         };
-        let handler = handler.clone();
-        let service = service_fn(move |request| {
-            let handler = handler.clone();
-            async move { Ok::<_, Infallible>(handler.handle(request, connection).await) }
-        });
-        let stream = HeadDeadline::new(stream, config.header_read_timeout);
-        let connection = http
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let Some(address) = &tls else {
+            let stream = HeadDeadline::new(stream, config.header_read_timeout);
+            let served = http
+                .serve_connection_with_upgrades(
+                    TokioIo::new(stream),
+                    service(handler.clone(), connection),
+                )
+                .into_owned();
+            let served = graceful.watch(served);
+            tokio::spawn(async move {
+                if let Err(e) = served.await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+            });
+            continue;
+        };
+        let Some(acceptor) = handler.tls(address) else {
+            continue; // no certificate to serve: the connection is closed
+        };
+        let (handler, http, watcher) = (handler.clone(), http.clone(), graceful.watcher());
+        let header_read_timeout = config.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            let handshake = tokio_rustls::TlsAcceptor::from(acceptor.server).accept(stream);
+            let stream = match tokio::time::timeout(acceptor.handshake_timeout, handshake).await {
+                Ok(Ok(stream)) => stream,
+                failed => {
+                    let error = failed.ok().and_then(Result::err);
+                    let reason = super::tls::count_failure(error.as_ref());
+                    tracing::debug!(%peer, reason, error = ?error, "TLS handshake failed");
+                    return;
+                }
+            };
+            super::tls::count_handshake(stream.get_ref().1);
+            let info = super::tls::connection_info(stream.get_ref().1);
+            // The protocol ALPN chose is the connection's: no guessing from
+            // its first bytes (a client that said `h2` and sends something
+            // else gets an HTTP/2 connection error, as RFC 9113 wants).
+            let http = match info.alpn.as_deref() {
+                Some("h2") => http.http2_only(),
+                Some("http/1.1") => http.http1_only(),
+                _ => http,
+            };
+            connection.tls = Some(Arc::new(info));
+            let stream = HeadDeadline::new(stream, header_read_timeout);
+            let served = http
+                .serve_connection_with_upgrades(TokioIo::new(stream), service(handler, connection));
+            if let Err(e) = watcher.watch(served.into_owned()).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
@@ -130,7 +200,24 @@ pub async fn serve<H: Handler>(
     Ok(())
 }
 
-/// Worker threads serving one listening socket; see [`serve_workers`].
+/// The hyper service of one connection: every request to `handler`, with
+/// the connection it came on.
+fn service<H: Handler>(
+    handler: Arc<H>,
+    connection: Connection,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send,
+> + Clone {
+    service_fn(move |request| {
+        let (handler, connection) = (handler.clone(), connection.clone());
+        async move { Ok::<_, Infallible>(handler.handle(request, connection).await) }
+    })
+}
+
+/// Worker threads serving the listening sockets; see [`serve_workers`].
 pub struct Workers {
     done: Vec<oneshot::Receiver<std::io::Result<()>>>,
 }
@@ -153,23 +240,28 @@ impl Workers {
 }
 
 /// Serves `handler` on `threads` threads, each running its own
-/// single-threaded runtime that accepts from `listener`. Work a request
-/// spawns (streaming a body, an upstream connection) stays on its thread.
-/// Setting `shutdown` to true stops them all gracefully.
+/// single-threaded runtime that accepts from every one of `listeners`.
+/// Work a request spawns (streaming a body, an upstream connection) stays
+/// on its thread. Setting `shutdown` to true stops them all gracefully.
 pub fn serve_workers<H: Handler>(
-    listener: std::net::TcpListener,
+    listeners: Vec<Listening>,
     threads: usize,
     handler: Arc<H>,
     config: ListenerConfig,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<Workers> {
-    listener.set_nonblocking(true)?;
+    for listening in &listeners {
+        listening.socket.set_nonblocking(true)?;
+    }
     let mut done = Vec::with_capacity(threads);
     for index in 0..threads.max(1) {
-        let listener = listener.try_clone()?;
+        let sockets = listeners
+            .iter()
+            .map(|l| Ok((l.socket.try_clone()?, l.tls.clone())))
+            .collect::<std::io::Result<Vec<_>>>()?;
         let handler = handler.clone();
         let config = config.clone();
-        let mut shutdown = shutdown.clone();
+        let shutdown = shutdown.clone();
         let (report, finished) = oneshot::channel();
         std::thread::Builder::new()
             .name(format!("wasmgate-worker-{index}"))
@@ -178,17 +270,49 @@ pub fn serve_workers<H: Handler>(
                     .enable_all()
                     .build()
                     .and_then(|runtime| {
-                        runtime.block_on(async move {
-                            let listener = TcpListener::from_std(listener)?;
-                            let stop = async move {
-                                let _ = shutdown.wait_for(|stop| *stop).await;
-                            };
-                            serve(listener, handler, config, stop).await
-                        })
+                        runtime.block_on(serve_all(sockets, handler, config, shutdown))
                     });
                 let _ = report.send(result);
             })?;
         done.push(finished);
     }
     Ok(Workers { done })
+}
+
+/// One worker's listeners, each accepting on a task of its own.
+async fn serve_all<H: Handler>(
+    sockets: Vec<(std::net::TcpListener, Option<Arc<str>>)>,
+    handler: Arc<H>,
+    config: ListenerConfig,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async move {
+            let mut serving = Vec::with_capacity(sockets.len());
+            for (socket, tls) in sockets {
+                let listener = TcpListener::from_std(socket)?;
+                let (handler, config, mut shutdown) =
+                    (handler.clone(), config.clone(), shutdown.clone());
+                let stop = async move {
+                    let _ = shutdown.wait_for(|stop| *stop).await;
+                };
+                serving.push(tokio::task::spawn_local(serve_listener(
+                    listener, tls, handler, config, stop,
+                )));
+            }
+            let mut result = Ok(());
+            for task in serving {
+                let outcome = task.await.unwrap_or_else(|e| {
+                    Err(std::io::Error::other(format!(
+                        "a listener task failed: {e}"
+                    )))
+                });
+                if result.is_ok() {
+                    result = outcome;
+                }
+            }
+            result
+        })
+        .await
 }

@@ -1,12 +1,14 @@
 //! How connections come in and go out; nothing here knows routes, filters
 //! or plugins.
 //!
-//! - Inbound: [`listener`] accepts connections (HTTP/1.1 and h2c, told apart
-//!   by the preface) on worker threads, with [`head_deadline`] guarding a
-//!   new connection's first request head, and graceful shutdown.
+//! - Inbound: [`listener`] accepts connections on every listener (HTTP/1.1
+//!   and h2c, told apart by the preface; over TLS, [`tls`], with HTTP/2 by
+//!   ALPN) on worker threads, with [`head_deadline`] guarding a new
+//!   connection's first request head, and graceful shutdown.
 //! - Outbound: [`node_pool`] keeps each upstream node's keep-alive
 //!   connections and sends requests on them; [`connector`] dials them,
-//!   counting each node's open connections. The upstream module (balancing,
+//!   counting each node's open connections; [`tls_client`] encrypts them
+//!   for an upstream with `tls`. The upstream module (balancing,
 //!   retries, health) sends through a node's pool and knows nothing else of
 //!   connections.
 
@@ -14,3 +16,6 @@ pub(crate) mod connector;
 pub(crate) mod head_deadline;
 pub mod listener;
 pub(crate) mod node_pool;
+pub mod tls;
+pub(crate) mod tls_client;
+pub(crate) mod x509;

@@ -113,24 +113,30 @@ mod tests {
     use wasmgate_config::{Balance, HashOn, HealthCheckConfig, NodeConfig, UpstreamConfig};
 
     fn upstream(balance: Balance, weights: &[u32]) -> Arc<Upstream> {
-        Upstream::new(&UpstreamConfig {
-            name: "u".into(),
-            nodes: weights
-                .iter()
-                .enumerate()
-                .map(|(i, &weight)| NodeConfig {
-                    address: format!("127.0.0.1:{}", 1000 + i),
-                    weight,
-                })
-                .collect(),
-            balance,
-            hash_on: HashOn::ClientIp,
-            hash_header: None,
-            connect_timeout_ms: 100,
-            read_timeout_ms: 100,
-            retries: 1,
-            health_check: HealthCheckConfig::default(),
-        })
+        Upstream::new(
+            &UpstreamConfig {
+                name: "u".into(),
+                nodes: weights
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &weight)| NodeConfig {
+                        address: format!("127.0.0.1:{}", 1000 + i),
+                        weight,
+                    })
+                    .collect(),
+                balance,
+                hash_on: HashOn::ClientIp,
+                hash_header: None,
+                connect_timeout_ms: 100,
+                read_timeout_ms: 100,
+                retries: 1,
+                health_check: HealthCheckConfig::default(),
+                tls: None,
+                protocol: Default::default(),
+            },
+            std::path::Path::new("."),
+        )
+        .unwrap()
     }
 
     #[tokio::test]

@@ -24,8 +24,9 @@ use wasmgate_runtime::LatencyHistogram;
 
 use crate::body::{self, Body, ClientBodyError};
 use crate::transport::connector::CountedConnector;
-use crate::transport::node_pool::{NodePool, PooledBody};
-use wasmgate_config::{Balance, HashOn, PassiveCheck, UpstreamConfig};
+use crate::transport::node_pool::{NodePool, NodeTls, PooledBody};
+use crate::transport::tls_client::{self, UpstreamTlsError};
+use wasmgate_config::{Balance, HashOn, PassiveCheck, UpstreamConfig, UpstreamProtocol};
 
 /// Idle keep-alive connections per node, and how long one may stay idle.
 const MAX_IDLE_PER_NODE: usize = 256;
@@ -82,10 +83,13 @@ pub struct RequestHead {
     pub headers: HeaderMap,
 }
 
-/// A body that can be sent again (retries) or only once.
+/// A body that can be sent again (retries) or only once; or none, for an
+/// upgrade request (WebSocket), which goes on a connection of its own that
+/// becomes a tunnel after the node's `101`.
 pub enum OutboundBody {
     Replayable(Bytes),
     Streaming(Body),
+    Upgrade,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +100,10 @@ pub enum UpstreamError {
         attempts: u32,
         last: String,
     },
+    /// The TLS handshake with the last node tried failed (its certificate
+    /// did not verify, say).
+    #[error("upstream `{upstream}`: {message}")]
+    Tls { upstream: String, message: String },
     #[error("upstream `{upstream}` node {node} sent no response headers within {timeout:?}")]
     Timeout {
         upstream: String,
@@ -122,7 +130,21 @@ fn cluster_name(config: &UpstreamConfig) -> String {
 }
 
 impl Upstream {
-    pub fn new(config: &UpstreamConfig) -> Arc<Upstream> {
+    /// The upstream of `config` (its TLS files relative to `base`); fails
+    /// when its TLS settings do not load.
+    pub fn new(config: &UpstreamConfig, base: &std::path::Path) -> Result<Arc<Upstream>, String> {
+        let tls = match &config.tls {
+            Some(tls) => {
+                let requests = tls_client::alpn(config.protocol);
+                let upgrades = tls_client::alpn(UpstreamProtocol::Http1);
+                let clients = (
+                    tls_client::client_config(tls, base, requests)?,
+                    tls_client::client_config(tls, base, upgrades)?,
+                );
+                Some((clients, tls))
+            }
+            None => None,
+        };
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
         connector.set_nodelay(true);
@@ -137,27 +159,38 @@ impl Upstream {
         let nodes: Vec<Node> = config
             .nodes
             .iter()
-            .map(|n| Node {
-                address: n.address.clone(),
-                default_host: HeaderValue::from_str(&n.address).ok(),
-                pool: NodePool::new(
-                    &n.address,
-                    connector.clone(),
-                    MAX_IDLE_PER_NODE,
-                    IDLE_TIMEOUT,
-                ),
-                weight: n.weight.max(1),
-                healthy: AtomicBool::new(true),
-                probe_streak: AtomicU32::new(0),
-                failures: AtomicU32::new(0),
-                ejected_until: Mutex::new(None),
-                requests: AtomicU64::new(0),
-                retries: AtomicU64::new(0),
-                waiting: AtomicU64::new(0),
-                connections: gauges[&n.address].clone(),
-                latency: LatencyHistogram::default(),
+            .map(|n| {
+                let tls = match &tls {
+                    Some(((requests, upgrades), settings)) => Some(NodeTls {
+                        requests: tls_client::for_node(requests, settings, &n.address)?,
+                        upgrades: tls_client::for_node(upgrades, settings, &n.address)?,
+                    }),
+                    None => None,
+                };
+                Ok(Node {
+                    address: n.address.clone(),
+                    default_host: HeaderValue::from_str(&n.address).ok(),
+                    pool: NodePool::new(
+                        &n.address,
+                        connector.clone(),
+                        config.protocol,
+                        tls,
+                        MAX_IDLE_PER_NODE,
+                        IDLE_TIMEOUT,
+                    ),
+                    weight: n.weight.max(1),
+                    healthy: AtomicBool::new(true),
+                    probe_streak: AtomicU32::new(0),
+                    failures: AtomicU32::new(0),
+                    ejected_until: Mutex::new(None),
+                    requests: AtomicU64::new(0),
+                    retries: AtomicU64::new(0),
+                    waiting: AtomicU64::new(0),
+                    connections: gauges[&n.address].clone(),
+                    latency: LatencyHistogram::default(),
+                })
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         let ring = balance::ring(&nodes);
         let upstream = Arc::new(Upstream {
             name: config.name.as_str().into(),
@@ -179,7 +212,7 @@ impl Upstream {
             ));
         }
         tokio::spawn(close_idle_forever(Arc::downgrade(&upstream)));
-        upstream
+        Ok(upstream)
     }
 
     pub fn nodes(&self) -> &[Node] {
@@ -200,6 +233,9 @@ impl Upstream {
         // one is always sent with the request).
         let mut body_sent = Arc::new(AtomicBool::new(true));
         let mut last = String::from("no nodes");
+        // Whether the last failure was a TLS handshake (answered apart).
+        let mut last_was_tls = false;
+        let mut refused_before = false;
         while tried.len() <= self.retries as usize {
             let Some(i) = self.pick(key, &tried) else {
                 break;
@@ -210,11 +246,13 @@ impl Upstream {
             }
             tried.push(i);
             node.requests.fetch_add(1, Ordering::Relaxed);
+            let upgrade = matches!(body, Some(OutboundBody::Upgrade));
             let (outbound, replay) = match body.take() {
                 Some(OutboundBody::Replayable(bytes)) => (
                     body::full(bytes.clone()),
                     Some(OutboundBody::Replayable(bytes)),
                 ),
+                Some(OutboundBody::Upgrade) => (body::empty(), Some(OutboundBody::Upgrade)),
                 Some(OutboundBody::Streaming(stream)) => {
                     let (tracked, done) = EndTracked::wrap(stream);
                     body_sent = done;
@@ -239,7 +277,15 @@ impl Upstream {
             };
             node.waiting.fetch_add(1, Ordering::Relaxed);
             let sent_at = Instant::now();
-            let answer = tokio::time::timeout(self.read_timeout, node.pool.send(request)).await;
+            let sending = async {
+                if upgrade {
+                    let response = node.pool.send_upgrade(request).await?;
+                    Ok(response.map(PooledBody::unpooled))
+                } else {
+                    node.pool.send(request).await
+                }
+            };
+            let answer = tokio::time::timeout(self.read_timeout, sending).await;
             node.waiting.fetch_sub(1, Ordering::Relaxed);
             node.latency.record(sent_at.elapsed());
             match answer {
@@ -255,7 +301,17 @@ impl Upstream {
                             message: client.to_string(),
                         });
                     }
+                    if !refused_before && replay.is_some() && refused_unprocessed(e.as_ref()) {
+                        // An HTTP/2 node that took none of it (it was
+                        // closing): not the node's failure, and safe to send
+                        // again (RFC 9113 8.7), once, on a new connection.
+                        refused_before = true;
+                        tried.pop();
+                        body = replay;
+                        continue;
+                    }
                     self.report(i, false);
+                    last_was_tls = e.downcast_ref::<UpstreamTlsError>().is_some();
                     last = format!("{}: {}", node.address, error_chain(e.as_ref()));
                     // A request whose streamed body was (partly) sent cannot
                     // be sent again; a refused connection consumed nothing
@@ -275,6 +331,12 @@ impl Upstream {
                     });
                 }
             }
+        }
+        if last_was_tls {
+            return Err(UpstreamError::Tls {
+                upstream: self.name.to_string(),
+                message: last,
+            });
         }
         Err(UpstreamError::Unreachable {
             upstream: self.name.to_string(),
@@ -362,6 +424,23 @@ fn request_target(path: &str) -> Result<Uri, String> {
     PathAndQuery::try_from(path)
         .map(Uri::from)
         .map_err(|e| format!("bad upstream path `{path}`: {e}"))
+}
+
+/// Whether an HTTP/2 node refused the stream without processing it: a
+/// REFUSED_STREAM reset, or a stream above the last one a graceful GOAWAY
+/// (NO_ERROR) let through.
+fn refused_unprocessed(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2.is_go_away()
+                    && h2.is_remote()
+                    && h2.reason() == Some(h2::Reason::NO_ERROR));
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
