@@ -26,13 +26,12 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-from procstat import cpu_seconds  # noqa: E402 (from this folder, before it leaves sys.path)
+from procstat import cpu_seconds, wait_port  # noqa: E402 (from this folder, before it leaves sys.path)
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 import argparse
 import json
 import re
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -76,18 +75,6 @@ http {{
 """)
     return subprocess.Popen(["taskset", "-c", "0", "nginx", "-p", d, "-e", f"{d}/error.log",
                              "-c", f"{d}/nginx.conf"])
-
-
-def wait_port(port, process):
-    for _ in range(600):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            if process.poll() is not None:
-                sys.exit(f"the server for port {port} exited")
-            time.sleep(0.1)
-    sys.exit(f"nothing listens on port {port}")
 
 
 def start(tmp):

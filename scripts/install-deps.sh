@@ -107,4 +107,7 @@ if [ "${1:-}" = "--bench" ]; then
     mv "$root/target/bench-bin/server" "$root/target/bench-bin/toxiproxy-server"
   fi
   (cd "$root/reference/go-pgx" && go mod download)
+  # bench/protocols.py: the Go peers' modules; the plots of the bench scripts.
+  (cd "$root/bench/protopeers" && go mod download)
+  python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check matplotlib==3.10.7
 fi

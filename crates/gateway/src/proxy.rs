@@ -54,7 +54,8 @@ const BODY_CHANNEL_FRAMES: usize = 8;
 
 impl Handler for Gateway {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
-        if !grpc::is_grpc(request.headers()) {
+        // gRPC is HTTP/2 only: an HTTP/1.1 request skips the header lookup.
+        if request.version() != hyper::Version::HTTP_2 || !grpc::is_grpc(request.headers()) {
             return self.route_request(request, connection).await;
         }
         // A gRPC call: its deadline kept, the gateway's own answers made
@@ -599,7 +600,9 @@ fn stopped(route: &str, stop: Stop, exchange: &mut HttpExchange, details: bool) 
                 .local_response
                 .take()
                 .expect("Respond means a local response was recorded");
-            local_response(local)
+            let grpc = (exchange.request_headers.get(b"content-type"))
+                .is_some_and(|v| v.starts_with(b"application/grpc"));
+            local_response(local, grpc)
         }
         Stop::Closed { plugin } => body::full_response(error_response::json_error(
             StatusCode::BAD_GATEWAY,
@@ -667,24 +670,29 @@ fn route_overloaded(route: &str) -> Response<Body> {
     body::full_response(response)
 }
 
-fn local_response(local: LocalResponse) -> Response<Body> {
+/// A filter's local response. For a gRPC request it is marked as the
+/// gateway's own answer, which `grpc::answer` turns into a gRPC status (only
+/// then: the mark costs two allocations an ordinary request need not pay).
+fn local_response(local: LocalResponse, grpc: bool) -> Response<Body> {
     let status =
         StatusCode::from_u16(local.status as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = Response::new(body::full(local.body));
     *response.status_mut() = status;
     let mut headers = local.headers;
     *response.headers_mut() = headers.take_map();
-    let message = match local.details.is_empty() {
-        true => format!("refused by a filter ({status})"),
-        false => local.details,
-    };
-    response
-        .extensions_mut()
-        .insert(crate::grpc::GatewayAnswer {
-            kind: "local".into(),
-            message,
-            grpc_status: local.grpc_status,
-        });
+    if grpc {
+        let message = match local.details.is_empty() {
+            true => format!("refused by a filter ({status})"),
+            false => local.details,
+        };
+        response
+            .extensions_mut()
+            .insert(crate::grpc::GatewayAnswer {
+                kind: "local".into(),
+                message,
+                grpc_status: local.grpc_status,
+            });
+    }
     response
 }
 

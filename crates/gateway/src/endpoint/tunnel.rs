@@ -8,8 +8,10 @@
 //! and upstreams, leaves it alone; it ends with its connections.
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::header::{self, HeaderMap, HeaderValue};
@@ -17,7 +19,7 @@ use hyper::http::request::Parts;
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper::{Response, StatusCode, Version};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmgate_config::UpgradeConfig;
 
 use crate::body::{self, Body};
@@ -143,33 +145,22 @@ impl End {
     const ALL: [End; 4] = [End::Closed, End::Error, End::Idle, End::MaxDuration];
 }
 
-/// Copies bytes both ways. A side that closes its sending half has that
-/// passed on (the other side's writer is shut down) while the other
-/// direction goes on: a half-closed tunnel keeps working the way TCP does.
+/// Copies bytes both ways (tokio's `copy_bidirectional`: one future polls
+/// both directions, with no lock between a reader and a writer half). A side
+/// that closes its sending half has that passed on (the other side's writer
+/// is shut down) while the other direction goes on: a half-closed tunnel
+/// keeps working the way TCP does.
 async fn splice(client: Upgraded, upstream: Upgraded, limits: Limits, counters: &Counters) -> End {
     let started = Instant::now();
     // Milliseconds since `started` of the last byte moved either way.
     let last = AtomicU64::new(0);
-    let (client_read, client_write) = tokio::io::split(TokioIo::new(client));
-    let (upstream_read, upstream_write) = tokio::io::split(TokioIo::new(upstream));
+    let mut client = Metered::new(TokioIo::new(client), &counters.to_upstream, &last, started);
+    let mut upstream = Metered::new(TokioIo::new(upstream), &counters.to_client, &last, started);
     let both = async {
         // Over when both directions have ended, or at the first broken one.
-        match tokio::try_join!(
-            copy(
-                client_read,
-                upstream_write,
-                &counters.to_upstream,
-                &last,
-                started
-            ),
-            copy(
-                upstream_read,
-                client_write,
-                &counters.to_client,
-                &last,
-                started
-            ),
-        ) {
+        match tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, CHUNK, CHUNK)
+            .await
+        {
             Ok(_) => End::Closed,
             Err(_) => End::Error,
         }
@@ -198,25 +189,60 @@ async fn splice(client: Upgraded, upstream: Upgraded, limits: Limits, counters: 
     }
 }
 
-/// One direction: read, write, count, until the reader ends (then the
-/// writer is shut down, passing the half-close on).
-async fn copy(
-    mut from: impl AsyncRead + Unpin,
-    mut to: impl AsyncWrite + Unpin,
-    bytes: &AtomicU64,
-    last: &AtomicU64,
+/// One side of a tunnel, counting what is read from it as it is read: the
+/// bytes (into the direction's counter, live in `/metrics`) and the time of
+/// the last one (for the idle timeout).
+struct Metered<'a, T> {
+    io: T,
+    bytes: &'a AtomicU64,
+    last: &'a AtomicU64,
     started: Instant,
-) -> std::io::Result<()> {
-    let mut buffer = vec![0u8; CHUNK];
-    loop {
-        let n = from.read(&mut buffer).await?;
-        if n == 0 {
-            return to.shutdown().await;
+}
+
+impl<'a, T> Metered<'a, T> {
+    fn new(io: T, bytes: &'a AtomicU64, last: &'a AtomicU64, started: Instant) -> Self {
+        Metered {
+            io,
+            bytes,
+            last,
+            started,
         }
-        to.write_all(&buffer[..n]).await?;
-        to.flush().await?;
-        bytes.fetch_add(n as u64, Ordering::Relaxed);
-        last.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Metered<'_, T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.io).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            let now = self.started.elapsed().as_millis() as u64;
+            self.last.store(now, Ordering::Relaxed);
+        }
+        read
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Metered<'_, T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

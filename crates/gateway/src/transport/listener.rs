@@ -174,17 +174,24 @@ async fn serve_listener<H: Handler>(
             let info = super::tls::connection_info(stream.get_ref().1);
             // The protocol ALPN chose is the connection's: no guessing from
             // its first bytes (a client that said `h2` and sends something
-            // else gets an HTTP/2 connection error, as RFC 9113 wants).
-            let http = match info.alpn.as_deref() {
-                Some("h2") => http.http2_only(),
-                Some("http/1.1") => http.http1_only(),
-                _ => http,
-            };
+            // else gets an HTTP/2 connection error, as RFC 9113 wants). An
+            // HTTP/2 connection is served without hyper's upgrade support,
+            // whose connection always sniffs the first bytes (and HTTP/2 has
+            // no upgrades); HTTP/1.1 keeps it, for WebSockets.
+            let h2 = info.alpn.as_deref() == Some("h2");
             connection.tls = Some(Arc::new(info));
-            let stream = HeadDeadline::new(stream, header_read_timeout);
-            let served = http
-                .serve_connection_with_upgrades(TokioIo::new(stream), service(handler, connection));
-            if let Err(e) = watcher.watch(served.into_owned()).await {
+            let io = TokioIo::new(HeadDeadline::new(stream, header_read_timeout));
+            let service = service(handler, connection);
+            let ended = if h2 {
+                let http = http.http2_only();
+                watcher
+                    .watch(http.serve_connection(io, service).into_owned())
+                    .await
+            } else {
+                let served = http.serve_connection_with_upgrades(io, service);
+                watcher.watch(served.into_owned()).await
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
