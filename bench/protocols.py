@@ -27,7 +27,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-from procstat import cpu_seconds, wait_port  # noqa: E402 (from this folder, before it leaves sys.path)
+from procstat import cpu_seconds, start_nginx, wait_port  # noqa: E402 (from this folder, before it leaves sys.path)
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 import argparse
@@ -61,16 +61,7 @@ def start(tmp):
         processes[name] = subprocess.Popen(["taskset", "-c", "1", PEERS, name, str(port)],
                                            env={**os.environ, "GOMAXPROCS": "1"}, stdout=subprocess.DEVNULL)
         wait_port(port, processes[name])
-    d = f"{tmp}/nginx"
-    os.makedirs(d)
-    with open(f"{d}/nginx.conf", "w") as f:
-        f.write(f"""daemon off; master_process off; worker_processes 1;
-pid {d}/nginx.pid; error_log {d}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off; keepalive_requests 1000000;
-  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+    processes["nginx"] = start_nginx(f"{tmp}/nginx", f"""
   upstream grpc_up {{ server 127.0.0.1:{GRPC_UP}; keepalive 64; }}
   server {{
     listen 127.0.0.1:{NGINX_WS};
@@ -83,11 +74,7 @@ http {{
   server {{
     listen 127.0.0.1:{NGINX_GRPC} http2;
     location / {{ grpc_pass grpc://grpc_up; }}
-  }}
-}}
-""")
-    processes["nginx"] = subprocess.Popen(["taskset", "-c", "0", "nginx", "-p", d, "-e", f"{d}/error.log",
-                                           "-c", f"{d}/nginx.conf"])
+  }}""")
     for port in (NGINX_WS, NGINX_GRPC):
         wait_port(port, processes["nginx"])
     config = f"{tmp}/wasmgate.yaml"

@@ -26,7 +26,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-from procstat import cpu_seconds, wait_port  # noqa: E402 (from this folder, before it leaves sys.path)
+from procstat import cpu_seconds, start_nginx, wait_port  # noqa: E402 (from this folder, before it leaves sys.path)
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 import argparse
@@ -57,24 +57,11 @@ def make_certificates(tmp):
 
 
 def nginx(tmp, name, server_blocks):
-    d = f"{tmp}/{name}"
-    os.makedirs(d)
-    with open(f"{d}/nginx.conf", "w") as f:
-        f.write(f"""daemon off; master_process off; worker_processes 1;
-pid {d}/nginx.pid; error_log {d}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off; keepalive_requests 1000000;
-  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+    return start_nginx(f"{tmp}/{name}", f"""
   upstream up {{ server 127.0.0.1:{UP}; keepalive 64; keepalive_requests 1000000; }}
   ssl_protocols TLSv1.2 TLSv1.3;
   ssl_session_cache shared:SSL:10m; ssl_session_tickets on;
-  {server_blocks}
-}}
-""")
-    return subprocess.Popen(["taskset", "-c", "0", "nginx", "-p", d, "-e", f"{d}/error.log",
-                             "-c", f"{d}/nginx.conf"])
+  {server_blocks}""")
 
 
 def start(tmp):
