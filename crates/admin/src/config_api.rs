@@ -81,12 +81,18 @@ async fn entry<T: NamedEntry>(
             change.before = find::<T>(live, &name).map(|e| e.fingerprint());
             let result = live
                 .update(&format!("admin API: DELETE {} {name}", T::KIND), |config| {
-                    let list = T::list(config);
-                    let before = list.len();
-                    list.retain(|e| e.name() != name);
-                    if list.len() == before {
+                    if !T::list(config).iter().any(|e| e.name() == name) {
                         return Err(EditError::NotFound(format!("no {} `{name}`", T::KIND)));
                     }
+                    let users = wasmgate_config::names::references_to(config, T::KIND, &name);
+                    if !users.is_empty() {
+                        return Err(EditError::Invalid(format!(
+                            "{} `{name}` is still used by {}: change or delete those first",
+                            T::KIND,
+                            users.join(", ")
+                        )));
+                    }
+                    T::list(config).retain(|e| e.name() != name);
                     Ok(())
                 })
                 .await;

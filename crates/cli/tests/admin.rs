@@ -72,6 +72,8 @@ routes:
     // operator wrote it: a restart (or a reload) keeps the change.
     let kept = std::fs::read_to_string(gw.dir().join("wasmgate.admin.yaml")).unwrap();
     assert!(kept.contains("via-admin"), "{kept}");
+    // Only what was said: no `prefix: null`, `methods: []` and the like.
+    assert!(!kept.contains("null") && !kept.contains("[]"), "{kept}");
     assert_eq!(std::fs::read_to_string(&gw.config).unwrap(), operators_file);
 
     // Replacing it in place, as YAML.
@@ -100,7 +102,14 @@ routes:
     )
     .await;
     assert_eq!(bad.status, 422, "{}", bad.text());
-    assert!(bad.text().contains("nowhere"), "{}", bad.text());
+    // The reason names the route by its name and the file it is kept in.
+    let reason = bad.json()["reasons"][0].as_str().unwrap().to_string();
+    assert!(
+        reason.ends_with(
+            "wasmgate.admin.yaml: routes[api].upstream: no upstream named `nowhere` in `upstreams`"
+        ),
+        "{reason}"
+    );
     std::fs::write(gw.dir().join("junk.wasm"), b"not wasm").unwrap();
     let bad = admin(
         &c,
@@ -119,11 +128,26 @@ routes:
     );
     let bad = admin(&c, &gw, "DELETE", "/upstreams/backend", None, "").await;
     assert_eq!(bad.status, 422, "{}", bad.text());
+    let reason = bad.json()["reasons"][0].as_str().unwrap().to_string();
+    assert!(
+        reason.contains("upstream `backend` is still used by routes[")
+            && reason.contains("routes[api].upstream"),
+        "{reason}"
+    );
     let r = get(&c, &gw.url("/api/x")).await;
     assert_eq!(r.json()["headers"]["x-wasmgate-filter"], "second");
     let status = admin(&c, &gw, "GET", "/status", None, "").await.json();
     assert_eq!(status["reload"]["generation"], 3);
     assert_eq!(status["reload"]["failed_reloads"], 3);
+    // The last rejection, with its time, until a change goes through.
+    assert!(
+        status["reload"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("DELETE upstream backend"),
+        "{status}"
+    );
+    assert!(status["reload"]["last_error_at_ms"].as_u64().unwrap() > 0);
 
     // Body and path disagree; unknown field: 400 before anything is tried.
     let r = admin(&c, &gw, "PUT", "/routes/api", None, r#"{"name": "other"}"#).await;
@@ -147,6 +171,9 @@ routes:
     // Deleting the route: its traffic finds no route.
     let del = admin(&c, &gw, "DELETE", "/routes/api", None, "").await;
     assert_eq!(del.status, 200, "{}", del.text());
+    let status = admin(&c, &gw, "GET", "/status", None, "").await.json();
+    assert!(status["reload"]["last_error"].is_null(), "{status}");
+    assert!(status["reload"]["last_error_at_ms"].is_null(), "{status}");
     assert_eq!(get(&c, &gw.url("/api/x")).await.status, 404);
     assert_eq!(
         admin(&c, &gw, "DELETE", "/routes/api", None, "")

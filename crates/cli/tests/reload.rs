@@ -114,7 +114,7 @@ async fn config_and_plugin_changes_reload_without_failing_a_request() {
         status["reload"]["last_error"]
             .as_str()
             .unwrap()
-            .contains("plugins[0]"),
+            .contains("plugins[filter]"),
         "{status}"
     );
     assert_eq!(get(&c, &gw.url("/")).await.text(), "v2");

@@ -247,9 +247,9 @@ fn check_refuses_grants_of_unknown_services_and_bad_urls() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     for expected in [
-        "services[0].redis",
-        "services[1]: give exactly one of `redis` or `postgres`",
-        "plugins[0].services[0]: no service named `nope`",
+        "services[a].redis",
+        "services[b]: give exactly one of `redis` or `postgres`",
+        "plugins[p].services[0]: no service named `nope`",
     ] {
         assert!(stderr.contains(expected), "{expected}: {stderr}");
     }

@@ -686,7 +686,7 @@ routes:
     // A file that is not a certificate at all: refused, named, old kept.
     std::fs::write(&cert, "not a certificate").unwrap();
     let error = until_rejected(&c, &gw, "shop.pem").await;
-    assert!(error.contains("certificates[0]"), "{error}");
+    assert!(error.contains("certificates[shop]"), "{error}");
     assert_eq!(
         new_connection_request(port, config.clone()).await,
         Ok((200, der(&new)))

@@ -116,8 +116,68 @@ impl AdminChanges {
                 _ => Ok(()),
             };
         }
-        let yaml = serde_yaml_ng::to_string(self).map_err(std::io::Error::other)?;
+        let yaml = self.to_yaml().map_err(std::io::Error::other)?;
         wasmgate_base::fs::write_atomically(path, format!("{HEADER}{yaml}").as_bytes())
+    }
+
+    /// The changes as YAML a person reads: fields left at their defaults
+    /// (`prefix: null`, `plugins: []`) are left out when reading the text
+    /// back gives the same changes (it always should; the check keeps a
+    /// field whose absence would mean something else).
+    fn to_yaml(&self) -> Result<String, serde_yaml_ng::Error> {
+        let mut value = serde_yaml_ng::to_value(self)?;
+        drop_defaults(&mut value);
+        let short = serde_yaml_ng::to_string(&value)?;
+        match serde_yaml_ng::from_str::<AdminChanges>(&short) {
+            Ok(back) if back == *self => Ok(short),
+            _ => serde_yaml_ng::to_string(self),
+        }
+    }
+
+    /// Whether the entry a problem's field names (`routes[api].upstream`)
+    /// is one these changes put in or deleted: the admin file is where it
+    /// comes from, not the operator's file.
+    pub fn holds(&self, field: &str) -> bool {
+        let Some((section, rest)) = field.split_once('[') else {
+            return false;
+        };
+        let Some((name, _)) = rest.split_once(']') else {
+            return false;
+        };
+        fn named<'a>(
+            entries: impl Iterator<Item = &'a str>,
+            deleted: &'a [String],
+            name: &str,
+        ) -> bool {
+            entries
+                .chain(deleted.iter().map(String::as_str))
+                .any(|n| n == name)
+        }
+        let d = &self.deleted;
+        match section {
+            "routes" => named(self.routes.iter().map(|e| e.name.as_str()), &d.routes, name),
+            "upstreams" => named(
+                self.upstreams.iter().map(|e| e.name.as_str()),
+                &d.upstreams,
+                name,
+            ),
+            "plugins" => named(
+                self.plugins.iter().map(|e| e.name.as_str()),
+                &d.plugins,
+                name,
+            ),
+            "services" => named(
+                self.services.iter().map(|e| e.name.as_str()),
+                &d.services,
+                name,
+            ),
+            "certificates" => named(
+                self.certificates.iter().map(|e| e.name.as_str()),
+                &d.certificates,
+                name,
+            ),
+            _ => false,
+        }
     }
 
     /// Applies these changes over `config` (the operator's file).
@@ -189,6 +249,23 @@ fn diff<T: NamedEntry>(base: &[T], desired: &[T]) -> (Vec<T>, Vec<String>) {
         .map(|b| b.name().to_string())
         .collect();
     (changed, deleted)
+}
+
+/// Removes nulls and empty lists and maps from mappings, recursively.
+fn drop_defaults(value: &mut serde_yaml_ng::Value) {
+    use serde_yaml_ng::Value;
+    match value {
+        Value::Mapping(map) => {
+            map.retain(|_, v| {
+                drop_defaults(v);
+                !matches!(v, Value::Null)
+                    && !matches!(v, Value::Sequence(s) if s.is_empty())
+                    && !matches!(v, Value::Mapping(m) if m.is_empty())
+            });
+        }
+        Value::Sequence(items) => items.iter_mut().for_each(drop_defaults),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

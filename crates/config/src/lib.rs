@@ -177,11 +177,31 @@ impl GatewayConfig {
     pub fn read_file(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigErrors::one(path, String::new(), format!("cannot read: {e}")))?;
-        let mut config = Self::parse(&text)
-            .map_err(|(field, message)| ConfigErrors::one(path, field, message))?;
+        let mut config = match errors::parse_yaml_reporting::<GatewayConfig>(&text) {
+            Ok(config) => config,
+            // Everything wrong at once: the unknown fields, and what the
+            // checks find in the rest (`wasmgate check`'s one report).
+            Err(failure) => {
+                let mut problems = failure.errors;
+                if let Some(lenient) = failure.lenient {
+                    problems.extend(lenient.check());
+                }
+                return Err(ConfigErrors(
+                    problems
+                        .into_iter()
+                        .map(|(field, message)| ConfigError {
+                            file: path.to_path_buf(),
+                            field,
+                            message,
+                        })
+                        .collect(),
+                ));
+            }
+        };
         for plugin in &mut config.plugins {
             plugin.from_operator_file = true;
         }
+        node::apply_overrides(&mut config);
         Ok(config)
     }
 
@@ -251,10 +271,11 @@ impl GatewayConfig {
 /// Each service's own checks (its URL, its CA file), at its index.
 fn check_services(services: &[ServiceConfig], problem: &mut dyn FnMut(String, String)) {
     for (i, s) in services.iter().enumerate() {
+        let entry = crate::names::entry("services", i, &s.name);
         for (field, message) in s.check() {
             let at = match field {
-                "" => format!("services[{i}]"),
-                field => format!("services[{i}].{field}"),
+                "" => entry.clone(),
+                field => format!("{entry}.{field}"),
             };
             problem(at, message);
         }
@@ -294,9 +315,9 @@ mod tests {
         assert_eq!(
             fields,
             [
-                "routes[0].plugins[0].plugin",
-                "routes[0].upstream",
-                "routes[0].path.regex"
+                "routes[r].plugins[0].plugin",
+                "routes[r].upstream",
+                "routes[r].path.regex"
             ]
         );
     }

@@ -120,6 +120,70 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// How errors name the entry at `index` of `section`: by its name
+/// (`routes[api]`), which stays right when the admin API's changes are
+/// merged into the file's lists and the indexes move; by its index when it
+/// has no usable name.
+pub fn entry(section: &str, index: usize, name: &str) -> String {
+    if check_name(name).is_ok() {
+        format!("{section}[{name}]")
+    } else {
+        format!("{section}[{index}]")
+    }
+}
+
+/// Where `config` refers to the entry of kind `kind` (a [`NamedEntry::KIND`])
+/// named `name`, as fields (`routes[api].upstream`): what stops it from
+/// being deleted.
+pub fn references_to(config: &GatewayConfig, kind: &str, name: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let routes = config.routes.iter().enumerate();
+    match kind {
+        "upstream" => {
+            for (i, r) in routes {
+                if r.upstream.as_deref() == Some(name) {
+                    found.push(format!("{}.upstream", entry("routes", i, &r.name)));
+                }
+            }
+        }
+        "plugin" => {
+            for (i, f) in config.global_plugins.iter().enumerate() {
+                if f.plugin == name {
+                    found.push(format!("global_plugins[{i}]"));
+                }
+            }
+            for (i, r) in routes {
+                let at = entry("routes", i, &r.name);
+                for (j, f) in r.plugins.iter().enumerate() {
+                    if f.plugin == name {
+                        found.push(format!("{at}.plugins[{j}]"));
+                    }
+                }
+                if r.function.as_ref().is_some_and(|f| f.plugin == name) {
+                    found.push(format!("{at}.function"));
+                }
+            }
+        }
+        "service" => {
+            for (i, p) in config.plugins.iter().enumerate() {
+                if p.services.iter().any(|s| s == name) {
+                    found.push(format!("{}.services", entry("plugins", i, &p.name)));
+                }
+            }
+        }
+        "certificate" => {
+            for (i, l) in config.listeners.iter().enumerate() {
+                let tls = l.tls.as_ref();
+                if tls.is_some_and(|t| t.certificates.iter().any(|c| c == name)) {
+                    found.push(format!("listeners[{i}].tls.certificates"));
+                }
+            }
+        }
+        _ => {}
+    }
+    found
+}
+
 pub(crate) fn unique_names<'a>(
     names: impl Iterator<Item = &'a str>,
     section: &str,

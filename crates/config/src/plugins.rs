@@ -126,16 +126,14 @@ pub(crate) fn check(
     problem: &mut dyn FnMut(String, String),
 ) {
     for (i, p) in plugins.iter().enumerate() {
+        let at = crate::names::entry("plugins", i, &p.name);
         if p.pool_size == 0 {
-            problem(
-                format!("plugins[{i}].pool_size"),
-                "must be at least 1".into(),
-            );
+            problem(format!("{at}.pool_size"), "must be at least 1".into());
         }
         for (j, name) in p.services.iter().enumerate() {
             if !services.contains(name.as_str()) {
                 problem(
-                    format!("plugins[{i}].services[{j}]"),
+                    format!("{at}.services[{j}]"),
                     format!("no service named `{name}` in `services`"),
                 );
             }

@@ -191,7 +191,7 @@ pub(crate) fn check(
     problem: &mut dyn FnMut(String, String),
 ) {
     for (i, r) in routes.iter().enumerate() {
-        let at = format!("routes[{i}]");
+        let at = crate::names::entry("routes", i, &r.name);
         check_filters(
             &format!("{at}.plugins"),
             &r.plugins,

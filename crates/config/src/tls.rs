@@ -145,7 +145,7 @@ pub(crate) fn check(
     problem: &mut dyn FnMut(String, String),
 ) {
     for (i, c) in certificates.iter().enumerate() {
-        let at = format!("certificates[{i}]");
+        let at = crate::names::entry("certificates", i, &c.name);
         for (what, file, pem) in [
             ("cert", c.cert.is_some(), c.cert_pem.is_some()),
             ("key", c.key.is_some(), c.key_pem.is_some()),

@@ -172,7 +172,7 @@ fn default_ejection_ms() -> u64 {
 /// Nodes, weights and the consistent-hash key.
 pub(crate) fn check(upstreams: &[UpstreamConfig], problem: &mut dyn FnMut(String, String)) {
     for (i, u) in upstreams.iter().enumerate() {
-        let at = format!("upstreams[{i}]");
+        let at = crate::names::entry("upstreams", i, &u.name);
         if u.nodes.is_empty() {
             problem(
                 format!("{at}.nodes"),

@@ -123,12 +123,16 @@ pub struct ReloadStatus {
     pub loaded_at_ms: u64,
     pub reloads: u64,
     pub failed_reloads: u64,
-    /// Why the last failed reload was rejected, with what triggered it.
+    /// Why the last reload was rejected, with what triggered it; cleared
+    /// when a later reload succeeds (`failed_reloads` still counts it).
     pub last_error: Option<String>,
+    /// When that rejection happened (ms since the epoch).
+    pub last_error_at_ms: Option<u64>,
 }
 
 impl LiveGateway {
     pub fn new(gateway: Gateway, file: &Path, runtime: Runtime) -> LiveGateway {
+        crate::build::plugins::warn_unimplemented_imports(&gateway);
         let live = LiveGateway {
             current: ArcSwap::from_pointee(gateway),
             file: file.to_path_buf(),
@@ -139,6 +143,7 @@ impl LiveGateway {
                 reloads: 0,
                 failed_reloads: 0,
                 last_error: None,
+                last_error_at_ms: None,
             }),
             reloading: tokio::sync::Mutex::new(()),
             seen: Mutex::new(Vec::new()),
@@ -299,6 +304,18 @@ impl LiveGateway {
         })
     }
 
+    /// Where the entry a problem names comes from: the admin file when the
+    /// admin API put it there, etcd with a store, else the operator's file.
+    fn origin(&self, field: &str, changes: Option<&(AdminChanges, Persist)>) -> String {
+        match changes {
+            Some((_, Persist::Store)) => "etcd".to_string(),
+            Some((changes, Persist::AdminFile)) if changes.holds(field) => {
+                self.admin_file.display().to_string()
+            }
+            _ => self.file.display().to_string(),
+        }
+    }
+
     /// The operator's file, which admin changes are made against (file
     /// mode), if it takes them.
     fn admin_base(&self) -> Result<GatewayConfig, EditError> {
@@ -373,7 +390,12 @@ impl LiveGateway {
         if !problems.is_empty() {
             let reason = problems
                 .iter()
-                .map(|(field, message)| format!("{field}: {message}"))
+                .map(|(field, message)| {
+                    format!(
+                        "{}: {field}: {message}",
+                        self.origin(field, changes.as_ref())
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join("\n");
             return Err(EditError::Invalid(reason));
@@ -405,6 +427,7 @@ impl LiveGateway {
     }
 
     fn swap(&self, gateway: Gateway, trigger: &str, started: Instant, stamp: u64) -> u64 {
+        crate::build::plugins::warn_unimplemented_imports(&gateway);
         self.current.store(Arc::new(gateway));
         // Modules only the old version used go when its last request ends.
         self.runtime.forget_modules_unused_since(stamp);
@@ -412,6 +435,8 @@ impl LiveGateway {
         status.generation += 1;
         status.reloads += 1;
         status.loaded_at_ms = wasmgate_base::unix_ms();
+        status.last_error = None;
+        status.last_error_at_ms = None;
         tracing::info!(
             trigger,
             generation = status.generation,
@@ -426,6 +451,7 @@ impl LiveGateway {
         let mut status = self.status.lock().expect("status lock");
         status.failed_reloads += 1;
         status.last_error = Some(format!("{trigger}: {reason}"));
+        status.last_error_at_ms = Some(wasmgate_base::unix_ms());
         tracing::error!(
             trigger,
             generation = status.generation,

@@ -254,7 +254,9 @@ function renderFacts(status) {
     ["config", status.config && status.config.file ? status.config.file : "etcd, revision " + ((status.config || {}).revision ?? "-")],
     ["generation", reload.generation],
     ["last reload", reload.loaded_at_ms ? new Date(reload.loaded_at_ms).toLocaleString() : "-"],
-    ["last reload result", reload.last_error ? "rejected: " + reload.last_error : "applied"],
+    ["last reload result", reload.last_error
+      ? `rejected${reload.last_error_at_ms ? " at " + new Date(reload.last_error_at_ms).toLocaleString() : ""}: ${reload.last_error}`
+      : "applied" + (reload.failed_reloads ? ` (${reload.failed_reloads} rejected earlier)` : "")],
     ["last admin change", status.last_change ? `${status.last_change.action}: ${status.last_change.outcome}` : "-"],
   ];
   $("facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", k), el("dd", v ?? "-")]));

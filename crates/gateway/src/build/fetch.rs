@@ -38,7 +38,18 @@ pub(crate) async fn module_file(
     cache_dir: Option<&Path>,
 ) -> Result<PathBuf> {
     if !is_url(p) {
-        return Ok(crate::gateway::plugin_path(base, p));
+        let path = crate::gateway::plugin_path(base, p);
+        if p.wasm.is_relative() && !path.exists() {
+            // Say where a relative path led: it is the configuration's
+            // directory, not the one wasmgate was started in.
+            let shown = std::path::absolute(&path).unwrap_or(path);
+            anyhow::bail!(
+                "no file {}: `{}` is resolved against the configuration's directory",
+                shown.display(),
+                p.wasm.display()
+            );
+        }
+        return Ok(path);
     }
     let url = p.wasm.to_string_lossy().into_owned();
     let expected = p

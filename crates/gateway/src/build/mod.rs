@@ -6,7 +6,7 @@
 //! and a gateway that builds is one that can serve.
 
 mod fetch;
-mod plugins;
+pub(crate) mod plugins;
 mod routes;
 
 use std::collections::HashMap;
@@ -104,7 +104,7 @@ fn build_services(
                 .iter()
                 .position(|s| s.name == name)
                 .unwrap_or(0);
-            problems.add(format!("services[{i}] ({name})"), message);
+            problems.add(wasmgate_config::names::entry("services", i, &name), message);
             Services::new()
         }
     }
@@ -124,7 +124,13 @@ fn build_upstreams(
             Ok(upstream) => {
                 upstreams.insert(u.name.clone(), upstream);
             }
-            Err(message) => problems.add(format!("upstreams[{i}].tls"), message),
+            Err(message) => problems.add(
+                format!(
+                    "{}.tls",
+                    wasmgate_config::names::entry("upstreams", i, &u.name)
+                ),
+                message,
+            ),
         }
     }
     Arc::new(upstreams)

@@ -94,12 +94,7 @@ pub(super) async fn load(
                     LoadedPlugin::ProxyWasm {
                         abi, unimplemented, ..
                     } => {
-                        if !unimplemented.is_empty() && first_warning(&p.name, &hash) {
-                            tracing::warn!(
-                                plugin = %p.name,
-                                functions = ?unimplemented,
-                                "the plugin imports host functions wasmgate does not implement; calling one fails (Unimplemented, or a trap)"
-                            );
+                        if !unimplemented.is_empty() {
                             plugins
                                 .unimplemented
                                 .push((p.name.clone(), unimplemented.clone()));
@@ -111,25 +106,36 @@ pub(super) async fn load(
                 plugins.kinds.push((p.name.clone(), kind));
                 plugins.by_name.insert(p.name.clone(), plugin);
             }
-            Err(e) => problems.add(format!("plugins[{i}] ({})", p.name), format!("{e:#}")),
+            Err(e) => problems.add(
+                wasmgate_config::names::entry("plugins", i, &p.name),
+                format!("{e:#}"),
+            ),
         }
     }
     plugins
 }
 
-/// Whether this process has not yet warned about plugin `name` built from
-/// the module with `hash`: a node whose configuration changes often (etcd,
-/// admin writes) rebuilds its plugins on every change, and the warning is
-/// news only once.
-fn first_warning(name: &str, hash: &str) -> bool {
+/// Logs, once per plugin and module in this process, the functions a
+/// plugin imports that are not part of the ABI wasmgate knows: a node whose
+/// configuration changes often (etcd, admin writes) rebuilds its plugins on
+/// every change, and the warning is news only once. `wasmgate check` prints
+/// them itself instead.
+pub fn warn_unimplemented_imports(gateway: &crate::Gateway) {
     static WARNED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
-    let mut warned = WARNED.lock().expect("warned plugins");
-    let key = (name.to_string(), hash.to_string());
-    if warned.contains(&key) {
-        return false;
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, functions) in &gateway.unimplemented_imports {
+        let hash = gateway.plugin_hashes.get(name).cloned().unwrap_or_default();
+        let key = (name.clone(), hash);
+        if warned.contains(&key) {
+            continue;
+        }
+        warned.push(key);
+        tracing::warn!(
+            plugin = %name,
+            functions = ?functions,
+            "the plugin imports host functions that are not part of the Proxy-Wasm ABI wasmgate knows; calling one fails (Unimplemented, or a trap)"
+        );
     }
-    warned.push(key);
-    true
 }
 
 /// Precompiled modules (native code) only for plugins the operator's own

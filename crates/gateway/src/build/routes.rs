@@ -59,7 +59,7 @@ pub(super) async fn build(
     };
     let mut routes = Vec::with_capacity(config.routes.len());
     for (i, r) in config.routes.iter().enumerate() {
-        let at = format!("routes[{i}]");
+        let at = wasmgate_config::names::entry("routes", i, &r.name);
         let filters = build_filters(&context, r, &at, problems).await;
         if let Some(endpoint) = build_endpoint(&context, r, &at, problems) {
             routes.push(Route {

@@ -53,7 +53,10 @@ pub fn load_certificates(
     configs
         .iter()
         .enumerate()
-        .map(|(i, c)| load_certificate(c, base).map_err(|e| (format!("certificates[{i}]"), e)))
+        .map(|(i, c)| {
+            load_certificate(c, base)
+                .map_err(|e| (wasmgate_config::names::entry("certificates", i, &c.name), e))
+        })
         .collect()
 }
 
