@@ -1,6 +1,6 @@
 //! `wasmgate call`: one call, output to stdout.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -19,7 +19,8 @@ pub struct CallArgs {
     plugin: PluginArgs,
     /// Function to call.
     function: String,
-    /// Input to the function (default: empty).
+    /// Input to the function (default: stdin when it is not a terminal,
+    /// otherwise empty).
     #[arg(long, conflicts_with = "input_file")]
     input: Option<String>,
     /// Read the input from a file (`-` for stdin).
@@ -44,6 +45,12 @@ pub fn run(args: CallArgs) -> Result<ExitCode> {
         }
         (None, Some(path)) => {
             std::fs::read(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        // `echo x | wasmgate call ...`: stdin when it is not a terminal.
+        (None, None) if !std::io::stdin().is_terminal() => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf)?;
+            buf
         }
         (None, None) => Vec::new(),
     };

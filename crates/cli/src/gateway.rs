@@ -51,6 +51,13 @@ pub struct RunArgs {
     /// changes (SIGHUP and `POST /reload` on the admin listener still do).
     #[arg(long)]
     no_watch: bool,
+    /// Serve traffic on this address instead of the file's `listen`
+    /// (host:port; the file's `listeners` are kept).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// Serve the admin API on this address instead of the file's `admin`.
+    #[arg(long, value_name = "HOST:PORT")]
+    admin: Option<String>,
 }
 
 impl ConfigArgs {
@@ -93,6 +100,23 @@ pub fn check(
         .build()?;
     match tokio.block_on(build(&args)) {
         Ok((gateway, _)) => {
+            // Problems first, so that the last line says how it ended.
+            for (name, functions) in &gateway.unimplemented_imports {
+                eprintln!(
+                    "{}: {}: plugin {name} imports host functions that are not part of the Proxy-Wasm ABI wasmgate knows: {}; calls to them fail{}",
+                    args.config.display(),
+                    if strict { "error" } else { "warning" },
+                    functions.join(", "),
+                    if strict { "" } else { " (--strict makes this an error)" }
+                );
+            }
+            if strict && !gateway.unimplemented_imports.is_empty() {
+                eprintln!(
+                    "{}: failed (--strict: a plugin imports functions wasmgate does not implement)",
+                    args.config.display()
+                );
+                return Ok(ExitCode::FAILURE);
+            }
             let config = gateway.config();
             let mut out = std::io::stdout().lock();
             writeln!(
@@ -106,24 +130,23 @@ pub fn check(
             for (name, kind) in &gateway.plugin_kinds {
                 writeln!(out, "  plugin {name}: {kind}")?;
             }
-            for (name, functions) in &gateway.unimplemented_imports {
-                eprintln!(
-                    "{}: plugin {name} imports host functions wasmgate does not implement: {}; calls to them fail{}",
-                    if strict { "error" } else { "warning" },
-                    functions.join(", "),
-                    if strict { "" } else { " (--strict makes this an error)" }
-                );
-            }
-            if strict && !gateway.unimplemented_imports.is_empty() {
-                return Ok(ExitCode::FAILURE);
-            }
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
-            eprintln!("{errors}");
+            eprintln!("{errors}{}", missing_file_hint(&args.config, "check"));
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// For a configuration file that does not exist: how to name one.
+fn missing_file_hint(file: &std::path::Path, command: &str) -> String {
+    if file.exists() {
+        return String::new();
+    }
+    format!(
+        "\nhint: `wasmgate {command}` reads ./wasmgate.yaml unless `-c FILE` names another, e.g. `wasmgate {command} -c examples/gateway/wasmgate.yaml` (docs/gateway.md)"
+    )
 }
 
 pub fn schema() -> Result<ExitCode> {
@@ -135,11 +158,15 @@ pub fn schema() -> Result<ExitCode> {
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
+    wasmgate_config::node::set_overrides(wasmgate_config::node::NodeOverrides {
+        listen: args.listen.clone(),
+        admin: args.admin.clone(),
+    });
     // The thread count comes from the file, so read it before the runtime starts.
     let config = match GatewayConfig::load(&args.config.config) {
         Ok(config) => config,
         Err(errors) => {
-            eprintln!("{errors}");
+            eprintln!("{errors}{}", missing_file_hint(&args.config.config, "run"));
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -189,10 +216,14 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         let admin_listener = tokio::net::TcpListener::bind(admin)
             .await
             .with_context(|| {
-                format!(
-                    "{}: admin: cannot listen on {admin} (is another process using it? change `admin`)",
-                    args.config.config.display()
-                )
+                if args.admin.is_some() {
+                    format!("--admin: cannot listen on {admin} (is another process using it? give another address)")
+                } else {
+                    format!(
+                        "{}: admin: cannot listen on {admin} (is another process using it? change `admin`, or give `--admin HOST:PORT`)",
+                        args.config.config.display()
+                    )
+                }
             })?;
         let handler = Arc::new(Admin::new(live.clone()));
         let admin_config = listener_config.clone();
@@ -249,6 +280,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
 /// Binds every traffic listener of `config` (read from `file`); an address
 /// that cannot be bound is an error naming its setting and the file.
 fn bind_listeners(config: &GatewayConfig, file: &std::path::Path) -> Result<Vec<Listening>> {
+    let overridden = wasmgate_config::node::overrides().listen.is_some();
     let field = |i: usize| match (&config.listen, i) {
         (Some(_), 0) => "listen".to_string(),
         (Some(_), i) => format!("listeners[{}]", i - 1),
@@ -261,12 +293,21 @@ fn bind_listeners(config: &GatewayConfig, file: &std::path::Path) -> Result<Vec<
         .enumerate()
         .map(|(i, l)| {
             let socket = std::net::TcpListener::bind(&l.address).with_context(|| {
-                format!(
-                    "{}: {}: cannot listen on {} (is another process using it? change the address)",
-                    file.display(),
-                    field(i),
-                    l.address
-                )
+                let plain = i == 0 && config.listen.is_some();
+                if plain && overridden {
+                    format!(
+                        "--listen: cannot listen on {} (is another process using it? give another address)",
+                        l.address
+                    )
+                } else {
+                    format!(
+                        "{}: {}: cannot listen on {} (is another process using it? change the address{})",
+                        file.display(),
+                        field(i),
+                        l.address,
+                        if plain { ", or give `--listen HOST:PORT`" } else { "" }
+                    )
+                }
             })?;
             Ok(Listening {
                 socket,

@@ -48,6 +48,56 @@ fn vars_persist_across_repeated_calls_and_config_applies() {
 }
 
 #[test]
+fn call_reads_stdin_when_it_is_not_a_terminal() {
+    use std::io::Write;
+    let mut child = wasmgate()
+        .args(["call"])
+        .arg(plugin("hello"))
+        .arg("hello")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"Ada").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        r#"{"message":"Hello Ada"}"#
+    );
+}
+
+#[test]
+fn a_missing_function_is_named_with_those_that_exist() {
+    let (ok, _, err) = call(&[plugin("hello").to_str().unwrap(), "helo"]);
+    assert!(!ok);
+    assert!(
+        err.contains("Function not found: helo (the plugin exports: hello)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_proxy_wasm_filter_given_to_serve_or_call_is_sent_to_the_gateway() {
+    let (ok, _, err) = call(&[plugin("add_header").to_str().unwrap(), "anything"]);
+    assert!(!ok);
+    assert!(
+        err.contains("is a Proxy-Wasm filter")
+            && err.contains("runs in a gateway route's `plugins`"),
+        "{err}"
+    );
+    let out = wasmgate()
+        .arg("serve")
+        .arg(plugin("add_header"))
+        .args(["--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("is a Proxy-Wasm filter"), "{err}");
+}
+
+#[test]
 fn failed_call_exits_non_zero_with_the_reason() {
     let p = plugin("capabilities");
     let (ok, _, err) = call(&[p.to_str().unwrap(), "fail", "--input", "nope"]);

@@ -17,6 +17,9 @@ async fn hello_over_http() {
     // Any path names a function too.
     let reply = post(&c, &server.url("/hello"), "Ada").await;
     assert_eq!(reply.text(), r#"{"message":"Hello Ada"}"#);
+    // The reserved health path answers without calling the plugin.
+    let reply = common::gateway::get(&c, &server.url("/.well-known/wasmgate/health")).await;
+    assert_eq!((reply.status, reply.text().as_str()), (200, "ok\n"));
     let reply = post(&c, &server.url("/missing"), "x").await;
     assert_eq!(reply.status, 404);
     assert_eq!(reply.json()["error"]["kind"], "function_not_found");

@@ -6,8 +6,10 @@ use crate::memory::InputTooLarge;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    #[error("Function not found: {0}")]
-    FunctionNotFound(String),
+    /// The reference's message, then the functions that can be called
+    /// (`exports`), so a typo is one look away from its fix.
+    #[error("Function not found: {name} ({})", callable_list(exports))]
+    FunctionNotFound { name: String, exports: Vec<String> },
     #[error("Function {function} has type {signature}; an Extism export takes no parameters and returns nothing or one i32")]
     BadSignature { function: String, signature: String },
     /// The plugin reported an error (`error_set`); the text is the plugin's own.
@@ -28,11 +30,19 @@ pub enum CallError {
     InputTooLarge(#[from] InputTooLarge),
 }
 
+fn callable_list(exports: &[String]) -> String {
+    if exports.is_empty() {
+        "the plugin exports no function that can be called".to_string()
+    } else {
+        format!("the plugin exports: {}", exports.join(", "))
+    }
+}
+
 impl CallError {
     /// A short, stable name for the failure class (used in HTTP error bodies and metrics).
     pub fn kind(&self) -> &'static str {
         match self {
-            CallError::FunctionNotFound(_) => "function_not_found",
+            CallError::FunctionNotFound { .. } => "function_not_found",
             CallError::BadSignature { .. } => "bad_signature",
             CallError::Plugin(_) => "plugin_error",
             CallError::NonZeroExit(_) => "plugin_error",

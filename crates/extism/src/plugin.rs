@@ -457,6 +457,32 @@ fn is_crash(outcome: &wasmtime::Result<i32>) -> bool {
 }
 
 impl ExtismInstance {
+    /// The functions a caller may name: exports with an Extism signature,
+    /// without WASI's entry points and toolchains' internals (`__...`).
+    fn callable_exports(&mut self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .instance
+            .exports(&mut self.store)
+            .filter_map(|e| {
+                let name = e.name().to_string();
+                let func = e.into_func()?;
+                Some((name, func))
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .filter(|(name, func)| {
+                let ty = func.ty(&self.store);
+                let results: Vec<ValType> = ty.results().collect();
+                callable_signature(ty.params().len(), &results)
+                    && !matches!(name.as_str(), "_start" | "_initialize")
+                    && !name.starts_with("__")
+            })
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        names
+    }
+
     fn export(&mut self, name: &str) -> Result<Export, CallError> {
         if let Some(found) = self.exports.get(name) {
             return Ok(found.clone());
@@ -464,7 +490,10 @@ impl ExtismInstance {
         let func = self
             .instance
             .get_func(&mut self.store, name)
-            .ok_or_else(|| CallError::FunctionNotFound(name.to_string()))?;
+            .ok_or_else(|| CallError::FunctionNotFound {
+                name: name.to_string(),
+                exports: self.callable_exports(),
+            })?;
         let ty = func.ty(&self.store);
         let results: Vec<ValType> = ty.results().collect();
         if !callable_signature(ty.params().len(), &results) {
@@ -551,6 +580,12 @@ fn check_imports(
         let defined = host_functions
             .iter()
             .any(|f| f.namespace() == from && f.name() == import.name());
+        if !defined && from == "env" && import.name().starts_with("proxy_") {
+            bail!(
+                "module `{module_name}` is a Proxy-Wasm filter (it imports `env::{}`), not an Extism plugin: it runs in a gateway route's `plugins` (`wasmgate run -c wasmgate.yaml`, docs/gateway.md); `wasmgate check` tells the kinds apart",
+                import.name()
+            );
+        }
         if !defined {
             let kind = match import.ty() {
                 ExternType::Func(f) => format!("function {f}"),

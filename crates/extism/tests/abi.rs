@@ -137,7 +137,7 @@ async fn missing_function_and_bad_signature() {
     ));
     assert_eq!(
         p.call("nope", b"").await.unwrap_err().to_string(),
-        "Function not found: nope"
+        "Function not found: nope (the plugin exports no function that can be called)"
     );
     assert!(matches!(
         p.call("takes_arg", b"").await,

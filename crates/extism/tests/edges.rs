@@ -262,7 +262,7 @@ async fn new_blocks_read_as_zeros_after_an_earlier_call() {
     assert_eq!(p.call("fresh", b"x").await.unwrap(), [0; 64]);
     assert_eq!(p.status().pool.created, 1, "one instance served every call");
     match p.call("nope", b"").await {
-        Err(CallError::FunctionNotFound(_)) => {}
+        Err(CallError::FunctionNotFound { .. }) => {}
         other => panic!("{other:?}"),
     }
 }

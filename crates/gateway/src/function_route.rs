@@ -14,6 +14,12 @@ use crate::body::{self, Body};
 use crate::error_response;
 use crate::transport::listener::{Connection, Handler};
 
+/// The path load balancers and Kubernetes probes ask `wasmgate serve`
+/// whether it is up (200 `ok`), reserved the way Spin reserves
+/// `/.well-known/spin/health`: a function's name never starts with a dot
+/// and holds no `/`, so no plugin loses a function to it.
+pub const HEALTH_PATH: &str = "/.well-known/wasmgate/health";
+
 #[derive(Clone, Debug)]
 pub struct FunctionRouteConfig {
     /// Function called for `/`; other paths name the function (`/count_vowels`).
@@ -57,6 +63,9 @@ impl FunctionRoute {
     }
 
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        if request.uri().path() == HEALTH_PATH {
+            return Response::new(Full::new(Bytes::from_static(b"ok\n")));
+        }
         let Some(function) = self.function_for(request.uri().path()).map(str::to_string) else {
             return error_response::before_call(
                 StatusCode::NOT_FOUND,

@@ -816,9 +816,11 @@ fn add_redis(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
-/// Host functions wasmgate links but does not offer (yet, or at all: gRPC,
-/// foreign functions), with their number of i32 parameters. They exist so
-/// SDK-built modules link; calling one returns Unimplemented.
+/// Functions of the Proxy-Wasm ABI that wasmgate links but does not offer,
+/// with their number of i32 parameters. Every SDK's module imports them
+/// (the Rust SDK links all of its ABI), so importing one is normal and says
+/// nothing: only a call does. A call answers Unimplemented and is logged
+/// once per plugin and function.
 const UNIMPLEMENTED: &[(&str, usize)] = &[
     ("proxy_grpc_call", 12),
     ("proxy_grpc_stream", 9),
@@ -835,7 +837,15 @@ fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
             std::iter::repeat_n(ValType::I32, i32s),
             [ValType::I32],
         );
-        linker.func_new(MODULE, name, ty, |_, _, results: &mut [Val]| {
+        linker.func_new(MODULE, name, ty, move |c, _, results: &mut [Val]| {
+            let plugin = &c.data().plugin.config.name;
+            if first_call_of(plugin, name) {
+                tracing::warn!(
+                    plugin = %plugin,
+                    function = name,
+                    "the plugin called a Proxy-Wasm host function wasmgate does not implement; it answered Unimplemented (logged once per plugin)"
+                );
+            }
             results[0] = Val::I32(Status::Unimplemented as i32);
             Ok(())
         })?;
@@ -850,20 +860,27 @@ fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
-/// The `env` functions `module` imports that wasmgate does not implement:
-/// the ones it stubs at load and the ones it links only to refuse
-/// ([`UNIMPLEMENTED`]). Calling one fails (Unimplemented, or a trap for a
-/// function without a status to return). What `wasmgate check` reports.
+/// Whether this process has not yet seen plugin `plugin` call `function`.
+fn first_call_of(plugin: &str, function: &'static str) -> bool {
+    static SEEN: std::sync::Mutex<Vec<(String, &'static str)>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.iter().any(|(p, f)| p == plugin && *f == function) {
+        return false;
+    }
+    seen.push((plugin.to_string(), function));
+    true
+}
+
+/// The `env` functions `module` imports that are not part of the
+/// Proxy-Wasm ABI wasmgate knows (an extension of another host, say): they
+/// are stubbed at load, and calling one fails (Unimplemented, or a trap for
+/// a function without a status to return). What `wasmgate check` reports.
+/// The ABI's own functions wasmgate leaves out ([`UNIMPLEMENTED`]) are not
+/// listed: every SDK imports them.
 pub fn unimplemented_imports(engine: &wasmtime::Engine, module: &wasmtime::Module) -> Vec<String> {
     let mut linker = Linker::new(engine);
     add_to_linker(&mut linker).expect("the host functions link into an empty linker");
     let mut missing = stub_unknown_imports(&mut linker, module);
-    missing.extend(
-        module
-            .imports()
-            .filter(|i| i.module() == MODULE && UNIMPLEMENTED.iter().any(|(n, _)| *n == i.name()))
-            .map(|i| i.name().to_string()),
-    );
     missing.sort();
     missing.dedup();
     missing
