@@ -2,13 +2,16 @@
 CARGO ?= cargo
 WASMGATE := target/release/wasmgate
 PORT ?= 8080
+ADMIN_PORT ?= 9901
+UPSTREAM_PORT ?= 9000
 
 PREFIX ?= /usr/local
 
-.PHONY: demo demo-gateway install test deps plugins build reference lint guest unit e2e bench reliability clean
+.PHONY: demo demo-gateway demo-deps demo-plugins install test deps plugins build reference lint guest unit e2e bench reliability clean
 
-## Serve the bundled hello plugin on :$(PORT).
-demo: deps plugins build
+## Serve the bundled hello plugin on :$(PORT). Needs only Rust (rustup):
+## demo-deps adds the wasm targets and what building the binary needs.
+demo: demo-deps demo-plugins build
 	@echo
 	@echo "$(WASMGATE) is serving target/wasm/hello.wasm (function hello) on 127.0.0.1:$(PORT)."
 	@echo "From a second terminal, try:"
@@ -17,9 +20,17 @@ demo: deps plugins build
 	@echo
 	$(WASMGATE) serve target/wasm/hello.wasm hello --port $(PORT)
 
-## The example gateway (examples/gateway/) in front of a small echoing upstream on :9000.
-demo-gateway: deps plugins build
-	examples/gateway/demo.sh
+## The example gateway (examples/gateway/) in front of a small echoing upstream
+## on :$(UPSTREAM_PORT), listening on :$(PORT), admin on :$(ADMIN_PORT). Needs Go for its Go filter.
+demo-gateway: demo-deps demo-plugins build
+	PORT=$(PORT) ADMIN_PORT=$(ADMIN_PORT) UPSTREAM_PORT=$(UPSTREAM_PORT) examples/gateway/demo.sh
+
+## What the demos need, and only that (make test's deps install the rest).
+demo-deps:
+	scripts/install-deps.sh --demo
+
+demo-plugins:
+	plugins/build.sh --demo
 
 ## Copy the binary to $(PREFIX)/bin (default /usr/local; PREFIX=~/.local for your own).
 install: build

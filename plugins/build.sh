@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds every guest plugin from source into target/wasm/ (repo root).
 # Safe to run again; needs rustup and Go (see ../scripts/install-deps.sh).
+# With --demo, only what `make demo` and `make demo-gateway` run.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="$here/../target/wasm"
@@ -10,6 +11,18 @@ rustup target add --toolchain "$(sed -n 's/^channel = "\(.*\)"/\1/p' "$here/rust
   wasm32-unknown-unknown wasm32-wasip1 >/dev/null
 
 cd "$here"
+# `plugins/build.sh --demo`: only the demos' plugins (make demo, make
+# demo-gateway): hello, two Rust filters, and the Go filter when Go is there.
+if [ "${1:-}" = "--demo" ]; then
+  cargo build --release --target wasm32-unknown-unknown -p hello
+  cp target/wasm32-unknown-unknown/release/hello.wasm "$out/hello.wasm"
+  cargo build --release --target wasm32-wasip1 -p add_header -p fault_injection
+  for p in add_header fault_injection; do cp "target/wasm32-wasip1/release/$p.wasm" "$out/$p.wasm"; done
+  if command -v go >/dev/null; then
+    (cd proxy-wasm/go/add_header && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$out/go_add_header.wasm" .)
+  fi
+  exit 0
+fi
 cargo build --release --target wasm32-unknown-unknown -p hello -p count_vowels -p bench -p reflect -p capabilities
 # Extism plugins on the wasmgate guest library (guest/rust, wasmgate-pdk): the
 # services example. Its Go twin, go/orders (guest/go), is built by the go/*/ loop.

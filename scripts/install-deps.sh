@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Everything a fresh machine needs beyond Rust (rustup) and Go: the pinned
-# toolchain's wasm targets, the Go modules of the plugins and the servers the
-# tests start (Redis, PostgreSQL). With `--bench` also the load generator and
-# nginx (and valgrind) used by `make bench`.
+# What a fresh machine needs beyond Rust (rustup) and Go.
+#
+#   scripts/install-deps.sh --demo   what `make demo` and `make demo-gateway` need:
+#                                    the pinned toolchain's wasm targets and what
+#                                    building the binary needs (protoc, a C compiler)
+#   scripts/install-deps.sh          everything `make test` needs besides: the Go
+#                                    modules of the plugins, the servers the tests
+#                                    start (Redis, PostgreSQL, etcd), the other SDKs'
+#                                    toolchains, Chromium
+#   scripts/install-deps.sh --bench  and the load generator, nginx and valgrind of
+#                                    `make bench`
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 toolchain="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
@@ -10,6 +17,31 @@ toolchain="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
 rustup toolchain list | grep -q "^$toolchain" || rustup toolchain install "$toolchain" --profile minimal -c rustfmt -c clippy
 rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null
 rustup target add --toolchain "$toolchain" wasm32-unknown-unknown wasm32-wasip1 >/dev/null
+
+apt_install() { # apt_install PACKAGE...
+  local sudo=
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# Building wasmgate itself: protoc compiles etcd's protobuf API for the etcd
+# client (crates/cluster), with protobuf's own protos (google/protobuf/*.proto,
+# Debian's libprotobuf-dev); rustls's crypto (aws-lc-rs) and ring need a C compiler.
+build_pkgs=()
+command -v protoc >/dev/null || build_pkgs+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || build_pkgs+=(libprotobuf-dev)
+command -v cc >/dev/null || build_pkgs+=(gcc libc6-dev)
+[ ${#build_pkgs[@]} -eq 0 ] || apt_install "${build_pkgs[@]}"
+
+if [ "${1:-}" = "--demo" ]; then
+  # The gateway demo's Go filter (plugins/proxy-wasm/go/add_header) is built
+  # only when Go is there; its modules come from the Go module proxy.
+  if command -v go >/dev/null; then
+    (cd "$root/plugins/proxy-wasm/go/add_header" && go mod download)
+  fi
+  exit 0
+fi
 
 command -v go >/dev/null || { echo "error: Go (1.24 or newer) is required to build the Go plugins" >&2; exit 1; }
 for mod in "$root"/plugins/go/*/ "$root"/plugins/proxy-wasm/go/*/ "$root"/reference/go-fiber/; do
@@ -35,14 +67,9 @@ command -v redis-server >/dev/null || test_pkgs+=(redis-server)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || test_pkgs+=(postgresql)
 command -v openssl >/dev/null || test_pkgs+=(openssl)
 # etcd for the cluster tests (crates/testkit's EtcdServer, docs/cluster.md),
-# with etcdctl; and protoc, which building the etcd client (crates/cluster)
-# needs to compile etcd's protobuf API (so this is a build dependency too).
+# with etcdctl.
 command -v etcd >/dev/null || test_pkgs+=(etcd-server)
 command -v etcdctl >/dev/null || test_pkgs+=(etcd-client)
-command -v protoc >/dev/null || test_pkgs+=(protobuf-compiler)
-# etcd's protos import protobuf's own (google/protobuf/descriptor.proto, ...),
-# which Debian ships in libprotobuf-dev, not with protoc itself.
-[ -f /usr/include/google/protobuf/descriptor.proto ] || test_pkgs+=(libprotobuf-dev)
 # promtool (Debian's prometheus package) checks /metrics as Prometheus reads it
 # (crates/cli/tests/trust.rs); the server it comes with is not started.
 command -v promtool >/dev/null || test_pkgs+=(prometheus)
@@ -50,11 +77,7 @@ command -v promtool >/dev/null || test_pkgs+=(prometheus)
 # driven by Playwright for Python (installed below, pinned), which uses this
 # Chromium instead of downloading its own browser.
 command -v chromium >/dev/null || test_pkgs+=(chromium)
-if [ ${#test_pkgs[@]} -gt 0 ]; then
-  sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_pkgs[@]}" >/dev/null
-fi
+[ ${#test_pkgs[@]} -eq 0 ] || apt_install "${test_pkgs[@]}"
 
 # Toolchains of the plugins from the other SDKs (docs/compatibility.md, built by
 # plugins/build.sh): Node and npm for AssemblyScript (the npm packages
@@ -67,17 +90,13 @@ command -v npm >/dev/null || sdk_pkgs+=(npm)
 command -v em++ >/dev/null || sdk_pkgs+=(emscripten)
 command -v clang >/dev/null || sdk_pkgs+=(clang)
 command -v wasm-ld >/dev/null || sdk_pkgs+=(lld)
-if [ ${#sdk_pkgs[@]} -gt 0 ]; then
-  sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${sdk_pkgs[@]}" >/dev/null
-fi
+[ ${#sdk_pkgs[@]} -eq 0 ] || apt_install "${sdk_pkgs[@]}"
 
 # h2spec, HTTP/2 conformance against the TLS listener (crates/cli/tests/tls.rs),
 # built from the module pinned in tools/h2spec into target/test-bin;
 # curl (HTTP/2 by ALPN, --resolve for SNI) and Python's ssl module drive the
 # other TLS tests.
-command -v curl >/dev/null || { sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo; $sudo apt-get update -qq; $sudo apt-get install -y -qq curl >/dev/null; }
+command -v curl >/dev/null || apt_install curl
 if [ ! -x "$root/target/test-bin/h2spec" ]; then
   mkdir -p "$root/target/test-bin"
   (cd "$root/tools/h2spec" && go build -o "$root/target/test-bin/h2spec" github.com/summerwind/h2spec/cmd/h2spec)
@@ -96,9 +115,7 @@ if [ "${1:-}" = "--bench" ]; then
   need=()
   # valgrind: bench/instructions.sh counts instructions under callgrind.
   for tool in wrk nginx valgrind; do command -v "$tool" >/dev/null || need+=("$tool"); done
-  if [ ${#need[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-  fi
+  [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
   # bench/db.sh: Toxiproxy (the emulated network round trip, built from source
   # into target/bench-bin) and the modules of its Go + pgx reference.
   if [ ! -x "$root/target/bench-bin/toxiproxy-server" ]; then
