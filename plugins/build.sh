@@ -31,12 +31,12 @@ cp target/wasm32-unknown-unknown/release/orders.wasm "$out/orders.wasm"
 cargo build --release --target wasm32-wasip1 -p faults
 # Proxy-Wasm filters (proxy-wasm Rust SDK).
 cargo build --release --target wasm32-wasip1 -p add_header -p fault_injection -p shared_state \
-  -p http_body -p http_config -p http_auth_random -p json_validation -p tick -p shared_queue -p metrics -p postpone_requests -p properties -p trailers -p metric_names
+  -p http_body -p http_config -p http_auth_random -p json_validation -p tick -p shared_queue -p metrics -p postpone_requests -p properties -p trailers -p metric_names -p grpc_call
 for p in hello count_vowels bench reflect capabilities; do
   cp "target/wasm32-unknown-unknown/release/$p.wasm" "$out/$p.wasm"
 done
 for p in faults add_header fault_injection shared_state \
-  http_body http_config http_auth_random json_validation tick shared_queue metrics postpone_requests properties trailers metric_names; do
+  http_body http_config http_auth_random json_validation tick shared_queue metrics postpone_requests properties trailers metric_names grpc_call; do
   cp "target/wasm32-wasip1/release/$p.wasm" "$out/$p.wasm"
 done
 

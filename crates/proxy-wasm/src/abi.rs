@@ -55,7 +55,8 @@ impl MapType {
             1 => MapType::RequestTrailers,
             2 => MapType::ResponseHeaders,
             3 => MapType::ResponseTrailers,
-            // 4 and 5 are gRPC metadata, which wasmgate does not carry.
+            // 4 and 5 are a gRPC stream's metadata; calls do not show theirs
+            // (Envoy neither), and streams are not offered.
             6 => MapType::HttpCallResponseHeaders,
             7 => MapType::HttpCallResponseTrailers,
             _ => return None,
@@ -71,6 +72,8 @@ pub enum BufferType {
     HttpCallResponseBody,
     VmConfiguration,
     PluginConfiguration,
+    /// The message `proxy_on_grpc_receive` is reading (a gRPC call's reply).
+    GrpcReceiveBuffer,
     /// Higress: the reply `proxy_on_redis_call_response` is reading.
     RedisCallResponse,
 }
@@ -80,8 +83,9 @@ impl BufferType {
         Some(match code {
             0 => BufferType::RequestBody,
             1 => BufferType::ResponseBody,
-            // 2 and 3 are TCP stream data; 5 is gRPC.
+            // 2 and 3 are TCP stream data.
             4 => BufferType::HttpCallResponseBody,
+            5 => BufferType::GrpcReceiveBuffer,
             6 => BufferType::VmConfiguration,
             7 => BufferType::PluginConfiguration,
             9 => BufferType::RedisCallResponse,
@@ -191,7 +195,11 @@ mod tests {
     #[test]
     fn codes_follow_the_spec() {
         assert_eq!(MapType::from_code(2), Some(MapType::ResponseHeaders));
-        assert_eq!(MapType::from_code(4), None, "gRPC metadata");
+        assert_eq!(MapType::from_code(4), None, "gRPC stream metadata");
+        assert_eq!(
+            BufferType::from_code(5),
+            Some(BufferType::GrpcReceiveBuffer)
+        );
         assert_eq!(
             BufferType::from_code(7),
             Some(BufferType::PluginConfiguration)

@@ -10,6 +10,7 @@ use wasmtime::{Caller, FuncType, Linker, Val, ValType};
 use crate::abi::{BufferType, MapType, Status, StreamType};
 use crate::callout::Callout;
 use crate::exchange::LocalResponse;
+use crate::grpc_call::GrpcCallRequest;
 use crate::headers::Headers;
 use crate::http_call::HttpCallRequest;
 use crate::pairs;
@@ -146,6 +147,7 @@ fn buffer(state: &mut FilterState, kind: BufferType) -> Option<&mut Vec<u8>> {
         BufferType::ResponseBody => Some(&mut state.exchange.response_body),
         BufferType::HttpCallResponseBody => state.call_response.as_mut().map(|r| &mut r.body),
         BufferType::RedisCallResponse => state.redis_reply.as_mut(),
+        BufferType::GrpcReceiveBuffer => state.grpc_reply.as_mut(),
         BufferType::VmConfiguration | BufferType::PluginConfiguration => None,
     }
 }
@@ -492,6 +494,7 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
             Ok(OK)
         },
     )?;
+    add_grpc_calls(linker)?;
     linker.func_wrap(MODULE, "proxy_done", |_: Ctx| OK)?;
     // The one status this host has: the outcome of the last http call
     // (0 when it was answered, 14 UNAVAILABLE with the reason when not).
@@ -510,6 +513,76 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
             )
         },
     )?;
+    Ok(())
+}
+
+/// Unary gRPC calls (`grpc_call.rs`), with cancel; `proxy_grpc_close` on a
+/// call cancels it too, as in Envoy.
+fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
+    linker.func_wrap(
+        MODULE,
+        "proxy_grpc_call",
+        |mut c: Ctx,
+         upstream_ptr: u32,
+         upstream_len: u32,
+         service_ptr: u32,
+         service_len: u32,
+         method_ptr: u32,
+         method_len: u32,
+         metadata_ptr: u32,
+         metadata_len: u32,
+         message_ptr: u32,
+         message_len: u32,
+         timeout_ms: u32,
+         token_out: u32|
+         -> Result<i32> {
+            const F: &str = "proxy_grpc_call";
+            let text = |c: &mut Ctx, ptr: u32, len: u32| -> Result<String> {
+                Ok(String::from_utf8_lossy(&read(c, F, ptr, len)?).into_owned())
+            };
+            let upstream = text(&mut c, upstream_ptr, upstream_len)?;
+            let service = text(&mut c, service_ptr, service_len)?;
+            let method = text(&mut c, method_ptr, method_len)?;
+            let metadata = read(&mut c, F, metadata_ptr, metadata_len)?;
+            let metadata = Headers::from_pairs(pairs::decode(&metadata)?);
+            let message = read(&mut c, F, message_ptr, message_len)?;
+            let known = match &c.data().plugin.config.http_caller {
+                Some(caller) => caller.has_upstream(&upstream),
+                None => false,
+            };
+            // The SDKs expect ParseFailure for a service they cannot use (Envoy
+            // cannot parse the name as a cluster or a GrpcService).
+            if !known || service.is_empty() || method.is_empty() {
+                return Ok(Status::ParseFailure as i32);
+            }
+            let state = c.data_mut();
+            state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
+            let token = state.last_call_token;
+            state.dispatched_calls.push((
+                token,
+                Callout::Grpc(Box::new(GrpcCallRequest {
+                    upstream,
+                    service,
+                    method,
+                    metadata,
+                    message,
+                    timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
+                })),
+            ));
+            write_u32(&mut c, F, token_out, token)?;
+            Ok(OK)
+        },
+    )?;
+    for name in ["proxy_grpc_cancel", "proxy_grpc_close"] {
+        linker.func_wrap(MODULE, name, |mut c: Ctx, token: u32| -> i32 {
+            let state = c.data_mut();
+            if token == 0 || token > state.last_call_token {
+                return NOT_FOUND;
+            }
+            state.cancelled_calls.push(token);
+            OK
+        })?;
+    }
     Ok(())
 }
 
@@ -817,21 +890,22 @@ fn add_redis(linker: &mut Linker<FilterState>) -> Result<()> {
 }
 
 /// Functions of the Proxy-Wasm ABI that wasmgate links but does not offer,
-/// with their number of i32 parameters. Every SDK's module imports them
-/// (the Rust SDK links all of its ABI), so importing one is normal and says
-/// nothing: only a call does. A call answers Unimplemented and is logged
-/// once per plugin and function.
-const UNIMPLEMENTED: &[(&str, usize)] = &[
-    ("proxy_grpc_call", 12),
-    ("proxy_grpc_stream", 9),
-    ("proxy_grpc_send", 4),
-    ("proxy_grpc_cancel", 1),
-    ("proxy_grpc_close", 1),
-    ("proxy_call_foreign_function", 6),
+/// with their number of i32 parameters and the status they answer. Every
+/// SDK's module imports them (the Rust SDK links all of its ABI), so
+/// importing one is normal and says nothing: only a call does, and it is
+/// logged once per plugin and function. The statuses are ones the SDKs
+/// turn into an error for the plugin (the Rust SDK panics on any status it
+/// does not expect, Unimplemented included): a stream cannot be opened
+/// (InternalFailure), a message has no stream to go to (NotFound), no
+/// foreign function is registered under any name (NotFound).
+const UNIMPLEMENTED: &[(&str, usize, Status)] = &[
+    ("proxy_grpc_stream", 9, Status::InternalFailure),
+    ("proxy_grpc_send", 4, Status::NotFound),
+    ("proxy_call_foreign_function", 6, Status::NotFound),
 ];
 
 fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
-    for &(name, i32s) in UNIMPLEMENTED {
+    for &(name, i32s, status) in UNIMPLEMENTED {
         let ty = FuncType::new(
             linker.engine(),
             std::iter::repeat_n(ValType::I32, i32s),
@@ -843,10 +917,11 @@ fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
                 tracing::warn!(
                     plugin = %plugin,
                     function = name,
-                    "the plugin called a Proxy-Wasm host function wasmgate does not implement; it answered Unimplemented (logged once per plugin)"
+                    status = ?status,
+                    "the plugin called a Proxy-Wasm host function wasmgate does not implement (logged once per plugin)"
                 );
             }
-            results[0] = Val::I32(Status::Unimplemented as i32);
+            results[0] = Val::I32(status as i32);
             Ok(())
         })?;
     }

@@ -12,6 +12,7 @@ mod batch;
 mod callout;
 mod exchange;
 mod giving;
+mod grpc_call;
 pub mod headers;
 pub mod host_env;
 pub mod http_call;

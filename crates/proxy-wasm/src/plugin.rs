@@ -25,6 +25,7 @@ use crate::batch::{self, Batched};
 use crate::callout::{Answer, CallsInFlight};
 use crate::exchange::HttpExchange;
 use crate::giving::{self, Giving};
+use crate::grpc_call::GrpcOutcome;
 use crate::host_env;
 use crate::http_call::{HttpCallResponse, HttpCaller};
 use crate::redis_call::{REDIS_NETWORK_ERROR, REDIS_OK};
@@ -169,6 +170,8 @@ type StreamCallback = Option<TypedFunc<(u32, u32, u32), i32>>;
 type CallResponseCallback = Option<TypedFunc<(u32, u32, u32, u32, u32), ()>>;
 /// (root context, token, status, reply size)
 type RedisResponseCallback = Option<TypedFunc<(u32, u32, u32, u32), ()>>;
+/// (context, token, message size or status code)
+type GrpcCallback = Option<TypedFunc<(u32, u32, u32), ()>>;
 
 /// The callbacks, typed once per instance; a missing one is skipped.
 pub(crate) struct Exports {
@@ -186,6 +189,8 @@ pub(crate) struct Exports {
     pub queue_ready: Option<TypedFunc<(u32, u32), ()>>,
     pub http_call_response: CallResponseCallback,
     pub redis_call_response: RedisResponseCallback,
+    pub grpc_receive: GrpcCallback,
+    pub grpc_close: GrpcCallback,
     /// The calls the host makes back to back, each pair or triple as one
     /// guest call (`batch.rs`); `None` if the filter lacks one of them.
     pub batched: Option<Batched>,
@@ -526,6 +531,7 @@ impl Exports {
             get("proxy_on_http_call_response"),
         );
         let redis_response = get("proxy_on_redis_call_response");
+        let (grpc_receive, grpc_close) = (get("proxy_on_grpc_receive"), get("proxy_on_grpc_close"));
         // An export with the wrong signature is refused up front rather than
         // trapping on the first request.
         let exports = (|| -> wasmtime::Result<Exports> {
@@ -544,6 +550,8 @@ impl Exports {
                 queue_ready: typed(&*store, queue_ready)?,
                 http_call_response: typed(&*store, call_response)?,
                 redis_call_response: typed(&*store, redis_response)?,
+                grpc_receive: typed(&*store, grpc_receive)?,
+                grpc_close: typed(&*store, grpc_close)?,
                 batched: None,
             })
         })();
@@ -623,6 +631,9 @@ impl FilterInstance {
         for (token, callout) in dispatched {
             calls.start(token, callout, caller, &config.services);
         }
+        for token in std::mem::take(&mut self.store_mut().data_mut().cancelled_calls) {
+            calls.cancel(token);
+        }
     }
 
     /// Delivers a call's answer in the callback its kind has.
@@ -635,6 +646,52 @@ impl FilterInstance {
         match answer {
             Answer::Http(result) => self.deliver_call_response(exchange, token, result).await,
             Answer::Redis(result) => self.deliver_redis_response(exchange, token, result).await,
+            Answer::Grpc(outcome) => self.deliver_grpc_outcome(exchange, token, outcome).await,
+        }
+    }
+
+    /// A unary gRPC call's end (see `grpc_call.rs`): its reply's message
+    /// through `proxy_on_grpc_receive`, readable as buffer 5, or its status
+    /// through `proxy_on_grpc_close`, with the message in `proxy_get_status`.
+    async fn deliver_grpc_outcome(
+        &mut self,
+        exchange: &mut Box<HttpExchange>,
+        token: u32,
+        outcome: GrpcOutcome,
+    ) -> Result<(), FilterError> {
+        match outcome {
+            GrpcOutcome::Reply(message) => {
+                let Some(f) = self.exports.grpc_receive.clone() else {
+                    return Ok(());
+                };
+                let size = message.len() as u32;
+                let state = self.store_mut().data_mut();
+                state.last_call_status = (GRPC_OK, String::new());
+                state.grpc_reply = Some(message);
+                let result = self
+                    .run_with(
+                        exchange,
+                        "proxy_on_grpc_receive",
+                        (f, (ROOT_CONTEXT_ID, token, size)),
+                    )
+                    .await;
+                self.store_mut().data_mut().grpc_reply = None;
+                result
+            }
+            GrpcOutcome::Status(code, message) => {
+                let Some(f) = self.exports.grpc_close.clone() else {
+                    return Ok(());
+                };
+                let plugin = &self.store().data().plugin.config;
+                tracing::info!(plugin = %plugin.name, route = %plugin.route, token, code, %message, "grpc call failed");
+                self.store_mut().data_mut().last_call_status = (code, message);
+                self.run_with(
+                    exchange,
+                    "proxy_on_grpc_close",
+                    (f, (ROOT_CONTEXT_ID, token, code)),
+                )
+                .await
+            }
         }
     }
 

@@ -36,6 +36,11 @@ pub struct FilterState {
     pub(crate) call_response: Option<Box<HttpCallResponse>>,
     /// The reply `proxy_on_redis_call_response` is reading (buffer 9).
     pub(crate) redis_reply: Option<Vec<u8>>,
+    /// The message `proxy_on_grpc_receive` is reading (buffer 5).
+    pub(crate) grpc_reply: Option<Vec<u8>>,
+    /// Calls the guest cancelled (`proxy_grpc_cancel`, `proxy_grpc_close`)
+    /// during the callback: their answers are not delivered.
+    pub(crate) cancelled_calls: Vec<u32>,
     /// What `proxy_redis_init` set up, by cluster (without `?...`).
     pub(crate) redis_inits: std::collections::HashMap<String, RedisInit>,
     /// What `proxy_get_status` reports: the outcome of the last callout
@@ -66,6 +71,8 @@ impl FilterState {
             last_call_token: 0,
             call_response: None,
             redis_reply: None,
+            grpc_reply: None,
+            cancelled_calls: Vec::new(),
             redis_inits: std::collections::HashMap::new(),
             last_call_status: (0, String::new()),
             registered_queues: Vec::new(),

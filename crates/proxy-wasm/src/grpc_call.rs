@@ -1,0 +1,230 @@
+//! `proxy_grpc_call`: a filter calls a unary gRPC method of an upstream and
+//! gets the reply later, as Envoy's filters do. The call is an HTTP/2
+//! request through the same [`HttpCaller`](crate::HttpCaller) as
+//! `proxy_http_call` (so the upstream needs `protocol: h2c` or `h2`); this
+//! module turns the guest's call into that request and the answer back into
+//! what the callbacks report:
+//!
+//! - the reply's message (status 0): `proxy_on_grpc_receive(context, token,
+//!   size)`, the message readable as buffer 5 (GrpcReceiveBuffer);
+//! - any other status: `proxy_on_grpc_close(context, token, code)`, with the
+//!   status message from `proxy_get_status`.
+//!
+//! Statuses follow gRPC's: the server's `grpc-status` (in the trailers, or in
+//! the headers of a trailers-only answer), an HTTP error mapped as gRPC's
+//! HTTP-to-gRPC table says, UNAVAILABLE when no answer came, and
+//! DEADLINE_EXCEEDED when the call's timeout passed first.
+
+use std::time::Duration;
+
+use crate::headers::Headers;
+use crate::http_call::{HttpCallRequest, HttpCallResponse};
+
+/// gRPC status codes the host itself reports.
+pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
+const UNKNOWN: u32 = 2;
+const INTERNAL: u32 = 13;
+const UNAVAILABLE: u32 = 14;
+
+/// A call `proxy_grpc_call` recorded.
+#[derive(Debug)]
+pub(crate) struct GrpcCallRequest {
+    pub upstream: String,
+    pub service: String,
+    pub method: String,
+    /// Initial metadata: the request's extra headers.
+    pub metadata: Headers,
+    /// The serialized request message (the guest's protobuf bytes).
+    pub message: Vec<u8>,
+    pub timeout: Duration,
+}
+
+/// How a call ended: the reply's message, or a status with its message.
+#[derive(Debug)]
+pub(crate) enum GrpcOutcome {
+    Reply(Vec<u8>),
+    Status(u32, String),
+}
+
+impl GrpcCallRequest {
+    /// The HTTP/2 request gRPC makes of a unary call: `POST
+    /// /service/method`, the message in one uncompressed frame, the deadline
+    /// as `grpc-timeout`.
+    pub fn into_http(self) -> HttpCallRequest {
+        let mut headers = self.metadata;
+        for (name, value) in [
+            (":method", "POST".to_string()),
+            (":path", format!("/{}/{}", self.service, self.method)),
+            (":authority", self.upstream.clone()),
+            ("content-type", "application/grpc".to_string()),
+            ("te", "trailers".to_string()),
+            (
+                "grpc-timeout",
+                format!("{}m", self.timeout.as_millis().max(1)),
+            ),
+        ] {
+            headers.remove(name.as_bytes());
+            headers.add(name.as_bytes(), value.into_bytes());
+        }
+        let mut body = Vec::with_capacity(5 + self.message.len());
+        body.push(0); // not compressed
+        body.extend_from_slice(&(self.message.len() as u32).to_be_bytes());
+        body.extend_from_slice(&self.message);
+        HttpCallRequest {
+            upstream: self.upstream,
+            headers,
+            body,
+            trailers: Headers::default(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// What an HTTP answer (or its absence) means for the call.
+pub(crate) fn outcome(answer: Result<HttpCallResponse, String>) -> GrpcOutcome {
+    let response = match answer {
+        Ok(response) => response,
+        Err(reason) => return GrpcOutcome::Status(UNAVAILABLE, reason),
+    };
+    let text = |headers: &Headers, name: &str| {
+        headers
+            .get(name.as_bytes())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let http_status: u16 = text(&response.headers, ":status")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    // A trailers-only answer carries the status in its headers.
+    let status =
+        text(&response.trailers, "grpc-status").or_else(|| text(&response.headers, "grpc-status"));
+    let message = text(&response.trailers, "grpc-message")
+        .or_else(|| text(&response.headers, "grpc-message"))
+        .map(|m| percent_decode(&m))
+        .unwrap_or_default();
+    let Some(status) = status else {
+        let code = match http_status {
+            200 => INTERNAL, // a 200 without grpc-status breaks the protocol
+            400 => INTERNAL,
+            401 => 16, // UNAUTHENTICATED
+            403 => 7,  // PERMISSION_DENIED
+            404 => 12, // UNIMPLEMENTED
+            429 | 502 | 503 | 504 => UNAVAILABLE,
+            _ => UNKNOWN,
+        };
+        return GrpcOutcome::Status(
+            code,
+            format!("the upstream answered HTTP {http_status} without a gRPC status"),
+        );
+    };
+    match status.trim().parse::<u32>() {
+        Ok(0) => match first_message(&response.body) {
+            Ok(message) => GrpcOutcome::Reply(message),
+            Err(reason) => GrpcOutcome::Status(INTERNAL, reason),
+        },
+        Ok(code) => GrpcOutcome::Status(code, message),
+        Err(_) => GrpcOutcome::Status(UNKNOWN, format!("grpc-status `{status}` is not a number")),
+    }
+}
+
+/// The first length-prefixed message of a gRPC body (a unary reply has one).
+fn first_message(body: &[u8]) -> Result<Vec<u8>, String> {
+    let Some((&[compressed, a, b, c, d], rest)) = body.split_first_chunk::<5>() else {
+        return Err("the reply has no complete gRPC message".into());
+    };
+    if compressed != 0 {
+        return Err("the reply is compressed, which gRPC calls from filters do not ask for".into());
+    }
+    let len = u32::from_be_bytes([a, b, c, d]) as usize;
+    rest.get(..len)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| "the reply's gRPC message is cut short".into())
+}
+
+/// `grpc-message` is percent-encoded (gRPC's HTTP/2 protocol document).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: &str, grpc: Option<(&str, &str)>, body: &[u8]) -> HttpCallResponse {
+        let mut headers = Headers::default();
+        headers.push_pseudo(":status", status.as_bytes().to_vec());
+        let mut trailers = Headers::default();
+        if let Some((code, message)) = grpc {
+            trailers.add(b"grpc-status", code.as_bytes().to_vec());
+            trailers.add(b"grpc-message", message.as_bytes().to_vec());
+        }
+        HttpCallResponse {
+            headers,
+            body: body.to_vec(),
+            trailers,
+        }
+    }
+
+    #[test]
+    fn replies_statuses_and_broken_answers() {
+        let framed = [&[0, 0, 0, 0, 2][..], b"hi"].concat();
+        assert!(matches!(
+            outcome(Ok(answer("200", Some(("0", "")), &framed))),
+            GrpcOutcome::Reply(m) if m == b"hi"
+        ));
+        assert!(matches!(
+            outcome(Ok(answer("200", Some(("3", "told%20to fail")), b""))),
+            GrpcOutcome::Status(3, m) if m == "told to fail"
+        ));
+        assert!(matches!(
+            outcome(Ok(answer("404", None, b""))),
+            GrpcOutcome::Status(12, _)
+        ));
+        assert!(matches!(
+            outcome(Ok(answer("200", Some(("0", "")), &[0, 0, 0, 0, 9, 1]))),
+            GrpcOutcome::Status(13, _)
+        ));
+        assert!(matches!(
+            outcome(Err("refused".into())),
+            GrpcOutcome::Status(14, m) if m == "refused"
+        ));
+    }
+
+    #[test]
+    fn the_request_is_a_grpc_post() {
+        let request = GrpcCallRequest {
+            upstream: "svc".into(),
+            service: "test.Echo".into(),
+            method: "Unary".into(),
+            metadata: Headers::from_pairs(vec![(b"x-meta".to_vec(), b"1".to_vec())]),
+            message: b"abc".to_vec(),
+            timeout: Duration::from_millis(1500),
+        }
+        .into_http();
+        assert_eq!(
+            request.headers.get(b":path"),
+            Some(&b"/test.Echo/Unary"[..])
+        );
+        assert_eq!(request.headers.get(b"grpc-timeout"), Some(&b"1500m"[..]));
+        assert_eq!(request.headers.get(b"x-meta"), Some(&b"1"[..]));
+        assert_eq!(request.body, [&[0, 0, 0, 0, 3][..], b"abc"].concat());
+    }
+}
