@@ -80,6 +80,7 @@ w="$root/target/wasm"
 cat >"$tmp/gateway.yaml" <<EOF
 listen: 127.0.0.1:$GW
 limits: {threads: 1}
+access_log: {enabled: false}   # nginx's is off too
 plugins:
   - {name: add_header, wasm: $w/add_header.wasm}
   - {name: go_add_header, wasm: $w/go_add_header.wasm}

@@ -15,7 +15,7 @@ T = lambda *p: os.path.join(ROOT, "target", *p)
 HELLO = T("wasm", "hello.wasm")
 
 SERVERS = {
-    "wasmgate": lambda port: [T("release", "wasmgate"), "serve", HELLO, "hello", "--port", str(port), "--threads", "1", "--log-level", "warn"],
+    "wasmgate": lambda port: [T("release", "wasmgate"), "serve", HELLO, "hello", "--port", str(port), "--threads", "1", "--log-level", "warn", "--access-log", "off"],
     "native": lambda port: [T("release", "examples", "native_hello"), str(port), "1"],
     "gofiber-pool": lambda port: [T("reference", "gofiber"), "-wasm", HELLO, "-mode", "pool", "-addr", f"127.0.0.1:{port}"],
     "gofiber-mutex": lambda port: [T("reference", "gofiber"), "-wasm", HELLO, "-mode", "mutex", "-addr", f"127.0.0.1:{port}"],

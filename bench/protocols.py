@@ -82,6 +82,7 @@ def start(tmp):
         f.write(f"""listen: 127.0.0.1:{GW}
 admin: 127.0.0.1:{GW_ADMIN}
 limits: {{threads: 1}}
+access_log: {{enabled: false}}
 plugins:
   - {{name: tag, wasm: {ROOT}/target/wasm/add_header.wasm}}
 upstreams:

@@ -81,6 +81,7 @@ def start(tmp):
     with open(config, "w") as f:
         f.write(f"""listen: 127.0.0.1:{GW_PLAIN}
 admin: 127.0.0.1:{GW_ADMIN}
+access_log: {{enabled: false}}
 listeners:
   - {{address: 127.0.0.1:{GW_ECDSA}, tls: {{certificates: [ecdsa]}}}}
   - {{address: 127.0.0.1:{GW_RSA}, tls: {{certificates: [rsa]}}}}

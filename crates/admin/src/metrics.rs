@@ -20,6 +20,7 @@ pub fn render(live: &LiveGateway) -> String {
     long_call_metrics(&mut out);
     tls_metrics(&gateway, &mut out);
     tunnel_metrics(&mut out);
+    access_log_metrics(&mut out);
     route_metrics(&gateway, &mut out);
     upstream_metrics(&gateway, &mut out);
     plugin_metrics(&gateway, &mut out);
@@ -616,6 +617,53 @@ fn tunnel_metrics(out: &mut String) {
             );
         }
     }
+}
+
+/// The access log's lines: written, and lost (the queue full because the
+/// disk is slower than the traffic, or a write that failed), by reason.
+fn access_log_metrics(out: &mut String) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(log) = wasmgate_observe::access_log::global() else {
+        return;
+    };
+    let stats = log.stats();
+    family(
+        out,
+        "wasmgate_access_log_lines_total",
+        "counter",
+        "Access-log lines written.",
+    );
+    let _ = writeln!(
+        out,
+        "wasmgate_access_log_lines_total {}",
+        stats.lines.load(Relaxed)
+    );
+    family(
+        out,
+        "wasmgate_access_log_lost_total",
+        "counter",
+        "Access-log lines lost, by reason (queue_full: the writer fell behind; write_error).",
+    );
+    for (reason, n) in [
+        ("queue_full", stats.dropped.load(Relaxed)),
+        ("write_error", stats.write_errors.load(Relaxed)),
+    ] {
+        let _ = writeln!(
+            out,
+            "wasmgate_access_log_lost_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    family(
+        out,
+        "wasmgate_access_log_reopens_total",
+        "counter",
+        "Times the access-log file was opened again (SIGUSR1).",
+    );
+    let _ = writeln!(
+        out,
+        "wasmgate_access_log_reopens_total {}",
+        stats.reopened.load(Relaxed)
+    );
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

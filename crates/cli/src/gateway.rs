@@ -190,6 +190,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 
 async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     let node = GatewayConfig::load(&args.config.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let base = args
+        .config
+        .config
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    let log = &node.access_log;
+    crate::access_log::start(
+        log.enabled,
+        &log.path,
+        crate::access_log::format_of(log.format),
+        base,
+    )
+    .with_context(|| args.config.config.display().to_string())?;
     let clustered = node.config.is_some();
     let started = if clustered {
         let runtime = runtime(&args.config)?;

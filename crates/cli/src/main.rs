@@ -1,5 +1,6 @@
 //! The `wasmgate` command.
 
+mod access_log;
 mod call;
 mod cluster;
 mod compile;

@@ -1,6 +1,7 @@
 //! `wasmgate serve`: one plugin's functions over HTTP.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -63,6 +64,13 @@ pub struct ServeArgs {
     /// names the request id, under which the report is in the log.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     error_details: bool,
+    /// The access log: one line per request to this file (appended to,
+    /// reopened on SIGUSR1), `-` for standard output, `off` for none.
+    #[arg(long, default_value = "-", value_name = "PATH|-|off")]
+    access_log: String,
+    /// The access log's lines: `json` or `text` (named fields).
+    #[arg(long, default_value = "json", value_name = "json|text")]
+    access_log_format: String,
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
@@ -81,6 +89,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
+    let format = match args.access_log_format.as_str() {
+        "json" => wasmgate_observe::Format::Json,
+        "text" => wasmgate_observe::Format::Text,
+        other => bail!("--access-log-format: `{other}` is neither json nor text"),
+    };
+    let log = args.access_log.as_str();
+    crate::access_log::start(log != "off", log, format, Path::new("."))?;
     let mut manifest = args.plugin.manifest()?;
     manifest.timeout_ms.get_or_insert(DEFAULT_SERVE_TIMEOUT_MS);
     let runtime = args.plugin.runtime()?;

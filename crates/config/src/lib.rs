@@ -32,7 +32,7 @@ pub(crate) use errors::parse_yaml;
 pub use errors::{ConfigError, ConfigErrors};
 use names::unique_names;
 pub use names::{check_name, NamedEntry};
-pub use node::{ConfigSource, Limits, ADMIN_TOKEN_ENV};
+pub use node::{AccessLogConfig, AccessLogFormat, ConfigSource, Limits, ADMIN_TOKEN_ENV};
 pub use plugins::{conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind};
 pub use routes::{
     FixedResponse, FunctionEndpoint, PathMatch, Redirect, RouteConfig, Scheme, UpgradeConfig,
@@ -122,6 +122,10 @@ pub struct GatewayConfig {
     pub routes: Vec<RouteConfig>,
     #[serde(default)]
     pub limits: Limits,
+    /// The access log: one line per request (docs/observability.md). On,
+    /// to standard output, as JSON lines, unless said otherwise.
+    #[serde(default, skip_serializing_if = "AccessLogConfig::is_default")]
+    pub access_log: AccessLogConfig,
 }
 
 impl GatewayConfig {

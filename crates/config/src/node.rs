@@ -66,6 +66,55 @@ pub(crate) fn apply_overrides(config: &mut GatewayConfig) {
     }
 }
 
+/// Where and how the node writes its access log; read at start-up.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogConfig {
+    /// Whether requests are logged at all (routes can opt out one by one).
+    #[serde(default = "enabled")]
+    pub enabled: bool,
+    /// A file, appended to and opened again on SIGUSR1 (logrotate's
+    /// convention), relative to this file's directory; `-` is standard
+    /// output.
+    #[serde(default = "stdout")]
+    pub path: String,
+    #[serde(default)]
+    pub format: AccessLogFormat,
+}
+
+/// JSON lines, or text with named fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    #[default]
+    Json,
+    Text,
+}
+
+fn enabled() -> bool {
+    true
+}
+
+fn stdout() -> String {
+    "-".into()
+}
+
+impl Default for AccessLogConfig {
+    fn default() -> Self {
+        AccessLogConfig {
+            enabled: true,
+            path: stdout(),
+            format: AccessLogFormat::Json,
+        }
+    }
+}
+
+impl AccessLogConfig {
+    pub fn is_default(&self) -> bool {
+        *self == AccessLogConfig::default()
+    }
+}
+
 /// Environment variable that sets (and overrides) `admin_token`.
 pub const ADMIN_TOKEN_ENV: &str = "WASMGATE_ADMIN_TOKEN";
 

@@ -55,6 +55,10 @@ pub struct RouteConfig {
     /// Default: WebSocket, idle for at most 5 minutes.
     #[serde(default, skip_serializing_if = "UpgradeConfig::is_default")]
     pub upgrade: UpgradeConfig,
+    /// Whether this route's requests get access-log lines (when the node
+    /// keeps a log: `access_log`). Default: yes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<bool>,
 }
 
 /// Which `Upgrade` protocols a route tunnels to its upstream once the

@@ -4,6 +4,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -60,6 +62,8 @@ pub struct ClientBody {
     armed: bool,
     /// The body failed (stalled, malformed): nothing more to read.
     failed: bool,
+    /// Bytes read so far, for the access log (when it is on).
+    counted: Option<Arc<AtomicU64>>,
 }
 
 /// How long, and how much, an abandoned body is read on (`ClientBody`).
@@ -103,7 +107,14 @@ impl ClientBody {
             deadline: None,
             armed: false,
             failed: false,
+            counted: None,
         }
+    }
+
+    /// Counts the bytes read into `bytes` (the access log's `bytes_in`).
+    pub fn counted_into(mut self, bytes: Arc<AtomicU64>) -> ClientBody {
+        self.counted = Some(bytes);
+        self
     }
 
     fn inner(&self) -> &hyper::body::Incoming {
@@ -153,6 +164,10 @@ impl hyper::body::Body for ClientBody {
             Poll::Ready(frame) => {
                 // Progress: the idle clock starts again at the next wait.
                 this.armed = false;
+                if let (Some(counted), Some(Ok(frame))) = (&this.counted, &frame) {
+                    let read = frame.data_ref().map_or(0, Bytes::len) as u64;
+                    counted.fetch_add(read, std::sync::atomic::Ordering::Relaxed);
+                }
                 Poll::Ready(frame.map(|f| {
                     f.map_err(|e| {
                         this.failed = true;

@@ -4,10 +4,14 @@
 //! the chain for the rest of the request (`fail: open`). Bodies stream
 //! through it with `body_pump.rs`.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use wasmgate_config::FailStrategy;
 use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
+
+use crate::upstream::UpstreamServed;
 
 /// A filter of a route: the plugin configured for that route, and its policy.
 pub struct RouteFilter {
@@ -47,12 +51,78 @@ struct Link {
 }
 
 pub struct Chain {
+    /// One per filter of the route, in order; `None` once a filter dropped
+    /// out (fail open).
     links: Vec<Option<Link>>,
+    /// What the access log wants to know, when it is on (`access.rs`).
+    notes: Option<Arc<ChainNotes>>,
+}
+
+/// What a request's chain did, for its access-log line: the time each
+/// filter's callbacks took, and the filter that answered by itself. Shared
+/// with the response body, whose end writes the line.
+#[derive(Debug)]
+pub struct ChainNotes {
+    names: Vec<String>,
+    nanos: Vec<AtomicU64>,
+    local_response: OnceLock<String>,
+    /// The node that answered (the response the chain filters is a new one).
+    upstream: OnceLock<UpstreamServed>,
+}
+
+impl ChainNotes {
+    pub fn new(filters: &[RouteFilter]) -> Arc<ChainNotes> {
+        Arc::new(ChainNotes {
+            names: filters
+                .iter()
+                .map(|f| f.plugin.name().to_string())
+                .collect(),
+            nanos: filters.iter().map(|_| AtomicU64::new(0)).collect(),
+            local_response: OnceLock::new(),
+            upstream: OnceLock::new(),
+        })
+    }
+
+    /// Keeps what `response` says about the node that answered it.
+    pub fn note_upstream<B>(&self, response: &hyper::Response<B>) {
+        if let Some(served) = response.extensions().get::<UpstreamServed>() {
+            let _ = self.upstream.set(served.clone());
+        }
+    }
+
+    pub fn upstream(&self) -> Option<UpstreamServed> {
+        self.upstream.get().cloned()
+    }
+
+    /// Each filter's name and the time its callbacks took so far.
+    pub fn times(&self) -> impl Iterator<Item = (&str, Duration)> {
+        self.names.iter().zip(&self.nanos).map(|(name, nanos)| {
+            (
+                name.as_str(),
+                Duration::from_nanos(nanos.load(Ordering::Relaxed)),
+            )
+        })
+    }
+
+    /// The filter that sent a local response, if one did.
+    pub fn local_response(&self) -> Option<&str> {
+        self.local_response.get().map(String::as_str)
+    }
+
+    fn spent(&self, filter: usize, since: Instant) {
+        if let Some(nanos) = self.nanos.get(filter) {
+            nanos.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Chain {
-    /// Starts a stream on every filter; `None` when nothing is in the chain.
-    pub async fn start(filters: &[RouteFilter]) -> Result<Chain, Stop> {
+    /// Starts a stream on every filter; with `notes`, the time each filter
+    /// takes is recorded there.
+    pub async fn start(
+        filters: &[RouteFilter],
+        notes: Option<Arc<ChainNotes>>,
+    ) -> Result<Chain, Stop> {
         let mut links = Vec::with_capacity(filters.len());
         for filter in filters {
             match filter.plugin.stream().await {
@@ -64,13 +134,38 @@ impl Chain {
                 Err(error) => {
                     if let Err(stop) = fail(filter.plugin.name(), filter.fail, error) {
                         // The streams already started go back to their pools.
-                        Chain { links }.finish(&mut Box::default()).await;
+                        Chain { links, notes }.finish(&mut Box::default()).await;
                         return Err(stop);
                     }
+                    links.push(None);
                 }
             }
         }
-        Ok(Chain { links })
+        Ok(Chain { links, notes })
+    }
+
+    /// The clock of filter `i`'s callback, when notes are kept.
+    fn clock(&self) -> Option<Instant> {
+        self.notes.as_ref().map(|_| Instant::now())
+    }
+
+    fn settle(
+        &mut self,
+        i: usize,
+        started: Option<Instant>,
+        result: Result<Flow, FilterError>,
+    ) -> Result<Option<Flow>, Stop> {
+        if let (Some(notes), Some(started)) = (&self.notes, started) {
+            notes.spent(i, started);
+            if matches!(result, Ok(Flow::Respond)) {
+                if let Some(link) = &self.links[i] {
+                    let _ = notes
+                        .local_response
+                        .set(link.stream.plugin().name().to_string());
+                }
+            }
+        }
+        settle(&mut self.links[i], result)
     }
 
     pub async fn headers(
@@ -79,8 +174,11 @@ impl Chain {
         exchange: &mut Box<HttpExchange>,
         end_of_stream: bool,
     ) -> Result<(), Stop> {
-        for slot in &mut self.links {
-            let Some(link) = slot else { continue };
+        for i in 0..self.links.len() {
+            let started = self.clock();
+            let Some(link) = &mut self.links[i] else {
+                continue;
+            };
             let result = match direction {
                 Direction::Request => {
                     link.stream
@@ -94,7 +192,7 @@ impl Chain {
                 }
             };
             // Headers cannot be buffered: Buffer only comes from body callbacks.
-            settle(slot, result)?;
+            self.settle(i, started, result)?;
         }
         Ok(())
     }
@@ -108,8 +206,11 @@ impl Chain {
         mut data: Vec<u8>,
         end_of_stream: bool,
     ) -> Result<Vec<u8>, Stop> {
-        for slot in &mut self.links {
-            let Some(link) = slot else { continue };
+        for i in 0..self.links.len() {
+            let started = self.clock();
+            let Some(link) = &mut self.links[i] else {
+                continue;
+            };
             let mut held = std::mem::take(&mut link.held);
             held.append(&mut data);
             *body_of(exchange, direction) = held;
@@ -118,9 +219,9 @@ impl Chain {
                 Direction::Response => link.stream.on_response_body(exchange, end_of_stream).await,
             };
             let out = std::mem::take(body_of(exchange, direction));
-            match settle(slot, result)? {
+            match self.settle(i, started, result)? {
                 Some(Flow::Buffer) => {
-                    if let Some(link) = slot {
+                    if let Some(link) = &mut self.links[i] {
                         link.held = out;
                     }
                     return Ok(Vec::new());
@@ -137,13 +238,16 @@ impl Chain {
         direction: Direction,
         exchange: &mut Box<HttpExchange>,
     ) -> Result<(), Stop> {
-        for slot in &mut self.links {
-            let Some(link) = slot else { continue };
+        for i in 0..self.links.len() {
+            let started = self.clock();
+            let Some(link) = &mut self.links[i] else {
+                continue;
+            };
             let result = match direction {
                 Direction::Request => link.stream.on_request_trailers(exchange).await,
                 Direction::Response => link.stream.on_response_trailers(exchange).await,
             };
-            settle(slot, result)?;
+            self.settle(i, started, result)?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use wasmgate_extism::Plugin;
 
+use crate::access::{logged, Pending};
 use crate::body::{self, Body};
 use crate::error_response;
 use crate::transport::listener::{Connection, Handler};
@@ -63,10 +64,24 @@ impl FunctionRoute {
     }
 
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        self.handle_noted(request, None).await
+    }
+
+    /// [`FunctionRoute::handle`], telling `pending` (an access-log line)
+    /// the function called and the bytes of the input.
+    async fn handle_noted(
+        &self,
+        request: Request<Incoming>,
+        mut pending: Option<&mut Pending>,
+    ) -> Response<Full<Bytes>> {
         if request.uri().path() == HEALTH_PATH {
             return Response::new(Full::new(Bytes::from_static(b"ok\n")));
         }
-        let Some(function) = self.function_for(request.uri().path()).map(str::to_string) else {
+        let function = self.function_for(request.uri().path()).map(str::to_string);
+        if let (Some(pending), Some(function)) = (pending.as_mut(), &function) {
+            pending.set_route(function);
+        }
+        let Some(function) = function else {
             return error_response::before_call(
                 StatusCode::NOT_FOUND,
                 "function_not_found",
@@ -76,7 +91,16 @@ impl FunctionRoute {
             );
         };
         match read_body(request.into_body(), self.config.max_body_bytes).await {
-            Ok(body) => self.call(crate::request_id::next(), &function, &body).await,
+            Ok(body) => {
+                let request_id = match pending {
+                    Some(pending) => {
+                        pending.read(body.len() as u64);
+                        pending.request_id()
+                    }
+                    None => crate::request_id::next(),
+                };
+                self.call(request_id, &function, &body).await
+            }
             Err((status, kind, message)) => error_response::before_call(
                 status,
                 kind,
@@ -125,8 +149,16 @@ impl FunctionRoute {
 }
 
 impl Handler for FunctionRoute {
-    async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
-        FunctionRoute::handle(self, request).await.map(body::boxed)
+    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+        if wasmgate_observe::access_log::global().is_none() {
+            return FunctionRoute::handle(self, request).await.map(body::boxed);
+        }
+        let host = crate::router::request_host(request.uri(), request.headers()).to_string();
+        let (parts, body) = request.into_parts();
+        let mut pending = Pending::begin(&parts, &host, connection.peer);
+        let request = Request::from_parts(parts, body);
+        let response = self.handle_noted(request, pending.as_mut()).await;
+        logged(pending, response.map(body::boxed))
     }
 }
 

@@ -75,6 +75,8 @@ pub(crate) struct Route {
     pub rejected: AtomicU64,
     /// The upgrades (WebSocket) it tunnels to its upstream.
     pub upgrade: wasmgate_config::UpgradeConfig,
+    /// Whether its requests get access-log lines (when the node keeps a log).
+    pub access_log: bool,
 }
 
 impl Route {

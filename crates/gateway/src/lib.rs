@@ -10,6 +10,7 @@
 //! its endpoints are `endpoint/`, its upstreams `upstream/`. What
 //! operations read of it is [`stats`]; the admin API is a crate of its own.
 
+mod access;
 pub mod body;
 mod body_pump;
 mod build;

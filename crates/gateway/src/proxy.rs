@@ -19,6 +19,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -31,9 +32,10 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo};
 
+use crate::access::{logged, Pending};
 use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::body_pump::{channel_body, channel_body_after, BodyPump};
-use crate::chain::{Chain, Direction, Stop};
+use crate::chain::{Chain, ChainNotes, Direction, Stop};
 use crate::endpoint::tunnel::{self, UpgradeRequest};
 use crate::endpoint::upstream::{
     self, exchange_hash_key, path_and_query, request_authority, upstream_head,
@@ -84,6 +86,12 @@ impl Gateway {
             Duration::from_millis(self.config.limits.body_read_timeout_ms),
         );
         let host = crate::router::request_host(&parts.uri, &parts.headers).to_string();
+        // The access-log line, when the node keeps a log (access.rs).
+        let mut pending = Pending::begin(&parts, &host, connection.peer);
+        let body = match &pending {
+            Some(pending) => body.counted_into(pending.bytes_in()),
+            None => body,
+        };
         let route = self
             .route_index
             .find(
@@ -98,7 +106,7 @@ impl Gateway {
             )
             .map(|i| &self.routes[i]);
         let Some(route) = route else {
-            return body::full_response(error_response::simple(
+            let response = body::full_response(error_response::simple(
                 StatusCode::NOT_FOUND,
                 "no_route",
                 format!(
@@ -108,7 +116,21 @@ impl Gateway {
                     parts.uri.path()
                 ),
             ));
+            return logged(pending, response);
         };
+        if !route.access_log {
+            pending = None;
+        }
+        let mut notes = None;
+        if let Some(pending) = &mut pending {
+            pending.set_route(&route.name);
+            if !route.filters.is_empty() {
+                let chain_notes = ChainNotes::new(&route.filters);
+                pending.notes(chain_notes.clone());
+                notes = Some(chain_notes);
+            }
+        }
+        let request_id = pending.as_ref().map(Pending::request_id);
         let permit = match &route.concurrency {
             None => None,
             Some(limit) => match limit.clone().try_acquire_owned() {
@@ -116,7 +138,7 @@ impl Gateway {
                 Err(_) => {
                     route.rejected.fetch_add(1, Ordering::Relaxed);
                     route.count(StatusCode::SERVICE_UNAVAILABLE);
-                    return route_overloaded(&route.name);
+                    return logged(pending, route_overloaded(&route.name));
                 }
             },
         };
@@ -128,16 +150,30 @@ impl Gateway {
             _ => None,
         };
         let response = if let Some((upstream, upgrade)) = upgrade {
-            self.upgrade(route, upstream, upgrade, parts, connection, host)
-                .await
+            let asked = Asked {
+                parts,
+                connection,
+                host,
+                request_id,
+                notes,
+            };
+            self.upgrade(route, upstream, upgrade, asked).await
         } else if route.filters.is_empty() {
-            self.unfiltered(route, parts, body, &connection, &host)
+            self.unfiltered(route, parts, body, &connection, &host, request_id)
                 .await
         } else {
-            self.filtered(route, parts, body, connection, host).await
+            let asked = Asked {
+                parts,
+                connection,
+                host,
+                request_id,
+                notes,
+            };
+            self.filtered(route, asked, body).await
         };
         route.latency.record(started.elapsed());
         route.count(response.status());
+        let response = logged(pending, response);
         match permit {
             // The request counts against the limit until its body is sent.
             Some(permit) => response.map(|body| {
@@ -159,6 +195,7 @@ impl Gateway {
         body: ClientBody,
         connection: &Connection,
         host: &str,
+        request_id: Option<u64>,
     ) -> Response<Body> {
         match &route.endpoint {
             Endpoint::Upstream(upstream) => {
@@ -174,7 +211,7 @@ impl Gateway {
                     Ok(input) => input,
                     Err(response) => return response,
                 };
-                let request_id = crate::request_id::next();
+                let request_id = request_id.unwrap_or_else(crate::request_id::next);
                 let target = Target {
                     scheme: if connection.tls.is_some() {
                         "https"
@@ -192,17 +229,11 @@ impl Gateway {
         }
     }
 
-    async fn filtered(
-        &self,
-        route: &Route,
-        parts: Parts,
-        body: ClientBody,
-        connection: Connection,
-        host: String,
-    ) -> Response<Body> {
-        let peer = connection.peer;
-        let mut exchange = exchange_for(parts, connection, host, route);
-        let mut chain = match Chain::start(&route.filters).await {
+    async fn filtered(&self, route: &Route, asked: Asked, body: ClientBody) -> Response<Body> {
+        let peer = asked.connection.peer;
+        let notes = asked.notes.clone();
+        let mut exchange = exchange_for(asked, route);
+        let mut chain = match Chain::start(&route.filters, notes.clone()).await {
             Ok(chain) => chain,
             Err(stop) => {
                 return stopped(&route.name, stop, &mut exchange, self.config.error_details)
@@ -269,7 +300,12 @@ impl Gateway {
             }
         };
         let (response, request_rest) = match sent {
-            Ok(sent) => sent,
+            Ok(sent) => {
+                if let Some(notes) = &notes {
+                    notes.note_upstream(&sent.0);
+                }
+                sent
+            }
             Err(stop) => {
                 let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
                 chain.finish(&mut exchange).await;
@@ -361,13 +397,17 @@ impl Gateway {
         route: &Route,
         upstream: &Upstream,
         upgrade: UpgradeRequest,
-        parts: Parts,
-        connection: Connection,
-        host: String,
+        asked: Asked,
     ) -> Response<Body> {
         // An upgrade request has no body of its own: what follows its head
         // is the tunnel's.
         if route.filters.is_empty() {
+            let Asked {
+                parts,
+                connection,
+                host,
+                ..
+            } = asked;
             let (mut head, key) = upstream::outbound_head(upstream, parts, &connection, &host);
             tunnel::ask_upstream(&mut head.headers, &upgrade.protocol);
             return match upstream.send(head, OutboundBody::Upgrade, key).await {
@@ -375,9 +415,10 @@ impl Gateway {
                 Err(e) => upstream::upstream_failed(&route.name, e),
             };
         }
-        let peer = connection.peer;
-        let mut exchange = exchange_for(parts, connection, host, route);
-        let mut chain = match Chain::start(&route.filters).await {
+        let peer = asked.connection.peer;
+        let notes = asked.notes.clone();
+        let mut exchange = exchange_for(asked, route);
+        let mut chain = match Chain::start(&route.filters, notes.clone()).await {
             Ok(chain) => chain,
             Err(stop) => {
                 return stopped(&route.name, stop, &mut exchange, self.config.error_details)
@@ -392,7 +433,12 @@ impl Gateway {
         tunnel::ask_upstream(&mut head.headers, &upgrade.protocol);
         let key = exchange_hash_key(upstream, &exchange, peer);
         let response = match upstream.send(head, OutboundBody::Upgrade, key).await {
-            Ok(response) => tunnel::answer(upgrade, response, &route.name, &route.upgrade),
+            Ok(response) => {
+                if let Some(notes) = &notes {
+                    notes.note_upstream(&response);
+                }
+                tunnel::answer(upgrade, response, &route.name, &route.upgrade)
+            }
             Err(e) => upstream::upstream_failed(&route.name, e),
         };
         self.filter_response(route, chain, exchange, response, None)
@@ -546,12 +592,24 @@ async fn filter_whole_body(
 /// The exchange filters see: pseudo-headers, then the request's own header
 /// map (`Host` becomes `:authority`), and what is known of the request and
 /// its connection.
-fn exchange_for(
+/// A request as it came: its head, its connection, the host it names, and
+/// what the access log set up for it (its id, the chain's notes).
+struct Asked {
     parts: Parts,
     connection: Connection,
     host: String,
-    route: &Route,
-) -> Box<HttpExchange> {
+    request_id: Option<u64>,
+    notes: Option<Arc<ChainNotes>>,
+}
+
+fn exchange_for(asked: Asked, route: &Route) -> Box<HttpExchange> {
+    let Asked {
+        parts,
+        connection,
+        host,
+        request_id,
+        ..
+    } = asked;
     let authority = request_authority(&parts).unwrap_or(host);
     let mut fields = parts.headers;
     fields.remove(header::HOST);
@@ -579,7 +637,7 @@ fn exchange_for(
     let mut exchange = Box::<HttpExchange>::default();
     exchange.request_headers = request_headers;
     exchange.info = RequestInfo {
-        id: crate::request_id::next(),
+        id: request_id.unwrap_or_else(crate::request_id::next),
         protocol,
         start_time: Some(SystemTime::now()),
         source: Some(connection.peer),

@@ -469,9 +469,10 @@ impl LiveGateway {
             || old.limits.threads != new.limits.threads
             || old.limits.long_call_threads != new.limits.long_call_threads
             || old.limits.long_call_nice != new.limits.long_call_nice
+            || old.access_log != new.access_log
         {
             tracing::warn!(
-                "`listen`, `listeners`, `admin`, `limits.threads`, `limits.long_call_threads` and `limits.long_call_nice` changes take effect at the next restart (certificates and the other sections are reloaded)"
+                "`listen`, `listeners`, `admin`, `limits.threads`, `limits.long_call_threads`, `limits.long_call_nice` and `access_log` changes take effect at the next restart (certificates and the other sections are reloaded)"
             );
         }
     }

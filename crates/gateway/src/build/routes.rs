@@ -74,6 +74,7 @@ pub(super) async fn build(
                     .map(|n| Arc::new(Semaphore::new(n))),
                 rejected: AtomicU64::new(0),
                 upgrade: r.upgrade.clone(),
+                access_log: r.access_log.unwrap_or(true),
             });
         }
     }

@@ -52,8 +52,19 @@ pub struct Upstream {
     passive: Option<PassiveCheck>,
 }
 
+/// Which node answered a request, and how long its response head took:
+/// put in the response's extensions for the access log (only while one is
+/// kept: the extension map is an allocation per response).
+#[derive(Clone, Debug)]
+pub struct UpstreamServed {
+    pub node: Arc<str>,
+    pub elapsed: Duration,
+}
+
 pub struct Node {
     pub address: String,
+    /// The same, shared with the responses it answers (`UpstreamServed`).
+    shared_address: Arc<str>,
     /// `Host` for requests that bring none (probes, calls without `:authority`).
     default_host: Option<HeaderValue>,
     /// Its keep-alive connections.
@@ -169,6 +180,7 @@ impl Upstream {
                 };
                 Ok(Node {
                     address: n.address.clone(),
+                    shared_address: n.address.as_str().into(),
                     default_host: HeaderValue::from_str(&n.address).ok(),
                     pool: NodePool::new(
                         &n.address,
@@ -289,8 +301,14 @@ impl Upstream {
             node.waiting.fetch_sub(1, Ordering::Relaxed);
             node.latency.record(sent_at.elapsed());
             match answer {
-                Ok(Ok(response)) => {
+                Ok(Ok(mut response)) => {
                     self.report(i, !matches!(response.status().as_u16(), 502..=504));
+                    if wasmgate_observe::access_log::global().is_some() {
+                        response.extensions_mut().insert(UpstreamServed {
+                            node: node.shared_address.clone(),
+                            elapsed: sent_at.elapsed(),
+                        });
+                    }
                     return Ok(response);
                 }
                 Ok(Err(e)) => {

@@ -1,0 +1,46 @@
+//! Starting the access log for `run` and `serve` (the log itself is
+//! `wasmgate_observe::access_log`), and reopening it on SIGUSR1.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use wasmgate_observe::access_log::{self, AccessLog, Format, Target};
+
+/// Starts the process's access log to `path` (`-`: standard output;
+/// relative paths from `base`), unless `enabled` is false, and reopens it
+/// on every SIGUSR1. Call from within the tokio runtime.
+pub fn start(enabled: bool, path: &str, format: Format, base: &Path) -> Result<()> {
+    if !enabled {
+        return Ok(());
+    }
+    let target = match path {
+        "-" => Target::Stdout,
+        file => Target::File(base.join(file)),
+    };
+    let log = AccessLog::start(target.clone(), format)
+        .with_context(|| format!("access_log: cannot open {target:?}"))?;
+    access_log::install(log);
+    tokio::spawn(reopen_on_sigusr1());
+    Ok(())
+}
+
+async fn reopen_on_sigusr1() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
+        tracing::warn!("cannot listen for SIGUSR1: the access log will not be reopened");
+        return;
+    };
+    while usr1.recv().await.is_some() {
+        if let Some(log) = access_log::global() {
+            log.reopen();
+        }
+    }
+}
+
+/// The format a configuration names.
+pub fn format_of(format: wasmgate_config::AccessLogFormat) -> Format {
+    match format {
+        wasmgate_config::AccessLogFormat::Json => Format::Json,
+        wasmgate_config::AccessLogFormat::Text => Format::Text,
+    }
+}
