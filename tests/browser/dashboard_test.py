@@ -30,6 +30,7 @@ import threading
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from playwright.sync_api import sync_playwright
@@ -455,6 +456,52 @@ routes:
             etcd.terminate()
             etcd.wait(10)
             shutil.rmtree(etcd_dir, ignore_errors=True)
+
+    def test_recent_requests_come_from_the_access_log_and_filter(self):
+        gw = Gateway(f"""
+upstreams:
+  - {{name: backend, nodes: [{{address: "127.0.0.1:{self.upstream.server_port}"}}]}}
+plugins:
+  - {{name: tag, wasm: "{WASM}/add_header.wasm"}}
+routes:
+  - {{name: api, path: {{prefix: /api}}, plugins: [{{plugin: tag, conf: dashboard}}], upstream: backend}}
+  - {{name: down, path: {{prefix: /down}}, respond: {{status: 503, body: later}}}}
+  - {{name: xss, path: {{prefix: "{XSS_PREFIX}"}}, respond: {{status: 200, body: x}}}}
+""")
+        try:
+            for _ in range(3):
+                self.assertEqual(gw.get("/api/a")[0], 200)
+                self.assertEqual(gw.get("/down")[0], 503)
+            gw.get(urllib.parse.quote(XSS_PREFIX))  # no route matches the encoded path: 404
+            page = self.new_page()
+            self.open(page, gw, "requests")
+            page.wait_for_function("() => document.querySelectorAll('#requests-table tbody tr').length >= 7",
+                                   timeout=10000)
+            rows = page.locator("#requests-table tbody tr")
+            # Newest first: the request for markup, its path shown as text.
+            self.assertIn("script", rows.nth(0).locator("td").nth(2).text_content())
+            self.assertEqual(self.dialogs, [])
+            api = rows.nth(2).locator("td")
+            self.assertEqual(api.nth(1).text_content(), "GET")
+            self.assertEqual(api.nth(3).text_content(), "200")
+            self.assertIn("tag", api.nth(7).text_content())
+            self.assertTrue(api.nth(6).text_content().startswith("127.0.0.1:"))
+            # Filtered by status class, then by route.
+            page.select_option("#requests-status", "5xx")
+            page.wait_for_function("() => [...document.querySelectorAll('#requests-table tbody tr')]"
+                                   ".every(r => r.children[3].textContent === '503')"
+                                   " && document.querySelectorAll('#requests-table tbody tr').length === 3",
+                                   timeout=10000)
+            page.select_option("#requests-status", "")
+            page.select_option("#requests-route", "api")
+            page.wait_for_function("() => [...document.querySelectorAll('#requests-table tbody tr')]"
+                                   ".every(r => r.children[5].textContent === 'api')"
+                                   " && document.querySelectorAll('#requests-table tbody tr').length === 3",
+                                   timeout=10000)
+            self.assertEqual(self.page_errors, [])
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-requests.png"), full_page=True)
+        finally:
+            gw.stop()
 
     def test_assets_carry_a_strict_policy(self):
         gw = Gateway("routes: []\n")

@@ -21,6 +21,8 @@ pub(crate) enum Endpoint {
     Metrics,
     Status,
     StatsHistory,
+    /// The last requests, from the access log.
+    Requests,
     OpenApi,
     Reload,
     Profile,
@@ -64,6 +66,7 @@ pub(crate) const TABLE: &[(Method, &str, Endpoint)] = &[
     (Method::GET, "/metrics", Metrics),
     (Method::GET, "/status", Status),
     (Method::GET, "/stats/history", StatsHistory),
+    (Method::GET, "/requests", Requests),
     (Method::GET, "/openapi.yaml", OpenApi),
     (Method::POST, "/reload", Reload),
     (Method::POST, "/profile", Profile),

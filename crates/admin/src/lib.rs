@@ -27,6 +27,7 @@ mod guard;
 pub mod history;
 mod metrics;
 pub mod profile;
+mod requests;
 
 use std::sync::Arc;
 
@@ -275,6 +276,7 @@ impl Admin {
             ),
             Endpoint::Status => Reply::json(StatusCode::OK, self.status()),
             Endpoint::StatsHistory => Reply::json(StatusCode::OK, self.history.to_json()),
+            Endpoint::Requests => requests::recent(&query),
             Endpoint::OpenApi => Reply::text(StatusCode::OK, "application/yaml", OPENAPI),
             Endpoint::Reload => {
                 let mut change = caller.change("POST /reload".into());

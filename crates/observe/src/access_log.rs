@@ -8,12 +8,13 @@
 //! too: both show in `/metrics`. `reopen` (SIGUSR1, logrotate's convention)
 //! makes the thread open the file again by its path before the next line.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -21,6 +22,9 @@ use serde::Serialize;
 /// How many lines may wait for the writer before new ones are dropped:
 /// a few seconds of a busy node's traffic.
 const QUEUE_LINES: usize = 16 * 1024;
+
+/// How many of the last requests are kept in memory for the dashboard.
+pub const RECENT: usize = 500;
 
 /// How a line looks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,15 +92,20 @@ fn rfc3339<S: serde::Serializer>(time: &Option<SystemTime>, s: S) -> Result<S::O
     s.serialize_str(&format_time(time.unwrap_or(SystemTime::UNIX_EPOCH)))
 }
 
+/// RFC 3339 in UTC with exactly three fraction digits (fixed width: lines
+/// line up, and readers can cut the time of day out by position).
 fn format_time(time: SystemTime) -> String {
-    let time = time::OffsetDateTime::from(time);
-    // Milliseconds are enough to order a node's lines; RFC 3339 in UTC.
-    let millis = time.millisecond();
-    let time = time
-        .replace_nanosecond(millis as u32 * 1_000_000)
-        .unwrap_or(time);
-    time.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    let t = time::OffsetDateTime::from(time);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
 }
 
 /// Milliseconds with microseconds, for the duration fields.
@@ -122,6 +131,9 @@ pub struct AccessLog {
     queue: SyncSender<Entry>,
     reopen: Arc<AtomicBool>,
     stats: Arc<LogStats>,
+    /// The last [`RECENT`] entries written, oldest first (the writer keeps
+    /// it, off the request path).
+    recent: Arc<Mutex<VecDeque<Entry>>>,
     target: Target,
     format: Format,
 }
@@ -134,6 +146,7 @@ impl AccessLog {
         let (queue, lines) = sync_channel(QUEUE_LINES);
         let reopen = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(LogStats::default());
+        let recent = Arc::new(Mutex::new(VecDeque::with_capacity(RECENT)));
         let writer = Writer {
             lines,
             sink,
@@ -141,6 +154,7 @@ impl AccessLog {
             format,
             reopen: reopen.clone(),
             stats: stats.clone(),
+            recent: recent.clone(),
         };
         std::thread::Builder::new()
             .name("access-log".into())
@@ -149,6 +163,7 @@ impl AccessLog {
             queue,
             reopen,
             stats,
+            recent,
             target,
             format,
         })
@@ -172,6 +187,18 @@ impl AccessLog {
 
     pub fn stats(&self) -> &LogStats {
         &self.stats
+    }
+
+    /// Up to `limit` of the last requests that `keep` accepts, newest first.
+    pub fn recent(&self, keep: impl Fn(&Entry) -> bool, limit: usize) -> Vec<Entry> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent
+            .iter()
+            .rev()
+            .filter(|e| keep(e))
+            .take(limit)
+            .cloned()
+            .collect()
     }
 
     pub fn target(&self) -> &Target {
@@ -226,6 +253,7 @@ struct Writer {
     format: Format,
     reopen: Arc<AtomicBool>,
     stats: Arc<LogStats>,
+    recent: Arc<Mutex<VecDeque<Entry>>>,
 }
 
 impl Writer {
@@ -251,6 +279,7 @@ impl Writer {
                     Ok(()) => self.stats.lines.fetch_add(1, Ordering::Relaxed),
                     Err(_) => self.stats.write_errors.fetch_add(1, Ordering::Relaxed),
                 };
+                self.keep_recent(entry);
                 next = self.lines.try_recv().ok();
             }
             if self.sink.writer().flush().is_err() {
@@ -258,6 +287,14 @@ impl Writer {
             }
         }
         let _ = self.sink.writer().flush();
+    }
+
+    fn keep_recent(&self, entry: Entry) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back(entry);
     }
 
     fn reopen_sink(&mut self) {
@@ -327,7 +364,7 @@ mod tests {
 
     fn entry() -> Entry {
         Entry {
-            time: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)),
+            time: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_120)),
             request_id: 7,
             client: "127.0.0.1:5000".into(),
             method: "GET".into(),
@@ -354,7 +391,7 @@ mod tests {
         format_line(&entry(), Format::Json, &mut line);
         assert_eq!(line.last(), Some(&b'\n'));
         let value: serde_json::Value = serde_json::from_slice(&line).unwrap();
-        assert_eq!(value["time"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(value["time"], "2023-11-14T22:13:20.120Z");
         assert_eq!(value["route"], "api");
         assert_eq!(value["filters"][0]["name"], "auth");
         assert_eq!(value["upstream_ms"], 1.25);
@@ -367,7 +404,7 @@ mod tests {
         format_line(&entry(), Format::Text, &mut line);
         let line = String::from_utf8(line).unwrap();
         assert!(line.starts_with(
-            "127.0.0.1:5000 [2023-11-14T22:13:20.123Z] \"GET shop.example/a?b=1 HTTP/1.1\" 200 12 in=0 ms=1.500 route=api upstream=127.0.0.1:9000"
+            "127.0.0.1:5000 [2023-11-14T22:13:20.120Z] \"GET shop.example/a?b=1 HTTP/1.1\" 200 12 in=0 ms=1.500 route=api upstream=127.0.0.1:9000"
         ), "{line}");
         assert!(
             line.contains(" filters=auth:0.250 local=- error=- id=7 trace=-\n"),
@@ -406,5 +443,7 @@ mod tests {
         wait(&path, 1);
         assert_eq!(wait(&rotated, 1).lines().count(), 1);
         assert_eq!(log.stats().lines.load(Ordering::Relaxed), 2);
+        assert_eq!(log.recent(|e| e.route == "api", 10).len(), 2);
+        assert!(log.recent(|e| e.status == 500, 10).is_empty());
     }
 }

@@ -229,6 +229,39 @@ const pages = {
     }));
   },
 
+  async requests() {
+    const route = $("requests-route").value;
+    const status = $("requests-status").value;
+    const query = new URLSearchParams({ limit: "100" });
+    if (route) query.set("route", route);
+    if (status) query.set("status", status);
+    const [data, routes] = await Promise.all([api("/requests?" + query), api("/routes")]);
+    // The route filter offers the routes there are now (and keeps a choice
+    // whose route went away, so the list does not jump).
+    const names = routes.map((r) => r.name);
+    if (route && !names.includes(route)) names.push(route);
+    const options = [el("option", "all")];
+    options[0].value = "";
+    for (const name of names) {
+      const option = el("option", name);
+      option.value = name;
+      options.push(option);
+    }
+    $("requests-route").replaceChildren(...options);
+    $("requests-route").value = route;
+    $("requests-note").textContent = data.access_log ? ""
+      : "This node keeps no access log (access_log.enabled is false), so no requests are kept.";
+    fill("requests-table", data.requests.map((r) => {
+      const filters = (r.filters || []).map((f) => `${f.name} ${fmt(f.ms, 2)}`).join(", ");
+      const by = r.local_response ? "filter " + r.local_response : (r.error ? "gateway: " + r.error : "");
+      const tr = row([r.time.slice(11, 23), r.method, r.host + r.path, r.status, fmt(r.duration_ms, 2),
+        r.route || "-", r.upstream || "-", filters || "-", by, r.request_id, r.trace_id || "-"]);
+      tr.dataset.requestId = r.request_id;
+      if (r.status >= 500) tr.classList.add("warn");
+      return tr;
+    }));
+  },
+
   async edit() {},
 
   async cluster() {
@@ -433,7 +466,8 @@ async function show() {
     }
     // The overview is live; the other pages refresh when opened (and the
     // plugin table every few seconds), so that an open page costs little.
-    if (page === "overview" || page === "plugins") timer = setTimeout(tick, page === "overview" ? POLL_MS : 3 * POLL_MS);
+    if (page === "overview" || page === "requests") timer = setTimeout(tick, POLL_MS);
+    else if (page === "plugins") timer = setTimeout(tick, 3 * POLL_MS);
   };
   await tick();
 }
@@ -456,6 +490,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("edit-load").addEventListener("click", () => editAction("load"));
   $("edit-delete").addEventListener("click", () => editAction("delete"));
   $("profile-button").addEventListener("click", takeProfile);
+  $("requests-route").addEventListener("change", show);
+  $("requests-status").addEventListener("change", show);
   window.addEventListener("hashchange", show);
   show();
 });
