@@ -1404,7 +1404,10 @@ fn classify(
     };
     let decodes_maps = matches!(
         name,
-        "proxy_set_header_map_pairs" | "proxy_send_local_response" | "proxy_http_call"
+        "proxy_set_header_map_pairs"
+            | "proxy_send_local_response"
+            | "proxy_http_call"
+            | "proxy_grpc_call"
     );
     // The guest never traps on its own (its loads stay in bounds), so a
     // trap would be the host's doing.
