@@ -45,7 +45,7 @@ impl Pending {
             entry: Entry {
                 time: Some(SystemTime::now()),
                 request_id,
-                client: peer.to_string(),
+                client: Some(peer),
                 method: parts.method.as_str().to_string(),
                 host: host.to_string(),
                 path: parts
