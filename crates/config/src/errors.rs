@@ -40,6 +40,20 @@ impl fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 impl ConfigErrors {
+    /// `problems` ((field, message) pairs) of one file.
+    pub(crate) fn in_file(file: &Path, problems: Vec<(String, String)>) -> ConfigErrors {
+        ConfigErrors(
+            problems
+                .into_iter()
+                .map(|(field, message)| ConfigError {
+                    file: file.to_path_buf(),
+                    field,
+                    message,
+                })
+                .collect(),
+        )
+    }
+
     pub(crate) fn one(file: &Path, field: String, message: String) -> ConfigErrors {
         ConfigErrors(vec![ConfigError {
             file: file.to_path_buf(),

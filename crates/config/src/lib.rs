@@ -148,16 +148,7 @@ impl GatewayConfig {
         if problems.is_empty() {
             Ok(config)
         } else {
-            Err(ConfigErrors(
-                problems
-                    .into_iter()
-                    .map(|(field, message)| ConfigError {
-                        file: path.to_path_buf(),
-                        field,
-                        message,
-                    })
-                    .collect(),
-            ))
+            Err(ConfigErrors::in_file(path, problems))
         }
     }
 
@@ -190,16 +181,7 @@ impl GatewayConfig {
                 if let Some(lenient) = failure.lenient {
                     problems.extend(lenient.check());
                 }
-                return Err(ConfigErrors(
-                    problems
-                        .into_iter()
-                        .map(|(field, message)| ConfigError {
-                            file: path.to_path_buf(),
-                            field,
-                            message,
-                        })
-                        .collect(),
-                ));
+                return Err(ConfigErrors::in_file(path, problems));
             }
         };
         for plugin in &mut config.plugins {
