@@ -44,3 +44,13 @@ pub fn format_of(format: wasmgate_config::AccessLogFormat) -> Format {
         wasmgate_config::AccessLogFormat::Text => Format::Text,
     }
 }
+
+/// Before the process exits: the lines of the last requests are written
+/// (a second at most).
+pub fn drain() {
+    if let Some(log) = access_log::global() {
+        if !log.drain(std::time::Duration::from_secs(1)) {
+            tracing::warn!("the access log's last lines were not all written before exit");
+        }
+    }
+}

@@ -286,6 +286,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         }
     };
     crate::serve::serve_until_signal(listeners, threads, live, listener_config, leave).await?;
+    crate::access_log::drain();
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

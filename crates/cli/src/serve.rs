@@ -145,6 +145,7 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
         tls: None,
     }];
     serve_until_signal(listening, threads, route, config, async {}).await?;
+    crate::access_log::drain();
     tracing::info!("stopped");
     Ok(())
 }

@@ -265,6 +265,18 @@ async fn serve_logs_the_same_way() {
     assert_eq!(log[0]["bytes_in"], 3);
     assert_eq!(log[0]["bytes_out"], r#"{"message":"Hello Ada"}"#.len());
     assert_eq!(log[1]["error"], "function_not_found");
+    // A graceful stop writes the last request's line before the process
+    // exits (the writer takes the queue every 20 ms; the exit waits for it).
+    let mut server = server;
+    common::post(&c, &server.url("/"), "last").await;
+    server.terminate();
+    assert!(server.child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(
+        text.lines().last().unwrap().contains("\"bytes_in\":4"),
+        "{text}"
+    );
     // Off is off.
     let quiet = GatewayProc::start("listen: \"{listen}\"\naccess_log: {enabled: false}\nroutes: [{name: r, respond: {body: hi}}]\n");
     assert_eq!(send(&c, "GET", &quiet.url("/"), &[], "").await.text(), "hi");

@@ -137,6 +137,10 @@ pub struct LogStats {
     pub write_errors: AtomicU64,
     /// Times the file was opened again (SIGUSR1).
     pub reopened: AtomicU64,
+    /// Entries queued, and entries the writer has written (or lost to a
+    /// write error) and flushed: equal when nothing waits ([`AccessLog::drain`]).
+    queued: AtomicU64,
+    handled: AtomicU64,
 }
 
 /// A running access log: the queue's sending side and the writer's counters.
@@ -185,11 +189,28 @@ impl AccessLog {
     /// Queues `entry`; never waits. A full queue drops it (counted).
     pub fn record(&self, entry: Entry) {
         match self.queue.try_send(entry) {
-            Ok(()) => {}
+            Ok(()) => {
+                self.stats.queued.fetch_add(1, Ordering::Relaxed);
+            }
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Waits (at most `limit`) until every line queued so far is written
+    /// and flushed: what a server does before it exits, so a graceful
+    /// shutdown keeps the last requests' lines. True when it got there.
+    pub fn drain(&self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        let queued = self.stats.queued.load(Ordering::Relaxed);
+        while self.stats.handled.load(Ordering::Acquire) < queued {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
     }
 
     /// Opens the file again by its path before the next line (after
@@ -287,7 +308,9 @@ impl Writer {
                 Err(TryRecvError::Empty) => continue,
                 Err(TryRecvError::Disconnected) => break,
             };
+            let mut taken = 0;
             while let Some(entry) = next.take() {
+                taken += 1;
                 line.clear();
                 format_line(&entry, self.format, &mut line);
                 match self.sink.writer().write_all(&line) {
@@ -300,6 +323,7 @@ impl Writer {
             if self.sink.writer().flush().is_err() {
                 self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             }
+            self.stats.handled.fetch_add(taken, Ordering::Release);
         }
         let _ = self.sink.writer().flush();
     }
@@ -459,6 +483,10 @@ mod tests {
         assert_eq!(wait(&rotated, 1).lines().count(), 1);
         assert_eq!(log.stats().lines.load(Ordering::Relaxed), 2);
         assert_eq!(log.recent(|e| e.route == "api", 10).len(), 2);
+        // Drained: nothing queued is left unwritten.
+        log.record(entry());
+        assert!(log.drain(Duration::from_secs(10)));
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
         assert!(log.recent(|e| e.status == 500, 10).is_empty());
     }
 }
