@@ -7,7 +7,10 @@
 //!    function or fixed answer, which take it whole);
 //! 4. run `on_response_headers`, then stream the response body through
 //!    `on_response_body` after the headers have gone out;
-//! 5. `on_log` / `on_done` once the response body is over.
+//! 5. `on_log` / `on_done` once the response body is over;
+//! 6. the access-log line (`access.rs`), when the node keeps a log and the
+//!    route wants one: begun with the request, queued when the response
+//!    body ends.
 //!
 //! An upgrade request (WebSocket) the route tunnels takes steps 1-4 with its
 //! headers only; after the node's `101` its connection becomes a tunnel to
