@@ -106,19 +106,40 @@ fn rfc3339<S: serde::Serializer>(time: &Option<SystemTime>, s: S) -> Result<S::O
 }
 
 /// RFC 3339 in UTC with exactly three fraction digits (fixed width: lines
-/// line up, and readers can cut the time of day out by position).
+/// line up, and readers can cut the time of day out by position). The
+/// date and time of day are worked out once per second (the writer's lines
+/// mostly share their second); only the milliseconds change in between.
 fn format_time(time: SystemTime) -> String {
-    let t = time::OffsetDateTime::from(time);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.millisecond()
-    )
+    thread_local! {
+        static SECOND: std::cell::RefCell<(u64, String)> =
+            const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
+    let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    SECOND.with(|second| {
+        let mut second = second.borrow_mut();
+        if second.0 != since.as_secs() {
+            let t = time::OffsetDateTime::from(time);
+            second.1 = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second()
+            );
+            second.0 = since.as_secs();
+        }
+        let mut out = String::with_capacity(24);
+        out.push_str(&second.1);
+        let millis = since.subsec_millis();
+        out.push('.');
+        out.push(char::from(b'0' + (millis / 100) as u8));
+        out.push(char::from(b'0' + (millis / 10 % 10) as u8));
+        out.push(char::from(b'0' + (millis % 10) as u8));
+        out.push('Z');
+        out
+    })
 }
 
 /// Milliseconds with microseconds, for the duration fields.
