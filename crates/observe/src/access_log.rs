@@ -114,7 +114,9 @@ fn format_time(time: SystemTime) -> String {
         static SECOND: std::cell::RefCell<(u64, String)> =
             const { std::cell::RefCell::new((u64::MAX, String::new())) };
     }
-    let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
     SECOND.with(|second| {
         let mut second = second.borrow_mut();
         if second.0 != since.as_secs() {
