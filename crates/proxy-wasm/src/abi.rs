@@ -44,6 +44,8 @@ pub enum MapType {
     RequestTrailers,
     ResponseHeaders,
     ResponseTrailers,
+    GrpcReceiveInitialMetadata,
+    GrpcReceiveTrailingMetadata,
     HttpCallResponseHeaders,
     HttpCallResponseTrailers,
 }
@@ -55,8 +57,9 @@ impl MapType {
             1 => MapType::RequestTrailers,
             2 => MapType::ResponseHeaders,
             3 => MapType::ResponseTrailers,
-            // 4 and 5 are a gRPC stream's metadata; calls do not show theirs
-            // (Envoy neither), and streams are not offered.
+            // A gRPC stream's (unary calls do not show theirs; Envoy neither).
+            4 => MapType::GrpcReceiveInitialMetadata,
+            5 => MapType::GrpcReceiveTrailingMetadata,
             6 => MapType::HttpCallResponseHeaders,
             7 => MapType::HttpCallResponseTrailers,
             _ => return None,
@@ -195,7 +198,11 @@ mod tests {
     #[test]
     fn codes_follow_the_spec() {
         assert_eq!(MapType::from_code(2), Some(MapType::ResponseHeaders));
-        assert_eq!(MapType::from_code(4), None, "gRPC stream metadata");
+        assert_eq!(
+            MapType::from_code(5),
+            Some(MapType::GrpcReceiveTrailingMetadata)
+        );
+        assert_eq!(MapType::from_code(8), None);
         assert_eq!(
             BufferType::from_code(5),
             Some(BufferType::GrpcReceiveBuffer)

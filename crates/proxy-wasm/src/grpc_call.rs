@@ -22,9 +22,10 @@ use crate::http_call::{HttpCallRequest, HttpCallResponse};
 
 /// gRPC status codes the host itself reports.
 pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
-const UNKNOWN: u32 = 2;
-const INTERNAL: u32 = 13;
-const UNAVAILABLE: u32 = 14;
+pub(crate) const UNKNOWN: u32 = 2;
+pub(crate) const RESOURCE_EXHAUSTED: u32 = 8;
+pub(crate) const INTERNAL: u32 = 13;
+pub(crate) const UNAVAILABLE: u32 = 14;
 
 /// A call `proxy_grpc_call` recorded.
 #[derive(Debug)]
@@ -51,33 +52,56 @@ impl GrpcCallRequest {
     /// /service/method`, the message in one uncompressed frame, the deadline
     /// as `grpc-timeout`.
     pub fn into_http(self) -> HttpCallRequest {
-        let mut headers = self.metadata;
-        for (name, value) in [
-            (":method", "POST".to_string()),
-            (":path", format!("/{}/{}", self.service, self.method)),
-            (":authority", self.upstream.clone()),
-            ("content-type", "application/grpc".to_string()),
-            ("te", "trailers".to_string()),
-            (
-                "grpc-timeout",
-                format!("{}m", self.timeout.as_millis().max(1)),
-            ),
-        ] {
-            headers.remove(name.as_bytes());
-            headers.add(name.as_bytes(), value.into_bytes());
-        }
-        let mut body = Vec::with_capacity(5 + self.message.len());
-        body.push(0); // not compressed
-        body.extend_from_slice(&(self.message.len() as u32).to_be_bytes());
-        body.extend_from_slice(&self.message);
+        let deadline = Some(self.timeout);
+        let headers = request_headers(
+            self.metadata,
+            &self.upstream,
+            &self.service,
+            &self.method,
+            deadline,
+        );
         HttpCallRequest {
+            body: framed(&self.message),
             upstream: self.upstream,
             headers,
-            body,
             trailers: Headers::default(),
             timeout: self.timeout,
         }
     }
+}
+
+/// A message as gRPC sends it: uncompressed, behind its length.
+pub(crate) fn framed(message: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(5 + message.len());
+    body.push(0); // not compressed
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(message);
+    body
+}
+
+/// The HTTP/2 head of a gRPC call or stream: the initial metadata, then
+/// what gRPC's protocol requires (over any the guest set itself).
+pub(crate) fn request_headers(
+    metadata: Headers,
+    upstream: &str,
+    service: &str,
+    method: &str,
+    deadline: Option<Duration>,
+) -> Headers {
+    let mut headers = metadata;
+    let mut set = |name: &str, value: String| {
+        headers.remove(name.as_bytes());
+        headers.add(name.as_bytes(), value.into_bytes());
+    };
+    set(":method", "POST".into());
+    set(":path", format!("/{service}/{method}"));
+    set(":authority", upstream.into());
+    set("content-type", "application/grpc".into());
+    set("te", "trailers".into());
+    if let Some(deadline) = deadline {
+        set("grpc-timeout", format!("{}m", deadline.as_millis().max(1)));
+    }
+    headers
 }
 
 /// What an HTTP answer (or its absence) means for the call.
@@ -86,44 +110,50 @@ pub(crate) fn outcome(answer: Result<HttpCallResponse, String>) -> GrpcOutcome {
         Ok(response) => response,
         Err(reason) => return GrpcOutcome::Status(UNAVAILABLE, reason),
     };
-    let text = |headers: &Headers, name: &str| {
-        headers
-            .get(name.as_bytes())
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    };
-    let http_status: u16 = text(&response.headers, ":status")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
     // A trailers-only answer carries the status in its headers.
-    let status =
-        text(&response.trailers, "grpc-status").or_else(|| text(&response.headers, "grpc-status"));
-    let message = text(&response.trailers, "grpc-message")
-        .or_else(|| text(&response.headers, "grpc-message"))
-        .map(|m| percent_decode(&m))
-        .unwrap_or_default();
-    let Some(status) = status else {
-        let code = match http_status {
-            200 => INTERNAL, // a 200 without grpc-status breaks the protocol
-            400 => INTERNAL,
-            401 => 16, // UNAUTHENTICATED
-            403 => 7,  // PERMISSION_DENIED
-            404 => 12, // UNIMPLEMENTED
-            429 | 502 | 503 | 504 => UNAVAILABLE,
-            _ => UNKNOWN,
-        };
-        return GrpcOutcome::Status(
-            code,
-            format!("the upstream answered HTTP {http_status} without a gRPC status"),
-        );
-    };
-    match status.trim().parse::<u32>() {
-        Ok(0) => match first_message(&response.body) {
+    let status = status_in(&response.trailers).or_else(|| status_in(&response.headers));
+    match status.unwrap_or_else(|| without_status(&response.headers)) {
+        (0, _) => match first_message(&response.body) {
             Ok(message) => GrpcOutcome::Reply(message),
             Err(reason) => GrpcOutcome::Status(INTERNAL, reason),
         },
-        Ok(code) => GrpcOutcome::Status(code, message),
-        Err(_) => GrpcOutcome::Status(UNKNOWN, format!("grpc-status `{status}` is not a number")),
+        (code, message) => GrpcOutcome::Status(code, message),
     }
+}
+
+/// The gRPC status (`grpc-status`, `grpc-message`) in `headers`, if there is one.
+pub(crate) fn status_in(headers: &Headers) -> Option<(u32, String)> {
+    let status = String::from_utf8_lossy(headers.get(b"grpc-status")?).into_owned();
+    let message = headers
+        .get(b"grpc-message")
+        .map(|m| percent_decode(&String::from_utf8_lossy(m)))
+        .unwrap_or_default();
+    Some(match status.trim().parse::<u32>() {
+        Ok(code) => (code, message),
+        Err(_) => (UNKNOWN, format!("grpc-status `{status}` is not a number")),
+    })
+}
+
+/// The status of an answer that carries none: its HTTP status mapped as
+/// gRPC's HTTP-to-gRPC table says.
+pub(crate) fn without_status(headers: &Headers) -> (u32, String) {
+    let http_status: u16 = headers
+        .get(b":status")
+        .and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
+        .unwrap_or(0);
+    let code = match http_status {
+        200 => INTERNAL, // a 200 without grpc-status breaks the protocol
+        400 => INTERNAL,
+        401 => 16, // UNAUTHENTICATED
+        403 => 7,  // PERMISSION_DENIED
+        404 => 12, // UNIMPLEMENTED
+        429 | 502 | 503 | 504 => UNAVAILABLE,
+        _ => UNKNOWN,
+    };
+    (
+        code,
+        format!("the upstream answered HTTP {http_status} without a gRPC status"),
+    )
 }
 
 /// The first length-prefixed message of a gRPC body (a unary reply has one).

@@ -11,6 +11,7 @@ use crate::abi::{BufferType, MapType, Status, StreamType};
 use crate::callout::Callout;
 use crate::exchange::LocalResponse;
 use crate::grpc_call::GrpcCallRequest;
+use crate::grpc_stream::GrpcStreamRequest;
 use crate::headers::Headers;
 use crate::http_call::HttpCallRequest;
 use crate::pairs;
@@ -208,6 +209,12 @@ fn map(state: &mut FilterState, kind: MapType) -> Option<&mut Headers> {
         MapType::RequestTrailers => Some(&mut exchange.request_trailers),
         MapType::ResponseHeaders => Some(&mut exchange.response_headers),
         MapType::ResponseTrailers => Some(&mut exchange.response_trailers),
+        MapType::GrpcReceiveInitialMetadata | MapType::GrpcReceiveTrailingMetadata => {
+            match &mut state.grpc_metadata {
+                Some((delivered, metadata)) if *delivered == kind => Some(metadata),
+                _ => None,
+            }
+        }
         MapType::HttpCallResponseHeaders => state.call_response.as_mut().map(|r| &mut r.headers),
         MapType::HttpCallResponseTrailers => state.call_response.as_mut().map(|r| &mut r.trailers),
     }
@@ -516,8 +523,7 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
     Ok(())
 }
 
-/// Unary gRPC calls (`grpc_call.rs`), with cancel; `proxy_grpc_close` on a
-/// call cancels it too, as in Envoy.
+/// Unary gRPC calls (`grpc_call.rs`) and gRPC streams (`grpc_stream.rs`).
 fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
     linker.func_wrap(
         MODULE,
@@ -573,17 +579,116 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
             Ok(OK)
         },
     )?;
-    for name in ["proxy_grpc_cancel", "proxy_grpc_close"] {
-        linker.func_wrap(MODULE, name, |mut c: Ctx, token: u32| -> i32 {
-            let state = c.data_mut();
-            if token == 0 || token > state.last_call_token {
-                return NOT_FOUND;
+    linker.func_wrap(
+        MODULE,
+        "proxy_grpc_stream",
+        |mut c: Ctx,
+         upstream_ptr: u32,
+         upstream_len: u32,
+         service_ptr: u32,
+         service_len: u32,
+         method_ptr: u32,
+         method_len: u32,
+         metadata_ptr: u32,
+         metadata_len: u32,
+         token_out: u32|
+         -> Result<i32> {
+            const F: &str = "proxy_grpc_stream";
+            let text = |c: &mut Ctx, ptr: u32, len: u32| -> Result<String> {
+                Ok(String::from_utf8_lossy(&read(c, F, ptr, len)?).into_owned())
+            };
+            let upstream = text(&mut c, upstream_ptr, upstream_len)?;
+            let service = text(&mut c, service_ptr, service_len)?;
+            let method = text(&mut c, method_ptr, method_len)?;
+            let metadata = read(&mut c, F, metadata_ptr, metadata_len)?;
+            let metadata = Headers::from_pairs(pairs::decode(&metadata)?);
+            let known = match &c.data().plugin.config.http_caller {
+                Some(caller) => caller.has_upstream(&upstream),
+                None => false,
+            };
+            if !known || service.is_empty() || method.is_empty() {
+                return Ok(Status::ParseFailure as i32);
             }
-            state.cancelled_calls.push(token);
-            OK
-        })?;
-    }
+            let state = c.data_mut();
+            state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
+            let token = state.last_call_token;
+            state.grpc_streams.insert(token);
+            state.dispatched_calls.push((
+                token,
+                Callout::GrpcStream(Box::new(GrpcStreamRequest {
+                    upstream,
+                    service,
+                    method,
+                    metadata,
+                })),
+            ));
+            write_u32(&mut c, F, token_out, token)?;
+            Ok(OK)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_grpc_send",
+        |mut c: Ctx,
+         token: u32,
+         message_ptr: u32,
+         message_len: u32,
+         end_of_stream: u32|
+         -> Result<i32> {
+            if !c.data().grpc_streams.contains(&token) {
+                return Ok(NOT_FOUND);
+            }
+            // The Rust SDK sends a null pointer for "no message, only the end".
+            let message = match (message_ptr, message_len) {
+                (0, 0) => None,
+                _ => Some(read(&mut c, "proxy_grpc_send", message_ptr, message_len)?),
+            };
+            c.data_mut().dispatched_calls.push((
+                token,
+                Callout::GrpcSend {
+                    message,
+                    end_of_stream: end_of_stream != 0,
+                },
+            ));
+            Ok(OK)
+        },
+    )?;
+    // On a stream, close ends the filter's side and cancel resets it; on a
+    // unary call, both cancel it (as in Envoy).
+    linker.func_wrap(
+        MODULE,
+        "proxy_grpc_close",
+        |mut c: Ctx, token: u32| -> i32 {
+            let state = c.data_mut();
+            if state.grpc_streams.contains(&token) {
+                let end = Callout::GrpcSend {
+                    message: None,
+                    end_of_stream: true,
+                };
+                state.dispatched_calls.push((token, end));
+                return OK;
+            }
+            cancel_call(state, token)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "proxy_grpc_cancel",
+        |mut c: Ctx, token: u32| -> i32 {
+            let state = c.data_mut();
+            state.grpc_streams.remove(&token);
+            cancel_call(state, token)
+        },
+    )?;
     Ok(())
+}
+
+fn cancel_call(state: &mut FilterState, token: u32) -> i32 {
+    if token == 0 || token > state.last_call_token {
+        return NOT_FOUND;
+    }
+    state.cancelled_calls.push(token);
+    OK
 }
 
 fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
@@ -895,14 +1000,10 @@ fn add_redis(linker: &mut Linker<FilterState>) -> Result<()> {
 /// importing one is normal and says nothing: only a call does, and it is
 /// logged once per plugin and function. The statuses are ones the SDKs
 /// turn into an error for the plugin (the Rust SDK panics on any status it
-/// does not expect, Unimplemented included): a stream cannot be opened
-/// (InternalFailure), a message has no stream to go to (NotFound), no
-/// foreign function is registered under any name (NotFound).
-const UNIMPLEMENTED: &[(&str, usize, Status)] = &[
-    ("proxy_grpc_stream", 9, Status::InternalFailure),
-    ("proxy_grpc_send", 4, Status::NotFound),
-    ("proxy_call_foreign_function", 6, Status::NotFound),
-];
+/// does not expect, Unimplemented included): no foreign function is
+/// registered under any name (NotFound).
+const UNIMPLEMENTED: &[(&str, usize, Status)] =
+    &[("proxy_call_foreign_function", 6, Status::NotFound)];
 
 fn add_unimplemented(linker: &mut Linker<FilterState>) -> Result<()> {
     for &(name, i32s, status) in UNIMPLEMENTED {

@@ -13,6 +13,7 @@ mod callout;
 mod exchange;
 mod giving;
 mod grpc_call;
+mod grpc_stream;
 pub mod headers;
 pub mod host_env;
 pub mod http_call;
@@ -28,7 +29,10 @@ mod stream;
 pub use abi::{AbiVersion, Action};
 pub use exchange::{HttpExchange, LocalResponse, RequestInfo, TlsInfo};
 pub use headers::Headers;
-pub use http_call::{HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller};
+pub use http_call::{
+    HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller, HttpStreamFuture,
+    HttpStreamRequest, HttpStreamResponse, StreamPart,
+};
 pub use plugin::{FilterConfig, FilterError, FilterPlugin};
 pub use stream::{FilterStream, Flow};
 pub use wasmgate_runtime::{PoolConfig, Runtime, RuntimeConfig};

@@ -20,12 +20,13 @@ use wasmtime::{
     Extern, Instance, InstancePre, Linker, Module, Store, TypedFunc, WasmParams, WasmResults,
 };
 
-use crate::abi::AbiVersion;
+use crate::abi::{AbiVersion, MapType};
 use crate::batch::{self, Batched};
 use crate::callout::{Answer, CallsInFlight};
 use crate::exchange::HttpExchange;
 use crate::giving::{self, Giving};
 use crate::grpc_call::GrpcOutcome;
+use crate::grpc_stream::StreamEvent;
 use crate::host_env;
 use crate::http_call::{HttpCallResponse, HttpCaller};
 use crate::redis_call::{REDIS_NETWORK_ERROR, REDIS_OK};
@@ -191,6 +192,9 @@ pub(crate) struct Exports {
     pub redis_call_response: RedisResponseCallback,
     pub grpc_receive: GrpcCallback,
     pub grpc_close: GrpcCallback,
+    /// (context, token, metadata count): a gRPC stream's metadata.
+    pub grpc_initial_metadata: GrpcCallback,
+    pub grpc_trailing_metadata: GrpcCallback,
     /// The calls the host makes back to back, each pair or triple as one
     /// guest call (`batch.rs`); `None` if the filter lacks one of them.
     pub batched: Option<Batched>,
@@ -532,6 +536,10 @@ impl Exports {
         );
         let redis_response = get("proxy_on_redis_call_response");
         let (grpc_receive, grpc_close) = (get("proxy_on_grpc_receive"), get("proxy_on_grpc_close"));
+        let (grpc_initial_metadata, grpc_trailing_metadata) = (
+            get("proxy_on_grpc_receive_initial_metadata"),
+            get("proxy_on_grpc_receive_trailing_metadata"),
+        );
         // An export with the wrong signature is refused up front rather than
         // trapping on the first request.
         let exports = (|| -> wasmtime::Result<Exports> {
@@ -552,6 +560,8 @@ impl Exports {
                 redis_call_response: typed(&*store, redis_response)?,
                 grpc_receive: typed(&*store, grpc_receive)?,
                 grpc_close: typed(&*store, grpc_close)?,
+                grpc_initial_metadata: typed(&*store, grpc_initial_metadata)?,
+                grpc_trailing_metadata: typed(&*store, grpc_trailing_metadata)?,
                 batched: None,
             })
         })();
@@ -647,7 +657,65 @@ impl FilterInstance {
             Answer::Http(result) => self.deliver_call_response(exchange, token, result).await,
             Answer::Redis(result) => self.deliver_redis_response(exchange, token, result).await,
             Answer::Grpc(outcome) => self.deliver_grpc_outcome(exchange, token, outcome).await,
+            Answer::GrpcStream(event) => self.deliver_stream_event(exchange, token, event).await,
         }
+    }
+
+    /// What a gRPC stream's server sent (see `grpc_stream.rs`): metadata
+    /// readable as map 4 or 5 during its callback, a message as buffer 5,
+    /// the close with its status message in `proxy_get_status`.
+    async fn deliver_stream_event(
+        &mut self,
+        exchange: &mut Box<HttpExchange>,
+        token: u32,
+        event: StreamEvent,
+    ) -> Result<(), FilterError> {
+        let (name, f, size) = match event {
+            StreamEvent::InitialMetadata(metadata) => {
+                let count = metadata.len() as u32;
+                let kind = MapType::GrpcReceiveInitialMetadata;
+                self.store_mut().data_mut().grpc_metadata = Some((kind, metadata));
+                let f = self.exports.grpc_initial_metadata.clone();
+                ("proxy_on_grpc_receive_initial_metadata", f, count)
+            }
+            StreamEvent::TrailingMetadata(metadata) => {
+                let count = metadata.len() as u32;
+                let kind = MapType::GrpcReceiveTrailingMetadata;
+                self.store_mut().data_mut().grpc_metadata = Some((kind, metadata));
+                let f = self.exports.grpc_trailing_metadata.clone();
+                ("proxy_on_grpc_receive_trailing_metadata", f, count)
+            }
+            StreamEvent::Message(message) => {
+                let size = message.len() as u32;
+                self.store_mut().data_mut().grpc_reply = Some(message);
+                (
+                    "proxy_on_grpc_receive",
+                    self.exports.grpc_receive.clone(),
+                    size,
+                )
+            }
+            StreamEvent::Close(code, message) => {
+                let state = self.store_mut().data_mut();
+                state.grpc_streams.remove(&token);
+                if code != GRPC_OK {
+                    let plugin = &state.plugin.config;
+                    tracing::info!(plugin = %plugin.name, route = %plugin.route, token, code, %message, "grpc stream closed with an error");
+                }
+                state.last_call_status = (code, message);
+                ("proxy_on_grpc_close", self.exports.grpc_close.clone(), code)
+            }
+        };
+        let result = match f {
+            Some(f) => {
+                let params = (ROOT_CONTEXT_ID, token, size);
+                self.run_with(exchange, name, (f, params)).await
+            }
+            None => Ok(()),
+        };
+        let state = self.store_mut().data_mut();
+        state.grpc_metadata = None;
+        state.grpc_reply = None;
+        result
     }
 
     /// A unary gRPC call's end (see `grpc_call.rs`): its reply's message

@@ -7,9 +7,10 @@ use wasmgate_runtime::{CallBudget, MemoryLimiter};
 use wasmtime::{Caller, Memory, TypedFunc};
 use wasmtime_wasi::p1::WasiP1Ctx;
 
-use crate::abi::StreamType;
+use crate::abi::{MapType, StreamType};
 use crate::callout::Callout;
 use crate::exchange::HttpExchange;
+use crate::headers::Headers;
 use crate::http_call::HttpCallResponse;
 use crate::plugin::FilterShared;
 use crate::redis_call::RedisInit;
@@ -41,6 +42,11 @@ pub struct FilterState {
     /// Calls the guest cancelled (`proxy_grpc_cancel`, `proxy_grpc_close`)
     /// during the callback: their answers are not delivered.
     pub(crate) cancelled_calls: Vec<u32>,
+    /// The gRPC streams open on this instance (`grpc_stream.rs`), by
+    /// token: what `proxy_grpc_send` may send on.
+    pub(crate) grpc_streams: std::collections::HashSet<u32>,
+    /// The stream metadata a callback is reading (map 4 or 5).
+    pub(crate) grpc_metadata: Option<(MapType, Headers)>,
     /// What `proxy_redis_init` set up, by cluster (without `?...`).
     pub(crate) redis_inits: std::collections::HashMap<String, RedisInit>,
     /// What `proxy_get_status` reports: the outcome of the last callout
@@ -73,6 +79,8 @@ impl FilterState {
             redis_reply: None,
             grpc_reply: None,
             cancelled_calls: Vec::new(),
+            grpc_streams: std::collections::HashSet::new(),
+            grpc_metadata: None,
             redis_inits: std::collections::HashMap::new(),
             last_call_status: (0, String::new()),
             registered_queues: Vec::new(),

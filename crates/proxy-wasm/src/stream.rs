@@ -196,6 +196,10 @@ impl FilterStream {
         let state = self.lease.instance().store_mut().data_mut();
         state.stream_context = None;
         state.dispatched_calls.clear();
+        // This context's gRPC streams end with it (`self.calls` drops them).
+        if !state.grpc_streams.is_empty() {
+            state.grpc_streams.retain(|token| !self.calls.holds(*token));
+        }
         self.lease.release();
         Ok(())
     }

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant, SystemTime};
 use wasmgate_proxy_wasm::shared::shared;
 use wasmgate_proxy_wasm::{
     FilterConfig, FilterError, FilterPlugin, Flow, Headers, HttpCallFuture, HttpCallRequest,
-    HttpCallResponse, HttpCaller, HttpExchange, RequestInfo, Runtime, RuntimeConfig,
+    HttpCallResponse, HttpCaller, HttpExchange, HttpStreamFuture, HttpStreamRequest,
+    HttpStreamResponse, RequestInfo, Runtime, RuntimeConfig, StreamPart,
 };
 use wasmgate_testkit::fuzz::{env_u64, LogSink, Rng};
 
@@ -141,9 +142,12 @@ const HOST_FUNCTIONS: &[HostFn] = &[
     f("proxy_get_metric", &[Id, Out]),
     f("proxy_redis_init", &[Upstream, Bytes, Bytes, Num]),
     f("proxy_redis_call", &[Upstream, Bytes, Out]),
-    f("proxy_grpc_call", &[Num; 12]),
-    f("proxy_grpc_stream", &[Num; 9]),
-    f("proxy_grpc_send", &[Num; 4]),
+    f(
+        "proxy_grpc_call",
+        &[Upstream, Name, Name, Map, Bytes, Num, Out],
+    ),
+    f("proxy_grpc_stream", &[Upstream, Name, Name, Map, Out]),
+    f("proxy_grpc_send", &[Num, Bytes, Num]),
     f("proxy_grpc_cancel", &[Num]),
     f("proxy_grpc_close", &[Num]),
     f("proxy_call_foreign_function", &[Num; 6]),
@@ -1408,6 +1412,7 @@ fn classify(
             | "proxy_send_local_response"
             | "proxy_http_call"
             | "proxy_grpc_call"
+            | "proxy_grpc_stream"
     );
     // The guest never traps on its own (its loads stay in bounds), so a
     // trap would be the host's doing.
@@ -1457,6 +1462,48 @@ impl HttpCaller for FuzzCaller {
                 trailers: pairs(&[(b"x-call-trailer", b"t")]),
             })
         })
+    }
+
+    /// A gRPC stream's server: every piece the filter sends comes back, then
+    /// status 0 once the filter ends its side.
+    fn open_stream(&self, request: HttpStreamRequest) -> HttpStreamFuture {
+        Box::pin(async move {
+            Ok(HttpStreamResponse {
+                headers: pairs(&[(b":status", b"200"), (b"content-type", b"application/grpc")]),
+                body: Box::pin(EchoStream {
+                    sent: request.body,
+                    ended: false,
+                }),
+            })
+        })
+    }
+}
+
+struct EchoStream {
+    sent: tokio::sync::mpsc::UnboundedReceiver<bytes::Bytes>,
+    ended: bool,
+}
+
+impl futures_core::Stream for EchoStream {
+    type Item = Result<StreamPart, String>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.sent.poll_recv(cx) {
+            Poll::Ready(Some(data)) => Poll::Ready(Some(Ok(StreamPart::Data(data)))),
+            Poll::Ready(None) => {
+                self.ended = true;
+                let trailers = pairs(&[(b"grpc-status", b"0")]);
+                Poll::Ready(Some(Ok(StreamPart::Trailers(trailers))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 

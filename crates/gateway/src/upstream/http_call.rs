@@ -1,13 +1,25 @@
 //! `proxy_http_call` (and Higress's `http_call` helpers) through the
 //! gateway's upstreams: a Proxy-Wasm filter names an upstream (Envoy's
-//! cluster) and gets the whole answer back.
+//! cluster) and gets the whole answer back. gRPC streams from filters are
+//! streamed exchanges through the same upstreams: the request's body fed
+//! as the filter sends, the answer's read as it comes.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use wasmgate_proxy_wasm::{Headers, HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller};
+use hyper::body::{Body as _, Frame, SizeHint};
+use tokio::sync::mpsc;
+use wasmgate_proxy_wasm::{
+    Headers, HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller, HttpStreamFuture,
+    HttpStreamRequest, HttpStreamResponse, StreamPart,
+};
+
+use crate::body::BoxError;
+use crate::transport::node_pool::PooledBody;
 
 use super::{OutboundBody, RequestHead, Upstream};
 
@@ -32,26 +44,7 @@ impl HttpCaller for UpstreamCaller {
         let upstream = self.upstreams.get(&request.upstream).cloned();
         Box::pin(async move {
             let upstream = upstream.ok_or("unknown upstream")?;
-            let get = |name: &str| {
-                request
-                    .headers
-                    .get(name.as_bytes())
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-            };
-            let method = get(":method").unwrap_or_else(|| "GET".into());
-            let mut headers = request.headers.map().clone();
-            if let Some(authority) = get(":authority") {
-                if let Ok(value) = authority.parse() {
-                    headers.insert(hyper::header::HOST, value);
-                }
-            }
-            let head = RequestHead {
-                method: method
-                    .parse()
-                    .map_err(|_| format!("bad method `{method}`"))?,
-                path: get(":path").unwrap_or_else(|| "/".into()),
-                headers,
-            };
+            let head = request_head(&request.headers)?;
             let body = OutboundBody::Replayable(Bytes::from(request.body));
             let response = upstream
                 .send(head, body, None)
@@ -74,5 +67,94 @@ impl HttpCaller for UpstreamCaller {
                 trailers,
             })
         })
+    }
+
+    fn open_stream(&self, request: HttpStreamRequest) -> HttpStreamFuture {
+        let upstream = self.upstreams.get(&request.upstream).cloned();
+        Box::pin(async move {
+            let upstream = upstream.ok_or("unknown upstream")?;
+            let head = request_head(&request.headers)?;
+            let body = crate::body::boxed(SentBody(request.body));
+            let response = upstream
+                .send(head, OutboundBody::Streaming(body), None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (parts, body) = response.into_parts();
+            let mut headers = Headers::from_map(parts.headers);
+            headers.push_pseudo(":status", parts.status.as_str().as_bytes().to_vec());
+            Ok(HttpStreamResponse {
+                headers,
+                body: Box::pin(ReceivedParts(body)),
+            })
+        })
+    }
+}
+
+/// The head of a call from its pseudo-headers (`:method`, `:path`,
+/// `:authority`, as the SDKs send them) and the rest.
+fn request_head(headers: &Headers) -> Result<RequestHead, String> {
+    let get = |name: &str| {
+        headers
+            .get(name.as_bytes())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let method = get(":method").unwrap_or_else(|| "GET".into());
+    let mut map = headers.map().clone();
+    if let Some(authority) = get(":authority") {
+        if let Ok(value) = authority.parse() {
+            map.insert(hyper::header::HOST, value);
+        }
+    }
+    Ok(RequestHead {
+        method: method
+            .parse()
+            .map_err(|_| format!("bad method `{method}`"))?,
+        path: get(":path").unwrap_or_else(|| "/".into()),
+        headers: map,
+    })
+}
+
+/// A streamed request's body: what the filter sends, until it ends its side.
+struct SentBody(mpsc::UnboundedReceiver<Bytes>);
+
+impl hyper::body::Body for SentBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|data| data.map(|d| Ok(Frame::data(d))))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+/// A streamed answer's body as the parts a filter hears.
+struct ReceivedParts(PooledBody);
+
+impl futures_core::Stream for ReceivedParts {
+    type Item = Result<StreamPart, String>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let frame = match std::task::ready!(Pin::new(&mut self.0).poll_frame(cx)) {
+            None => return Poll::Ready(None),
+            Some(Err(e)) => return Poll::Ready(Some(Err(format!("reading the answer: {e}")))),
+            Some(Ok(frame)) => frame,
+        };
+        let part = match frame.into_data() {
+            Ok(data) => StreamPart::Data(data),
+            Err(frame) => match frame.into_trailers() {
+                Ok(trailers) => StreamPart::Trailers(Headers::from_map(trailers)),
+                // A frame kind hyper may add later: nothing to report.
+                Err(_) => StreamPart::Data(Bytes::new()),
+            },
+        };
+        Poll::Ready(Some(Ok(part)))
     }
 }

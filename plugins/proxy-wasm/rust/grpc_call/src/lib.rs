@@ -8,6 +8,15 @@
 //! dispatches a call with `x-grpc-first` first and cancels it at once.
 //! The answer is 200 with the reply as body and `x-grpc-status: 0`, or 502
 //! with the status code in `x-grpc-status` and its message as body.
+//!
+//! With `x-grpc-stream: METHOD` it opens a stream to `test.Echo/METHOD`
+//! instead (`open_grpc_stream`), sends each of the comma-separated
+//! `x-grpc-messages` and ends its side with the last one (or with
+//! `close_grpc_stream` when `x-grpc-end: close`). The answer, once the
+//! stream closes, is 200 with a line per event it heard: `initial
+//! content-type=...`, `message TEXT`, `trailing x-trailer=...`, `close CODE
+//! MESSAGE`. `x-grpc-cancel-first: yes` opens a stream first and cancels it
+//! at once: nothing of it may be heard (a line `stray` says otherwise).
 
 use std::time::Duration;
 
@@ -39,6 +48,8 @@ impl RootContext for Root {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Call {
             upstream: self.upstream.clone(),
+            stream: None,
+            heard: Vec::new(),
         }))
     }
 
@@ -49,6 +60,9 @@ impl RootContext for Root {
 
 struct Call {
     upstream: String,
+    /// The stream whose events are answered, and the events heard.
+    stream: Option<u32>,
+    heard: Vec<String>,
 }
 
 impl Call {
@@ -68,9 +82,70 @@ impl Call {
         )
         .map_err(|status| format!("dispatch refused: {status:?}"))
     }
+
+    /// Opens a stream to `method`, sends `messages` and ends its side.
+    fn stream(&mut self, method: &str, messages: &str, end_by_close: bool) -> Result<u32, String> {
+        let token = self
+            .open_grpc_stream(&self.upstream, "test.Echo", method, vec![("x-meta", b"s")])
+            .map_err(|status| format!("open refused: {status:?}"))?;
+        let messages: Vec<&str> = messages.split(',').filter(|m| !m.is_empty()).collect();
+        for (i, message) in messages.iter().enumerate() {
+            let last = i + 1 == messages.len() && !end_by_close;
+            self.send_grpc_stream_message(token, Some(message.as_bytes()), last);
+        }
+        if end_by_close || messages.is_empty() {
+            self.close_grpc_stream(token);
+        }
+        Ok(token)
+    }
+
+    fn hear(&mut self, token: u32, line: String) {
+        if self.stream == Some(token) {
+            self.heard.push(line);
+        } else {
+            self.heard.push(format!("stray {token}: {line}"));
+        }
+    }
+}
+
+fn pairs(metadata: Vec<(String, Vec<u8>)>, name: &str) -> String {
+    metadata
+        .into_iter()
+        .filter(|(n, _)| n == name)
+        .map(|(n, v)| format!("{n}={}", String::from_utf8_lossy(&v)))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Context for Call {
+    fn on_grpc_stream_initial_metadata(&mut self, token_id: u32, _num_elements: u32) {
+        let line = pairs(self.get_grpc_stream_initial_metadata(), "content-type");
+        self.hear(token_id, format!("initial {line}"));
+    }
+
+    fn on_grpc_stream_message(&mut self, token_id: u32, message_size: usize) {
+        let message = self
+            .get_grpc_stream_message(0, message_size)
+            .unwrap_or_default();
+        let line = format!("message {}", String::from_utf8_lossy(&message));
+        self.hear(token_id, line);
+    }
+
+    fn on_grpc_stream_trailing_metadata(&mut self, token_id: u32, _num_elements: u32) {
+        let line = pairs(self.get_grpc_stream_trailing_metadata(), "x-trailer");
+        self.hear(token_id, format!("trailing {line}"));
+    }
+
+    fn on_grpc_stream_close(&mut self, token_id: u32, status_code: u32) {
+        let (_, message) = self.get_grpc_status();
+        let line = format!("close {status_code} {}", message.unwrap_or_default());
+        self.hear(token_id, line);
+        if self.stream == Some(token_id) {
+            let body = self.heard.join("\n");
+            self.send_http_response(200, vec![], Some(body.as_bytes()));
+        }
+    }
+
     fn on_grpc_call_response(&mut self, _token_id: u32, status_code: u32, response_size: usize) {
         let status = status_code.to_string();
         if status_code == 0 {
@@ -95,6 +170,22 @@ impl HttpContext for Call {
         let header = |name: &str| self.get_http_request_header(name).unwrap_or_default();
         let timeout = header("x-grpc-timeout-ms").parse().unwrap_or(5000);
         let timeout = Duration::from_millis(timeout);
+        let method = header("x-grpc-stream");
+        if !method.is_empty() {
+            let end_by_close = header("x-grpc-end") == "close";
+            let messages = header("x-grpc-messages");
+            let opened = match header("x-grpc-cancel-first").as_str() {
+                "yes" => self
+                    .stream(&method, &messages, end_by_close)
+                    .map(|first| self.cancel_grpc_stream(first)),
+                _ => Ok(()),
+            };
+            match opened.and_then(|()| self.stream(&method, &messages, end_by_close)) {
+                Ok(token) => self.stream = Some(token),
+                Err(reason) => self.send_http_response(500, vec![], Some(reason.as_bytes())),
+            }
+            return Action::Pause;
+        }
         if header("x-grpc-cancel-first") == "yes" {
             match self.dispatch(header("x-grpc-first").as_bytes(), b"", timeout) {
                 Ok(token) => self.cancel_grpc_call(token),

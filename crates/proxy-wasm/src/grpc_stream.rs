@@ -1,0 +1,218 @@
+//! `proxy_grpc_stream` and `proxy_grpc_send`: a filter opens a gRPC stream
+//! (client, server or bidirectional streaming) to a method of an upstream,
+//! sends messages on it when it likes, and hears what the server sends as
+//! it comes, in Envoy's callbacks:
+//!
+//! - the server's initial metadata: `proxy_on_grpc_receive_initial_metadata
+//!   (context, token, count)`, readable as map 4;
+//! - each message: `proxy_on_grpc_receive(context, token, size)`, buffer 5;
+//! - the trailing metadata: `proxy_on_grpc_receive_trailing_metadata
+//!   (context, token, count)`, map 5;
+//! - the end: `proxy_on_grpc_close(context, token, status)`, with the
+//!   status message in `proxy_get_status`.
+//!
+//! `proxy_grpc_send(token, message, end_of_stream)` sends one message;
+//! `proxy_grpc_close` ends the filter's side (the server may go on
+//! sending), `proxy_grpc_cancel` resets the stream and nothing more is
+//! delivered. A stream a request's context opened ends with the request;
+//! one the root context opened lives as long as the plugin's root. The
+//! stream is a streamed exchange through the embedder's
+//! [`HttpCaller`](crate::HttpCaller) (`open_stream`), so it needs an
+//! upstream with `protocol: h2c` or `h2`, as unary calls do.
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::sync::mpsc;
+
+use crate::grpc_call::{self, INTERNAL, RESOURCE_EXHAUSTED, UNAVAILABLE};
+use crate::headers::Headers;
+use crate::http_call::{HttpStreamFuture, HttpStreamRequest, HttpStreamResponse, StreamPart};
+
+/// The largest message a stream delivers to a filter: gRPC's default limit
+/// for what a client receives. A larger one ends the stream with
+/// RESOURCE_EXHAUSTED, as a gRPC client would, before it is buffered.
+const MAX_MESSAGE: usize = 4 << 20;
+
+/// A stream `proxy_grpc_stream` opened.
+#[derive(Debug)]
+pub(crate) struct GrpcStreamRequest {
+    pub upstream: String,
+    pub service: String,
+    pub method: String,
+    /// Initial metadata: the request's extra headers.
+    pub metadata: Headers,
+}
+
+/// What the server sent, in the order the filter hears it; `Close` is last.
+#[derive(Debug)]
+pub(crate) enum StreamEvent {
+    InitialMetadata(Headers),
+    Message(Vec<u8>),
+    TrailingMetadata(Headers),
+    Close(u32, String),
+}
+
+impl GrpcStreamRequest {
+    /// The streamed HTTP/2 request: `POST /service/method` without a
+    /// deadline (a stream lasts as long as its context), its body the
+    /// messages the filter sends through `body`.
+    pub fn into_http(self, body: mpsc::UnboundedReceiver<Bytes>) -> HttpStreamRequest {
+        let headers = grpc_call::request_headers(
+            self.metadata,
+            &self.upstream,
+            &self.service,
+            &self.method,
+            None,
+        );
+        HttpStreamRequest {
+            upstream: self.upstream,
+            headers,
+            body,
+        }
+    }
+}
+
+/// Follows one stream's answer, sending what happens to `events` in order
+/// and `Close` last; stops early when nobody listens any more.
+pub(crate) async fn follow(
+    token: u32,
+    opened: HttpStreamFuture,
+    events: mpsc::Sender<(u32, StreamEvent)>,
+) {
+    let to = Listener {
+        token,
+        events: &events,
+    };
+    if let Ok((code, message)) = relay(opened, &to).await {
+        let _ = to.hear(StreamEvent::Close(code, message)).await;
+    }
+}
+
+/// Where a stream's events go; `Gone` once the context that opened it is.
+struct Listener<'a> {
+    token: u32,
+    events: &'a mpsc::Sender<(u32, StreamEvent)>,
+}
+
+struct Gone;
+
+impl Listener<'_> {
+    async fn hear(&self, event: StreamEvent) -> Result<(), Gone> {
+        // A bounded channel: a server that sends faster than the filter
+        // reads waits (HTTP/2 flow control holds it), nothing piles up.
+        self.events
+            .send((self.token, event))
+            .await
+            .map_err(|_| Gone)
+    }
+}
+
+/// Reports the answer's metadata and messages; returns its status.
+async fn relay(opened: HttpStreamFuture, to: &Listener<'_>) -> Result<(u32, String), Gone> {
+    let HttpStreamResponse { headers, mut body } = match opened.await {
+        Ok(response) => response,
+        Err(reason) => return Ok((UNAVAILABLE, reason)),
+    };
+    if let Some(status) = grpc_call::status_in(&headers) {
+        // A trailers-only answer: its headers are the trailing metadata.
+        to.hear(StreamEvent::TrailingMetadata(metadata(headers)))
+            .await?;
+        return Ok(status);
+    }
+    if headers.get(b":status") != Some(b"200") {
+        return Ok(grpc_call::without_status(&headers));
+    }
+    to.hear(StreamEvent::InitialMetadata(metadata(headers)))
+        .await?;
+    let mut received = BytesMut::new();
+    loop {
+        let part = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
+        match part {
+            Some(Ok(StreamPart::Data(data))) => {
+                received.extend_from_slice(&data);
+                loop {
+                    match next_message(&mut received) {
+                        Ok(Some(message)) => to.hear(StreamEvent::Message(message)).await?,
+                        Ok(None) => break,
+                        Err(status) => return Ok(status),
+                    }
+                }
+            }
+            Some(Ok(StreamPart::Trailers(trailers))) => {
+                let status = grpc_call::status_in(&trailers).unwrap_or_else(|| {
+                    (
+                        INTERNAL,
+                        "the stream's trailers carry no grpc-status".into(),
+                    )
+                });
+                to.hear(StreamEvent::TrailingMetadata(metadata(trailers)))
+                    .await?;
+                return Ok(status);
+            }
+            // A connection that broke mid-stream is UNAVAILABLE in gRPC.
+            Some(Err(reason)) => return Ok((UNAVAILABLE, reason)),
+            None => return Ok((INTERNAL, "the stream ended without a gRPC status".into())),
+        }
+    }
+}
+
+/// The next whole message at the front of `received`, if there is one.
+fn next_message(received: &mut BytesMut) -> Result<Option<Vec<u8>>, (u32, String)> {
+    let Some(&[compressed, a, b, c, d]) = received.first_chunk::<5>() else {
+        return Ok(None);
+    };
+    if compressed != 0 {
+        return Err((
+            INTERNAL,
+            "the server sent a compressed message, which streams from filters do not ask for"
+                .into(),
+        ));
+    }
+    let len = u32::from_be_bytes([a, b, c, d]) as usize;
+    if len > MAX_MESSAGE {
+        return Err((
+            RESOURCE_EXHAUSTED,
+            format!("a message of {len} bytes is over the limit of {MAX_MESSAGE}"),
+        ));
+    }
+    if received.len() < 5 + len {
+        return Ok(None);
+    }
+    received.advance(5);
+    Ok(Some(received.split_to(len).to_vec()))
+}
+
+/// Metadata as the guest reads it: the headers without `:status`.
+fn metadata(mut headers: Headers) -> Headers {
+    headers.remove(b":status");
+    headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_cut_where_their_lengths_say() {
+        let mut received = BytesMut::new();
+        received.extend_from_slice(&grpc_call::framed(b"one"));
+        received.extend_from_slice(&grpc_call::framed(b""));
+        received.extend_from_slice(&grpc_call::framed(b"three")[..6]);
+        assert_eq!(next_message(&mut received), Ok(Some(b"one".to_vec())));
+        assert_eq!(next_message(&mut received), Ok(Some(Vec::new())));
+        assert_eq!(next_message(&mut received), Ok(None), "cut short");
+        received.extend_from_slice(b"hree");
+        assert_eq!(next_message(&mut received), Ok(Some(b"three".to_vec())));
+        assert!(received.is_empty());
+    }
+
+    #[test]
+    fn compressed_and_oversized_messages_end_the_stream() {
+        let mut compressed = BytesMut::from(&[1, 0, 0, 0, 1, 7][..]);
+        assert!(matches!(next_message(&mut compressed), Err((INTERNAL, _))));
+        let mut huge = BytesMut::from(&[0, 0xff, 0xff, 0xff, 0xff][..]);
+        assert!(matches!(
+            next_message(&mut huge),
+            Err((RESOURCE_EXHAUSTED, _))
+        ));
+    }
+}
