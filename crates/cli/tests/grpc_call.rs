@@ -214,3 +214,21 @@ async fn a_stream_to_an_upstream_that_is_down_closes_unavailable() {
     assert_eq!(reply.status, 500, "{}", reply.text());
     assert!(reply.text().contains("ParseFailure"), "{}", reply.text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_context_keeps_a_stream_open_and_hears_on_it() {
+    let peer = Peer::serve("grpc_peer.py", &[]);
+    let gw = GatewayProc::start(&config(&peer.address(), "'echo root-stream'"));
+    let c = client();
+    // The root opens the stream on its first tick; its echo comes back
+    // while the stream stays open (no close is heard).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let heard = loop {
+        let reply = send(&c, "GET", &gw.url("/"), &[("x-grpc-root", "yes")], "").await;
+        if !reply.text().is_empty() || std::time::Instant::now() > deadline {
+            break reply.text();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(heard, "message from-root\n", "{}", gw.logs());
+}

@@ -1,8 +1,9 @@
 //! The root context of a plugin that asked for ticks or registered shared
 //! queues: a dedicated instance, driven by a task for as long as the plugin
-//! lives, that receives `proxy_on_tick`, `proxy_on_queue_ready` and the
-//! answers to the http calls it dispatches. (Streams paused on a pooled
-//! instance get that instance's ticks while they wait: see `stream.rs`.)
+//! lives, that receives `proxy_on_tick`, `proxy_on_queue_ready`, the
+//! answers to the calls it dispatches and its gRPC streams' events.
+//! (Streams paused on a pooled instance get that instance's ticks while they
+//! wait: see `stream.rs`.)
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -62,6 +63,9 @@ async fn drive(mut root: FilterInstance, stop: &Notify) -> Result<(), FilterErro
     queue_changes.mark_changed();
     // Root callbacks see an exchange with no request.
     let mut exchange = Box::<HttpExchange>::default();
+    // What `proxy_on_vm_start` and `proxy_on_configure` dispatched (a gRPC
+    // stream a root keeps open, say) starts now, not after the first tick.
+    root.start_dispatched_calls(&mut calls);
     loop {
         let tick = root.tick_period();
         let watches_queues = !root.store().data().registered_queues.is_empty();

@@ -17,32 +17,79 @@
 //! content-type=...`, `message TEXT`, `trailing x-trailer=...`, `close CODE
 //! MESSAGE`. `x-grpc-cancel-first: yes` opens a stream first and cancels it
 //! at once: nothing of it may be heard (a line `stray` says otherwise).
+//!
+//! With `conf` `UPSTREAM root-stream`, the root context opens a
+//! bidirectional stream on its first tick, sends `from-root` and keeps the
+//! stream open; what it hears is kept in shared data `root-heard`, which a
+//! request with `x-grpc-root: yes` gets as its answer.
 
 use std::time::Duration;
 
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
-        Box::new(Root { upstream: String::new() })
+        Box::new(Root { upstream: String::new(), root_stream: None })
     });
 }}
 
 struct Root {
     upstream: String,
+    /// `Some(opened)` in `root-stream` mode.
+    root_stream: Option<bool>,
 }
 
-impl Context for Root {}
+/// Adds `line` to what the root's stream heard (shared data `root-heard`).
+fn root_heard(line: &str) {
+    let (heard, cas) = hostcalls::get_shared_data("root-heard").unwrap_or((None, None));
+    let mut heard = heard
+        .map(|h| String::from_utf8_lossy(&h).into_owned())
+        .unwrap_or_default();
+    heard.push_str(line);
+    heard.push('\n');
+    let _ = hostcalls::set_shared_data("root-heard", Some(heard.as_bytes()), cas);
+}
+
+impl Context for Root {
+    fn on_grpc_stream_message(&mut self, _token_id: u32, message_size: usize) {
+        let message = self
+            .get_grpc_stream_message(0, message_size)
+            .unwrap_or_default();
+        root_heard(&format!("message {}", String::from_utf8_lossy(&message)));
+    }
+
+    fn on_grpc_stream_close(&mut self, _token_id: u32, status_code: u32) {
+        root_heard(&format!("close {status_code}"));
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        self.upstream = self
+        let conf = self
             .get_plugin_configuration()
             .map(|c| String::from_utf8_lossy(&c).trim().to_string())
             .unwrap_or_default();
+        let mut words = conf.split_whitespace();
+        self.upstream = words.next().unwrap_or_default().to_string();
+        if words.next() == Some("root-stream") {
+            self.root_stream = Some(false);
+            self.set_tick_period(Duration::from_millis(20));
+        }
         !self.upstream.is_empty()
+    }
+
+    fn on_tick(&mut self) {
+        if self.root_stream != Some(false) {
+            return;
+        }
+        self.root_stream = Some(true);
+        match self.open_grpc_stream(&self.upstream, "test.Echo", "Bidi", vec![]) {
+            Ok(token) => self.send_grpc_stream_message(token, Some(b"from-root"), false),
+            Err(status) => root_heard(&format!("open refused: {status:?}")),
+        }
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
@@ -170,6 +217,14 @@ impl HttpContext for Call {
         let header = |name: &str| self.get_http_request_header(name).unwrap_or_default();
         let timeout = header("x-grpc-timeout-ms").parse().unwrap_or(5000);
         let timeout = Duration::from_millis(timeout);
+        if header("x-grpc-root") == "yes" {
+            let heard = hostcalls::get_shared_data("root-heard")
+                .ok()
+                .and_then(|(heard, _)| heard)
+                .unwrap_or_default();
+            self.send_http_response(200, vec![], Some(&heard));
+            return Action::Pause;
+        }
         let method = header("x-grpc-stream");
         if !method.is_empty() {
             let end_by_close = header("x-grpc-end") == "close";
