@@ -102,6 +102,15 @@ if [ ! -x "$root/target/test-bin/h2spec" ]; then
   (cd "$root/tools/h2spec" && go build -o "$root/target/test-bin/h2spec" github.com/summerwind/h2spec/cmd/h2spec)
 fi
 
+# Jaeger v1.76.0 (OTLP receiver, in-memory storage, query API), the tracing
+# tests' collector (crates/cli/tests/tracing.rs), built from the module
+# pinned in tools/jaeger (about four minutes on two cores, downloads
+# included): a real backend, not a stand-in for one.
+if [ ! -x "$root/target/test-bin/jaeger" ]; then
+  mkdir -p "$root/target/test-bin"
+  (cd "$root/tools/jaeger" && go build -o "$root/target/test-bin/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger)
+fi
+
 # Playwright for Python, pinned; only its driver is used (no browser download).
 python3 -c 'import playwright, importlib.metadata as m; assert m.version("playwright") == "1.65.2"' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check playwright==1.65.2

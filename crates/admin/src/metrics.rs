@@ -21,6 +21,7 @@ pub fn render(live: &LiveGateway) -> String {
     tls_metrics(&gateway, &mut out);
     tunnel_metrics(&mut out);
     access_log_metrics(&mut out);
+    trace_metrics(&mut out);
     route_metrics(&gateway, &mut out);
     upstream_metrics(&gateway, &mut out);
     plugin_metrics(&gateway, &mut out);
@@ -664,6 +665,30 @@ fn access_log_metrics(out: &mut String) {
         "wasmgate_access_log_reopens_total {}",
         stats.reopened.load(Relaxed)
     );
+}
+
+fn trace_metrics(out: &mut String) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(tracing) = wasmgate_observe::trace::global() else {
+        return;
+    };
+    let stats = tracing.stats();
+    family(
+        out,
+        "wasmgate_trace_spans_total",
+        "counter",
+        "Spans of sampled requests, by what became of them (recorded: ended and queued for export; exported: the collector took them; failed: the export failed, the collector down, say). Recorded minus the others is what is queued, or was dropped from a full queue.",
+    );
+    for (outcome, n) in [
+        ("recorded", stats.recorded.load(Relaxed)),
+        ("exported", stats.exported.load(Relaxed)),
+        ("failed", stats.failed.load(Relaxed)),
+    ] {
+        let _ = writeln!(
+            out,
+            "wasmgate_trace_spans_total{{outcome=\"{outcome}\"}} {n}"
+        );
+    }
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -203,6 +203,16 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         base,
     )
     .with_context(|| args.config.config.display().to_string())?;
+    if let Some(tracing) = &node.tracing {
+        wasmgate_observe::trace::install(&wasmgate_observe::trace::TraceSettings {
+            endpoint: tracing.endpoint.clone(),
+            sample_ratio: tracing.sample_ratio,
+            service_name: tracing.service_name.clone(),
+            batch_delay: std::time::Duration::from_millis(tracing.batch_delay_ms),
+            queue_spans: tracing.queue_spans,
+        })
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.config.display()))?;
+    }
     let clustered = node.config.is_some();
     let started = if clustered {
         let runtime = runtime(&args.config)?;
@@ -287,6 +297,9 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     };
     crate::serve::serve_until_signal(listeners, threads, live, listener_config, leave).await?;
     crate::access_log::drain();
+    if let Some(tracing) = wasmgate_observe::trace::global() {
+        tracing.flush();
+    }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

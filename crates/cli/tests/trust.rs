@@ -169,27 +169,11 @@ routes:
     );
 }
 
-/// Prometheus's own checker (Debian's `promtool`, scripts/install-deps.sh).
+/// `promtool check metrics`: lint findings are printed; a scrape that does
+/// not parse fails.
 fn promtool_check(scrape: &str) -> Result<(), String> {
-    use std::io::Write;
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (scripts/install-deps.sh installs Debian's prometheus)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(scrape.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    // Lint findings are printed; a scrape that does not parse fails.
-    if text.contains("error while linting") || (!out.status.success() && text.contains("parse")) {
+    let (passed, text) = common::promtool(scrape);
+    if text.contains("error while linting") || (!passed && text.contains("parse")) {
         Err(text)
     } else {
         Ok(())

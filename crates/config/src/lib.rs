@@ -32,7 +32,9 @@ pub(crate) use errors::parse_yaml;
 pub use errors::{ConfigError, ConfigErrors};
 use names::unique_names;
 pub use names::{check_name, NamedEntry};
-pub use node::{AccessLogConfig, AccessLogFormat, ConfigSource, Limits, ADMIN_TOKEN_ENV};
+pub use node::{
+    AccessLogConfig, AccessLogFormat, ConfigSource, Limits, TracingConfig, ADMIN_TOKEN_ENV,
+};
 pub use plugins::{conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind};
 pub use routes::{
     FixedResponse, FunctionEndpoint, PathMatch, Redirect, RouteConfig, Scheme, UpgradeConfig,
@@ -126,6 +128,9 @@ pub struct GatewayConfig {
     /// to standard output, as JSON lines, unless said otherwise.
     #[serde(default, skip_serializing_if = "AccessLogConfig::is_default")]
     pub access_log: AccessLogConfig,
+    /// Traces (docs/observability.md): off unless a collector is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingConfig>,
 }
 
 impl GatewayConfig {

@@ -115,6 +115,45 @@ impl AccessLogConfig {
     }
 }
 
+/// Traces of requests, exported over OTLP; read at start-up.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TracingConfig {
+    /// The OTLP/gRPC endpoint of a collector (Jaeger, the OpenTelemetry
+    /// Collector, ...), `http://host:4317`.
+    pub endpoint: String,
+    /// The share of new traces recorded, 0 to 1. A request that carries a
+    /// `traceparent` follows its sampled flag instead.
+    #[serde(default = "full_ratio")]
+    pub sample_ratio: f64,
+    /// The spans' `service.name`.
+    #[serde(default = "service_name")]
+    pub service_name: String,
+    /// How long finished spans wait to go in one batch.
+    #[serde(default = "batch_delay_ms")]
+    pub batch_delay_ms: u64,
+    /// Finished spans kept while the collector is slow or down; beyond
+    /// them, spans are dropped (requests never wait).
+    #[serde(default = "queue_spans")]
+    pub queue_spans: usize,
+}
+
+fn full_ratio() -> f64 {
+    1.0
+}
+
+fn batch_delay_ms() -> u64 {
+    1000
+}
+
+fn queue_spans() -> usize {
+    8192
+}
+
+fn service_name() -> String {
+    "wasmgate".into()
+}
+
 /// Environment variable that sets (and overrides) `admin_token`.
 pub const ADMIN_TOKEN_ENV: &str = "WASMGATE_ADMIN_TOKEN";
 

@@ -4,6 +4,10 @@
 //! gateway's own error kind), and what its chain did (`ChainNotes`). The
 //! line is queued when the response body ends, or is dropped by a client
 //! that went away, so `bytes_out` and `duration_ms` cover the whole answer.
+//! The request's trace (`wasmgate_observe::trace`) goes the same way: its
+//! span begins with the request (the upstream request carries its
+//! `traceparent`) and ends, with a child per filter and one for the
+//! upstream call, when the line would be written.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -14,35 +18,55 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
+use hyper::header::HeaderValue;
 use hyper::Response;
 use wasmgate_observe::access_log::{millis, AccessLog, Entry, FilterTime};
+use wasmgate_observe::trace::{ChildSpan, KeyValue, RequestTrace, SpanKind};
 
 use crate::body::{self, Body, BoxError};
 use crate::chain::ChainNotes;
+use crate::endpoint::function::FunctionServed;
 use crate::grpc::GatewayAnswer;
 use crate::upstream::UpstreamServed;
 
-/// A line being put together.
+/// Whether requests are observed at all (a log is kept or traces are).
+pub(crate) fn observing() -> bool {
+    wasmgate_observe::access_log::global().is_some() || wasmgate_observe::trace::global().is_some()
+}
+
+/// A line (and a trace) being put together.
 pub(crate) struct Pending {
-    log: &'static AccessLog,
+    log: Option<&'static AccessLog>,
+    trace: Option<RequestTrace>,
     entry: Entry,
     started: Instant,
     bytes_in: Arc<AtomicU64>,
     notes: Option<Arc<ChainNotes>>,
+    /// The node that answered, for the trace's upstream span.
+    served: Option<UpstreamServed>,
+    /// Or the function that did, for its span.
+    function: Option<FunctionServed>,
 }
 
 impl Pending {
-    /// What the request says about itself, if the node keeps a log.
+    /// What the request says about itself, if the node keeps a log or
+    /// traces; a traced request's `traceparent` becomes the one its
+    /// upstream request carries.
     pub fn begin(
-        parts: &hyper::http::request::Parts,
+        parts: &mut hyper::http::request::Parts,
         host: &str,
         peer: SocketAddr,
     ) -> Option<Pending> {
-        let log = wasmgate_observe::access_log::global()?;
+        let log = wasmgate_observe::access_log::global();
+        let trace = wasmgate_observe::trace::global().map(|tracing| begin_trace(tracing, parts));
+        if log.is_none() && trace.is_none() {
+            return None;
+        }
         let request_id = crate::request_id::next();
         Some(Pending {
             log,
             entry: Entry {
+                trace_id: trace.as_ref().map(RequestTrace::trace_id),
                 time: Some(SystemTime::now()),
                 request_id,
                 client: Some(peer),
@@ -60,10 +84,33 @@ impl Pending {
                 },
                 ..Entry::default()
             },
+            trace,
             started: Instant::now(),
             bytes_in: Arc::default(),
             notes: None,
+            served: None,
+            function: None,
         })
+    }
+
+    /// For a route that keeps no log: the trace goes on, if there is one.
+    pub fn without_log(mut self) -> Option<Pending> {
+        self.log = None;
+        self.trace.is_some().then_some(self)
+    }
+
+    /// The request's trace and span ids, when it is traced.
+    pub fn trace_ids(&self) -> Option<Box<wasmgate_proxy_wasm::TraceIds>> {
+        let trace = self.trace.as_ref()?;
+        Some(Box::new(wasmgate_proxy_wasm::TraceIds {
+            trace_id: trace.trace_id(),
+            span_id: trace.span_id(),
+        }))
+    }
+
+    /// When the request came in (the chain's notes count from it).
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// The request's id: the one its filters, errors and crash reports use.
@@ -83,6 +130,10 @@ impl Pending {
 
     pub fn set_route(&mut self, route: &str) {
         self.entry.route = route.to_string();
+        if let Some(trace) = &mut self.trace {
+            trace.name(format!("{} {route}", self.entry.method));
+            trace.set_attribute(KeyValue::new("wasmgate.route", route.to_string()));
+        }
     }
 
     /// The chain's notes, shared with the chain that fills them.
@@ -103,6 +154,11 @@ impl Pending {
         if let Some(served) = served {
             self.entry.upstream = Some(served.node.to_string());
             self.entry.upstream_ms = Some(millis(served.elapsed));
+            self.served = Some(served);
+        }
+        if self.trace.is_some() {
+            let function = response.extensions().get::<FunctionServed>().cloned();
+            self.function = function.or_else(|| self.notes.as_ref()?.function());
         }
         response.map(|inner| {
             body::boxed(LoggedBody {
@@ -127,7 +183,80 @@ impl Pending {
                 .collect();
             self.entry.local_response = notes.local_response().map(str::to_string);
         }
-        self.log.record(self.entry);
+        if let Some(trace) = self.trace.take() {
+            self.end_trace(trace);
+        }
+        if let Some(log) = self.log {
+            log.record(self.entry);
+        }
+    }
+
+    /// Ends the request's span, with its filters' and the upstream call's.
+    fn end_trace(&self, mut trace: RequestTrace) {
+        let entry = &self.entry;
+        let came = entry.time.unwrap_or_else(SystemTime::now);
+        let at = |offset: std::time::Duration| came + offset;
+        trace.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(entry.status),
+        ));
+        trace.set_attribute(KeyValue::new(
+            "http.response.body.size",
+            entry.bytes_out as i64,
+        ));
+        if let Some(error) = &entry.error {
+            trace.set_attribute(KeyValue::new("error.type", error.clone()));
+        }
+        if entry.status >= 500 {
+            trace.fail(format!("HTTP {}", entry.status));
+        }
+        let filters = self.notes.as_ref().map_or_else(Vec::new, |notes| {
+            notes
+                .spans()
+                .map(|(name, first, last, spent)| ChildSpan {
+                    name: format!("filter {name}"),
+                    kind: SpanKind::Internal,
+                    start: at(first),
+                    duration: last.saturating_sub(first),
+                    attributes: vec![
+                        KeyValue::new("wasmgate.plugin", name.to_string()),
+                        KeyValue::new("wasmgate.filter.callbacks_ms", millis(spent)),
+                        KeyValue::new(
+                            "wasmgate.filter.local_response",
+                            notes.local_response() == Some(name),
+                        ),
+                    ],
+                    error: None,
+                })
+                .collect()
+        });
+        let upstream = self.served.as_ref().map(|served| ChildSpan {
+            name: entry.method.clone(),
+            kind: SpanKind::Client,
+            start: at(served.sent_at.saturating_duration_since(self.started)),
+            duration: served.elapsed,
+            attributes: vec![
+                KeyValue::new("server.address", served.node.to_string()),
+                KeyValue::new("http.request.method", entry.method.clone()),
+            ],
+            error: None,
+        });
+        let mut children = filters;
+        if let Some(call) = &self.function {
+            children.push(ChildSpan {
+                name: format!("call {}.{}", call.plugin, call.function),
+                kind: SpanKind::Internal,
+                start: at(call.started.saturating_duration_since(self.started)),
+                duration: call.elapsed,
+                attributes: vec![
+                    KeyValue::new("wasmgate.plugin", call.plugin.clone()),
+                    KeyValue::new("wasmgate.function", call.function.clone()),
+                ],
+                error: (entry.status >= 500).then(|| format!("HTTP {}", entry.status)),
+            });
+        }
+        let end = came + self.started.elapsed();
+        trace.end(children, upstream, end);
     }
 }
 
@@ -190,4 +319,26 @@ impl Drop for LoggedBody {
     fn drop(&mut self) {
         self.done();
     }
+}
+
+/// The request's span, its attributes from the request (OpenTelemetry's
+/// HTTP server conventions); the request's `traceparent` is replaced by the
+/// one its upstream request carries.
+fn begin_trace(
+    tracing: &'static wasmgate_observe::trace::Tracing,
+    parts: &mut hyper::http::request::Parts,
+) -> RequestTrace {
+    let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let method = parts.method.as_str();
+    let mut trace = tracing.begin(
+        header("traceparent"),
+        header("tracestate"),
+        method.to_string(),
+    );
+    trace.set_attribute(KeyValue::new("http.request.method", method.to_string()));
+    trace.set_attribute(KeyValue::new("url.path", parts.uri.path().to_string()));
+    if let Ok(value) = HeaderValue::try_from(trace.upstream_traceparent()) {
+        parts.headers.insert("traceparent", value);
+    }
+    trace
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use wasmgate_config::FailStrategy;
 use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
 
+use crate::endpoint::function::FunctionServed;
 use crate::upstream::UpstreamServed;
 
 /// A filter of a route: the plugin configured for that route, and its policy.
@@ -65,29 +66,50 @@ pub struct Chain {
 pub struct ChainNotes {
     names: Vec<String>,
     nanos: Vec<AtomicU64>,
+    /// When each filter's first callback began and its last one ended, in
+    /// nanoseconds since `since` (+1, so 0 is "not yet"): its trace span.
+    first: Vec<AtomicU64>,
+    last: Vec<AtomicU64>,
+    since: Instant,
     local_response: OnceLock<String>,
     /// The node that answered (the response the chain filters is a new one).
     upstream: OnceLock<UpstreamServed>,
+    /// Or the function that did.
+    function: OnceLock<FunctionServed>,
 }
 
 impl ChainNotes {
-    pub fn new(filters: &[RouteFilter]) -> Arc<ChainNotes> {
+    /// Notes on a chain of `filters` of a request that came in at `since`.
+    pub fn new(filters: &[RouteFilter], since: Instant) -> Arc<ChainNotes> {
+        let zeros = || filters.iter().map(|_| AtomicU64::new(0)).collect();
         Arc::new(ChainNotes {
             names: filters
                 .iter()
                 .map(|f| f.plugin.name().to_string())
                 .collect(),
-            nanos: filters.iter().map(|_| AtomicU64::new(0)).collect(),
+            nanos: zeros(),
+            first: zeros(),
+            last: zeros(),
+            since,
             local_response: OnceLock::new(),
             upstream: OnceLock::new(),
+            function: OnceLock::new(),
         })
     }
 
-    /// Keeps what `response` says about the node that answered it.
-    pub fn note_upstream<B>(&self, response: &hyper::Response<B>) {
+    /// Keeps what `response` says about the node (or function) that
+    /// answered it.
+    pub fn note_endpoint<B>(&self, response: &hyper::Response<B>) {
         if let Some(served) = response.extensions().get::<UpstreamServed>() {
             let _ = self.upstream.set(served.clone());
         }
+        if let Some(served) = response.extensions().get::<FunctionServed>() {
+            let _ = self.function.set(served.clone());
+        }
+    }
+
+    pub fn function(&self) -> Option<FunctionServed> {
+        self.function.get().cloned()
     }
 
     pub fn upstream(&self) -> Option<UpstreamServed> {
@@ -104,6 +126,23 @@ impl ChainNotes {
         })
     }
 
+    /// Each filter that ran: its name, when its first callback began and
+    /// its last ended (since the request came in), and its callbacks' time.
+    pub fn spans(&self) -> impl Iterator<Item = (&str, Duration, Duration, Duration)> {
+        let at = |nanos: &AtomicU64| Duration::from_nanos(nanos.load(Ordering::Relaxed) - 1);
+        (0..self.names.len())
+            .filter(|&i| self.first[i].load(Ordering::Relaxed) != 0)
+            .map(move |i| {
+                let spent = Duration::from_nanos(self.nanos[i].load(Ordering::Relaxed));
+                (
+                    self.names[i].as_str(),
+                    at(&self.first[i]),
+                    at(&self.last[i]),
+                    spent,
+                )
+            })
+    }
+
     /// The filter that sent a local response, if one did.
     pub fn local_response(&self) -> Option<&str> {
         self.local_response.get().map(String::as_str)
@@ -111,7 +150,16 @@ impl ChainNotes {
 
     fn spent(&self, filter: usize, since: Instant) {
         if let Some(nanos) = self.nanos.get(filter) {
-            nanos.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let now = Instant::now();
+            nanos.fetch_add((now - since).as_nanos() as u64, Ordering::Relaxed);
+            let offset = |t: Instant| t.saturating_duration_since(self.since).as_nanos() as u64 + 1;
+            let _ = self.first[filter].compare_exchange(
+                0,
+                offset(since),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            self.last[filter].store(offset(now), Ordering::Relaxed);
         }
     }
 }

@@ -154,8 +154,8 @@ impl Handler for FunctionRoute {
             return FunctionRoute::handle(self, request).await.map(body::boxed);
         }
         let host = crate::router::request_host(request.uri(), request.headers()).to_string();
-        let (parts, body) = request.into_parts();
-        let mut pending = Pending::begin(&parts, &host, connection.peer);
+        let (mut parts, body) = request.into_parts();
+        let mut pending = Pending::begin(&mut parts, &host, connection.peer);
         let request = Request::from_parts(parts, body);
         let response = self.handle_noted(request, pending.as_mut()).await;
         logged(pending, response.map(body::boxed))

@@ -33,7 +33,7 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::mpsc;
-use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo};
+use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo, TraceIds};
 
 use crate::access::{logged, Pending};
 use crate::body::{self, Body, ClientBody, ClientBodyError};
@@ -89,8 +89,8 @@ impl Gateway {
             Duration::from_millis(self.config.limits.body_read_timeout_ms),
         );
         let host = crate::router::request_host(&parts.uri, &parts.headers).to_string();
-        // The access-log line, when the node keeps a log (access.rs).
-        let mut pending = Pending::begin(&parts, &host, connection.peer);
+        // The access-log line and the trace, when the node keeps them (access.rs).
+        let mut pending = Pending::begin(&mut parts, &host, connection.peer);
         let body = match &pending {
             Some(pending) => body.counted_into(pending.bytes_in()),
             None => body,
@@ -122,13 +122,13 @@ impl Gateway {
             return logged(pending, response);
         };
         if !route.access_log {
-            pending = None;
+            pending = pending.and_then(Pending::without_log);
         }
         let mut notes = None;
         if let Some(pending) = &mut pending {
             pending.set_route(&route.name);
             if !route.filters.is_empty() {
-                let chain_notes = ChainNotes::new(&route.filters);
+                let chain_notes = ChainNotes::new(&route.filters, pending.started());
                 pending.notes(chain_notes.clone());
                 notes = Some(chain_notes);
             }
@@ -152,27 +152,41 @@ impl Gateway {
             }
             _ => None,
         };
-        let response = if let Some((upstream, upgrade)) = upgrade {
-            let asked = Asked {
-                parts,
-                connection,
-                host,
-                request_id,
-                notes,
-            };
-            self.upgrade(route, upstream, upgrade, asked).await
-        } else if route.filters.is_empty() {
-            self.unfiltered(route, parts, body, &connection, &host, request_id)
-                .await
-        } else {
-            let asked = Asked {
-                parts,
-                connection,
-                host,
-                request_id,
-                notes,
-            };
-            self.filtered(route, asked, body).await
+        let trace = pending.as_ref().and_then(Pending::trace_ids);
+        // A traced request's log lines (its filters', its function's) carry
+        // its trace id.
+        let log_span = trace
+            .as_ref()
+            .map(|t| tracing::info_span!("request", trace_id = %t.trace_id));
+        let handling = async {
+            if let Some((upstream, upgrade)) = upgrade {
+                let asked = Asked {
+                    parts,
+                    connection,
+                    host,
+                    request_id,
+                    notes,
+                    trace,
+                };
+                self.upgrade(route, upstream, upgrade, asked).await
+            } else if route.filters.is_empty() {
+                self.unfiltered(route, parts, body, &connection, &host, request_id)
+                    .await
+            } else {
+                let asked = Asked {
+                    parts,
+                    connection,
+                    host,
+                    request_id,
+                    notes,
+                    trace,
+                };
+                self.filtered(route, asked, body).await
+            }
+        };
+        let response = match log_span {
+            Some(span) => tracing::Instrument::instrument(handling, span).await,
+            None => handling.await,
         };
         route.latency.record(started.elapsed());
         route.count(response.status());
@@ -305,7 +319,7 @@ impl Gateway {
         let (response, request_rest) = match sent {
             Ok(sent) => {
                 if let Some(notes) = &notes {
-                    notes.note_upstream(&sent.0);
+                    notes.note_endpoint(&sent.0);
                 }
                 sent
             }
@@ -438,7 +452,7 @@ impl Gateway {
         let response = match upstream.send(head, OutboundBody::Upgrade, key).await {
             Ok(response) => {
                 if let Some(notes) = &notes {
-                    notes.note_upstream(&response);
+                    notes.note_endpoint(&response);
                 }
                 tunnel::answer(upgrade, response, &route.name, &route.upgrade)
             }
@@ -603,6 +617,7 @@ struct Asked {
     host: String,
     request_id: Option<u64>,
     notes: Option<Arc<ChainNotes>>,
+    trace: Option<Box<TraceIds>>,
 }
 
 fn exchange_for(asked: Asked, route: &Route) -> Box<HttpExchange> {
@@ -611,6 +626,7 @@ fn exchange_for(asked: Asked, route: &Route) -> Box<HttpExchange> {
         connection,
         host,
         request_id,
+        trace,
         ..
     } = asked;
     let authority = request_authority(&parts).unwrap_or(host);
@@ -648,6 +664,7 @@ fn exchange_for(asked: Asked, route: &Route) -> Box<HttpExchange> {
         connection_id: connection.id,
         cluster,
         tls: connection.tls,
+        trace,
     };
     exchange
 }

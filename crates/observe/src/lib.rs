@@ -1,8 +1,11 @@
 //! What wasmgate tells about each request, apart from its metrics: the
 //! access log, one line per request ([`access_log`]). Its writing happens
 //! on a thread of its own, so a slow disk costs a request nothing but a
-//! queue slot, and a full queue costs a counted line, never a wait.
+//! queue slot, and a full queue costs a counted line, never a wait. And
+//! traces ([`trace`]): a span per request with its filters and upstream
+//! call, exported over OTLP in batches, off the request path too.
 
 pub mod access_log;
+pub mod trace;
 
 pub use access_log::{AccessLog, Entry, FilterTime, Format, LogStats, Target};

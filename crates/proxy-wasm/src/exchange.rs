@@ -48,6 +48,17 @@ pub struct RequestInfo {
     pub cluster: Option<Arc<str>>,
     /// The connection's TLS, if it is a TLS connection (`connection.*`).
     pub tls: Option<Arc<TlsInfo>>,
+    /// The request's place in a trace, when the gateway traces requests.
+    pub trace: Option<Box<TraceIds>>,
+}
+
+/// A traced request's ids (`request.trace_id`, `request.span_id`), in hex
+/// as W3C `traceparent` writes them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceIds {
+    pub trace_id: String,
+    /// The request's span in the gateway.
+    pub span_id: String,
 }
 
 /// What is known of a TLS connection, as Envoy's `connection.*` properties

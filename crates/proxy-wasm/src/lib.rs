@@ -27,7 +27,7 @@ mod state;
 mod stream;
 
 pub use abi::{AbiVersion, Action};
-pub use exchange::{HttpExchange, LocalResponse, RequestInfo, TlsInfo};
+pub use exchange::{HttpExchange, LocalResponse, RequestInfo, TlsInfo, TraceIds};
 pub use headers::Headers;
 pub use http_call::{
     HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller, HttpStreamFuture,

@@ -1572,6 +1572,10 @@ fn request_info() -> RequestInfo {
         connection_id: 7,
         cluster: Some("fuzz-cluster".into()),
         tls: None,
+        trace: Some(Box::new(wasmgate_proxy_wasm::TraceIds {
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            span_id: "00f067aa0ba902b7".into(),
+        })),
     }
 }
 

@@ -12,6 +12,8 @@
 //!   `app`, optionally with SCRAM-SHA-256 authentication and TLS.
 //!
 //! - [`EtcdServer`]: a single-member etcd (v3 API) for cluster tests.
+//! - [`JaegerServer`]: Jaeger, built from source, receiving OTLP traces and
+//!   answering its query API, for the tracing tests.
 //! - [`fuzz`]: the fuzzers' seeded randomness, log sink and settings.
 //! - [`load`]: many tasks making calls, their outcomes recorded, for the
 //!   restart tests.
@@ -35,12 +37,14 @@ pub(crate) use rustix::process::Signal;
 
 mod etcd;
 pub mod fuzz;
+mod jaeger;
 pub mod load;
 pub mod pki;
 mod postgres;
 mod redis;
 
 pub use etcd::EtcdServer;
+pub use jaeger::JaegerServer;
 pub use postgres::{PostgresOptions, PostgresServer};
 pub use redis::{RedisOptions, RedisReply, RedisServer};
 

@@ -168,3 +168,26 @@ pub async fn post(client: &HttpClient, url: &str, body: impl Into<Bytes>) -> Rep
     let response = client.request(request).await.expect("request failed");
     Reply::read(response).await
 }
+
+/// Prometheus's own checker (Debian's `promtool`, scripts/install-deps.sh)
+/// on a `/metrics` scrape: whether it passed, and what it printed.
+pub fn promtool(scrape: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/install-deps.sh installs Debian's prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}

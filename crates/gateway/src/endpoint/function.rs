@@ -4,6 +4,7 @@
 //! (`FunctionRoute`), with the gateway's `error_details`.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::Response;
@@ -11,6 +12,16 @@ use wasmgate_extism::Plugin;
 
 use crate::body::{self, Body};
 use crate::{FunctionRoute, FunctionRouteConfig};
+
+/// What a function call took, put in its answer's extensions while requests
+/// are observed (the trace's span of the call).
+#[derive(Clone, Debug)]
+pub(crate) struct FunctionServed {
+    pub plugin: String,
+    pub function: String,
+    pub started: Instant,
+    pub elapsed: Duration,
+}
 
 /// An Extism plugin's function as a route's endpoint.
 pub(crate) struct Function {
@@ -39,6 +50,16 @@ impl Function {
             ..Default::default()
         };
         let route = FunctionRoute::new(self.plugin.clone(), config);
-        body::full_response(route.call(request_id, &function, &input).await)
+        let started = crate::access::observing().then(Instant::now);
+        let mut response = body::full_response(route.call(request_id, &function, &input).await);
+        if let Some(started) = started {
+            response.extensions_mut().insert(FunctionServed {
+                plugin: self.plugin.name().to_string(),
+                function,
+                started,
+                elapsed: started.elapsed(),
+            });
+        }
+        response
     }
 }

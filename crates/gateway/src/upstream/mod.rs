@@ -58,6 +58,8 @@ pub struct Upstream {
 #[derive(Clone, Debug)]
 pub struct UpstreamServed {
     pub node: Arc<str>,
+    /// When the request went to the node, and how long its answer's head took.
+    pub sent_at: Instant,
     pub elapsed: Duration,
 }
 
@@ -303,9 +305,10 @@ impl Upstream {
             match answer {
                 Ok(Ok(mut response)) => {
                     self.report(i, !matches!(response.status().as_u16(), 502..=504));
-                    if wasmgate_observe::access_log::global().is_some() {
+                    if crate::access::observing() {
                         response.extensions_mut().insert(UpstreamServed {
                             node: node.shared_address.clone(),
+                            sent_at,
                             elapsed: sent_at.elapsed(),
                         });
                     }

@@ -1,0 +1,301 @@
+//! Traces, end to end: `wasmgate run` with `tracing:` exports over OTLP to a
+//! real Jaeger (built from source, testkit's `JaegerServer`), and what Jaeger's
+//! query API then shows is checked: one trace per request, the request's
+//! span with a child per filter and one for the upstream call, the upstream
+//! request carrying the upstream span's `traceparent`, a client's trace
+//! continued, sampling, and a collector that is down costing no request.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::gateway::{send, GatewayProc};
+use common::upstream::Upstream;
+use common::{client, HttpClient};
+use serde_json::Value;
+use wasmgate_testkit::JaegerServer;
+
+fn config(endpoint: &str, upstream: u16, sample_ratio: f64) -> String {
+    format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+access_log: {{enabled: false}}
+tracing: {{endpoint: "{endpoint}", sample_ratio: {sample_ratio}, batch_delay_ms: 100}}
+plugins:
+  - {{name: first, wasm: "{{wasm:add_header}}"}}
+  - {{name: second, wasm: "{{wasm:properties}}"}}
+  - {{name: caps, wasm: "{{wasm:capabilities}}"}}
+upstreams:
+  - {{name: web, nodes: [{{address: "127.0.0.1:{upstream}"}}]}}
+routes:
+  - {{name: fn, path: {{prefix: /fn/}}, function: {{plugin: caps}}, plugins: [{{plugin: first}}]}}
+  - {{name: api, path: {{prefix: /}}, upstream: web, plugins: [{{plugin: first}}, {{plugin: second, conf: ["request.trace_id", "request.span_id"]}}]}}
+"#
+    )
+}
+
+/// The trace with `id` once Jaeger has its `want` spans (with their tags),
+/// or None after `wait`.
+async fn jaeger_trace(
+    c: &HttpClient,
+    jaeger: &JaegerServer,
+    id: &str,
+    want: usize,
+    wait: Duration,
+) -> Option<Value> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let reply = send(c, "GET", &format!("{}/traces/{id}", jaeger.api()), &[], "").await;
+        if reply.status == 200 {
+            let trace = reply.json()["data"][0].clone();
+            // A request's spans are exported in one batch, but a batch may
+            // split them: wait for all.
+            let spans = trace["spans"].as_array().map_or(0, Vec::len);
+            if spans >= want {
+                return Some(trace);
+            }
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn span<'a>(trace: &'a Value, name: &str) -> &'a Value {
+    trace["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["operationName"] == name)
+        .unwrap_or_else(|| panic!("no span `{name}` in {trace:#}"))
+}
+
+fn tag<'a>(span: &'a Value, key: &str) -> &'a Value {
+    span["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["key"] == key)
+        .map(|t| &t["value"])
+        .unwrap_or_else(|| panic!("no tag `{key}` in {span:#}"))
+}
+
+fn parent(span: &Value) -> &str {
+    span["references"][0]["spanID"].as_str().unwrap_or_default()
+}
+
+/// The `traceparent` the upstream got: (trace id, parent span id, flags).
+fn traceparent_seen(reply: &common::Reply) -> (String, String, String) {
+    let echo = reply.json();
+    let value = echo["headers"]["traceparent"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the upstream got no traceparent: {echo}"));
+    let parts: Vec<&str> = value.split('-').collect();
+    assert_eq!((parts.len(), parts[0]), (4, "00"), "{value}");
+    (parts[1].into(), parts[2].into(), parts[3].into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_one_trace_with_its_filters_and_upstream_call() {
+    let jaeger = JaegerServer::start();
+    let upstream = Upstream::start("web").await;
+    let gw = GatewayProc::start(&config(&jaeger.otlp_endpoint(), upstream.port, 1.0));
+    let c = client();
+
+    // A request without a trace starts one.
+    let reply = send(&c, "GET", &gw.url("/orders?id=7"), &[], "").await;
+    assert_eq!(reply.status, 200);
+    let (trace_id, upstream_span, flags) = traceparent_seen(&reply);
+    assert_eq!(flags, "01", "sampled");
+    let trace = jaeger_trace(&c, &jaeger, &trace_id, 4, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no trace {trace_id} in Jaeger: {}", jaeger.log()));
+    assert_eq!(trace["spans"].as_array().unwrap().len(), 4, "{trace:#}");
+    let request = span(&trace, "GET api");
+    assert_eq!(tag(request, "span.kind"), "server");
+    assert_eq!(tag(request, "http.response.status_code"), 200);
+    assert_eq!(tag(request, "http.request.method"), "GET");
+    assert_eq!(tag(request, "url.path"), "/orders");
+    assert_eq!(tag(request, "wasmgate.route"), "api");
+    assert!(
+        request["references"].as_array().unwrap().is_empty(),
+        "a root span"
+    );
+    let request_id = request["spanID"].as_str().unwrap();
+    // Filters read the request's trace and span ids as properties.
+    let property = |name: &str| {
+        reply.headers[format!("x-property-{name}")]
+            .to_str()
+            .unwrap()
+    };
+    assert_eq!(property("request.trace_id"), trace_id);
+    assert_eq!(property("request.span_id"), request_id);
+    for filter in ["first", "second"] {
+        let span = span(&trace, &format!("filter {filter}"));
+        assert_eq!(parent(span), request_id, "{span:#}");
+        assert_eq!(tag(span, "wasmgate.plugin"), filter);
+        assert!(tag(span, "wasmgate.filter.callbacks_ms").as_f64().unwrap() > 0.0);
+    }
+    // The upstream call's span is the one the upstream's traceparent names.
+    let call = span(&trace, "GET");
+    assert_eq!(call["spanID"], upstream_span.as_str(), "{trace:#}");
+    assert_eq!(parent(call), request_id);
+    assert_eq!(tag(call, "span.kind"), "client");
+    assert_eq!(
+        tag(call, "server.address"),
+        format!("127.0.0.1:{}", upstream.port).as_str()
+    );
+    // Children lie within their request's span.
+    let (start, end) = (
+        request["startTime"].as_i64().unwrap(),
+        request["startTime"].as_i64().unwrap() + request["duration"].as_i64().unwrap(),
+    );
+    for s in trace["spans"].as_array().unwrap() {
+        let s_start = s["startTime"].as_i64().unwrap();
+        assert!(
+            s_start >= start && s_start + s["duration"].as_i64().unwrap() <= end + 1,
+            "{s:#}"
+        );
+    }
+
+    // A client's trace continues: same trace id, the request's span a child
+    // of the client's, its tracestate passed on.
+    let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let reply = send(
+        &c,
+        "GET",
+        &gw.url("/continued"),
+        &[
+            (
+                "traceparent",
+                &format!("00-{client_trace}-{client_span}-01"),
+            ),
+            ("tracestate", "vendor=opaque"),
+        ],
+        "",
+    )
+    .await;
+    let (seen_trace, seen_parent, _) = traceparent_seen(&reply);
+    assert_eq!(seen_trace, client_trace);
+    assert_ne!(
+        seen_parent, client_span,
+        "the upstream's parent is the gateway's span"
+    );
+    assert_eq!(reply.json()["headers"]["tracestate"], "vendor=opaque");
+    let trace = jaeger_trace(&c, &jaeger, client_trace, 4, Duration::from_secs(20))
+        .await
+        .expect("the continued trace in Jaeger");
+    assert_eq!(parent(span(&trace, "GET api")), client_span);
+
+    // An Extism function's call is a span, and its log lines carry the
+    // trace id.
+    let client_trace = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let traced = [(
+        "traceparent",
+        format!("00-{client_trace}-00f067aa0ba902b7-01"),
+    )];
+    let traced: Vec<(&str, &str)> = traced.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let reply = send(&c, "POST", &gw.url("/fn/log"), &traced, "hello-trace").await;
+    assert_eq!((reply.status, reply.text().as_str()), (200, "logged"));
+    let trace = jaeger_trace(&c, &jaeger, client_trace, 3, Duration::from_secs(20))
+        .await
+        .expect("the function's trace in Jaeger");
+    let call = span(&trace, "call caps.log");
+    assert_eq!(
+        parent(call),
+        span(&trace, "POST fn")["spanID"].as_str().unwrap()
+    );
+    assert_eq!(tag(call, "wasmgate.function"), "log");
+    let logged = gw.logs();
+    let line = logged
+        .lines()
+        .find(|l| l.contains("info: hello-trace"))
+        .unwrap_or_else(|| panic!("no log line of the function: {logged}"));
+    assert!(line.contains(client_trace), "{line}");
+
+    // /metrics counts what was recorded and exported (4 + 4 + 3 spans).
+    let metrics = send(&c, "GET", &gw.admin_url("/metrics"), &[], "")
+        .await
+        .text();
+    assert!(
+        metrics.contains("wasmgate_trace_spans_total{outcome=\"recorded\"} 11"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("wasmgate_trace_spans_total{outcome=\"failed\"} 0"),
+        "{metrics}"
+    );
+    // Prometheus reads the family as it is written.
+    let (passed, checked) = common::promtool(&metrics);
+    assert!(passed, "{checked}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_follows_the_ratio_and_the_clients_flag() {
+    let jaeger = JaegerServer::start();
+    let upstream = Upstream::start("web").await;
+    let gw = GatewayProc::start(&config(&jaeger.otlp_endpoint(), upstream.port, 0.0));
+    let c = client();
+    // Ratio 0: a new trace is not recorded, though its id is passed on.
+    let reply = send(&c, "GET", &gw.url("/a"), &[], "").await;
+    let (unsampled, _, flags) = traceparent_seen(&reply);
+    assert_eq!(flags, "00");
+    // A client that samples its trace is followed.
+    let sampled = "0af7651916cd43dd8448eb211c80319c";
+    let reply = send(
+        &c,
+        "GET",
+        &gw.url("/b"),
+        &[("traceparent", &format!("00-{sampled}-b7ad6b7169203331-01"))],
+        "",
+    )
+    .await;
+    assert_eq!(traceparent_seen(&reply).2, "01");
+    assert!(
+        jaeger_trace(&c, &jaeger, sampled, 4, Duration::from_secs(20))
+            .await
+            .is_some()
+    );
+    // By the time the sampled one arrived, the other would have too.
+    assert!(
+        jaeger_trace(&c, &jaeger, &unsampled, 1, Duration::from_secs(1))
+            .await
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_costs_no_request() {
+    let upstream = Upstream::start("web").await;
+    // Nothing listens there.
+    let endpoint = format!("http://127.0.0.1:{}", wasmgate_testkit::free_port());
+    let gw = GatewayProc::start(&config(&endpoint, upstream.port, 1.0));
+    let c = client();
+    for i in 0..50 {
+        let reply = send(&c, "GET", &gw.url(&format!("/{i}")), &[], "").await;
+        assert_eq!(reply.status, 200, "request {i}");
+    }
+    // The spans that could not go are counted.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = send(&c, "GET", &gw.admin_url("/metrics"), &[], "")
+            .await
+            .text();
+        let failed = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("wasmgate_trace_spans_total{outcome=\"failed\"} "))
+            .map(|n| n.parse::<u64>().unwrap())
+            .unwrap_or(0);
+        if failed > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no failed export counted:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,143 @@
+//! Jaeger (v1.76.0's `cmd/jaeger`, built from the Go module proxy by
+//! `scripts/install-deps.sh` into `target/test-bin`) for the tracing tests:
+//! an OTLP/gRPC receiver and the query API on free loopback ports, traces
+//! kept in memory. What a test asks the query API (`/api/traces/{id}`,
+//! `/api/traces?service=...`) it asks over real HTTP, as a user's browser
+//! would.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use crate::{free_port, read_log, START_TIMEOUT};
+
+pub struct JaegerServer {
+    otlp_port: u16,
+    query_port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+/// Where install-deps.sh puts the binary.
+fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-bin/jaeger")
+}
+
+impl JaegerServer {
+    /// Starts Jaeger and waits until its receiver and query API listen.
+    pub fn start() -> JaegerServer {
+        let dir = tempfile::Builder::new()
+            .prefix("wasmgate-jaeger-")
+            .tempdir()
+            .expect("creating a temporary directory for Jaeger");
+        let (otlp_port, query_port, query_grpc_port) = (free_port(), free_port(), free_port());
+        let config = format!(
+            r#"
+service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 10000
+  jaeger_query:
+    storage:
+      traces: memstore
+    http:
+      endpoint: 127.0.0.1:{query_port}
+    grpc:
+      endpoint: 127.0.0.1:{query_grpc_port}
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:{otlp_port}
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+"#
+        );
+        std::fs::write(dir.path().join("jaeger.yaml"), config).expect("writing jaeger.yaml");
+        let log = File::create(dir.path().join("jaeger.log")).expect("creating jaeger.log");
+        let child = Command::new(binary())
+            .args(["--config", "jaeger.yaml"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("duplicating the log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting {} (scripts/install-deps.sh builds it): {e}",
+                    binary().display()
+                )
+            });
+        let mut server = JaegerServer {
+            otlp_port,
+            query_port,
+            dir,
+            child: Some(child),
+        };
+        server.wait_until_listening();
+        server
+    }
+
+    /// The OTLP/gRPC endpoint a gateway exports to.
+    pub fn otlp_endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.otlp_port)
+    }
+
+    /// The query API's base URL (`http://127.0.0.1:PORT/api`).
+    pub fn api(&self) -> String {
+        format!("http://127.0.0.1:{}/api", self.query_port)
+    }
+
+    /// What Jaeger has logged.
+    pub fn log(&self) -> String {
+        read_log(&self.dir.path().join("jaeger.log"))
+    }
+
+    fn wait_until_listening(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!(
+                    "Jaeger exited with {status} while starting:\n{}",
+                    self.log()
+                );
+            }
+            let listening = [self.otlp_port, self.query_port]
+                .iter()
+                .all(|port| std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
+            if listening {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Jaeger did not start within {START_TIMEOUT:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for JaegerServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
