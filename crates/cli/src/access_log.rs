@@ -1,5 +1,6 @@
 //! Starting the access log for `run` and `serve` (the log itself is
-//! `wasmgate_observe::access_log`), and reopening it on SIGUSR1.
+//! `wasmgate_observe::access_log`), and reopening it on SIGUSR1; starting
+//! and flushing traces (`wasmgate_observe::trace`).
 
 use std::path::Path;
 
@@ -46,11 +47,27 @@ pub fn format_of(format: wasmgate_config::AccessLogFormat) -> Format {
 }
 
 /// Before the process exits: the lines of the last requests are written
-/// (a second at most).
+/// (a second at most), and their spans sent.
 pub fn drain() {
     if let Some(log) = access_log::global() {
         if !log.drain(std::time::Duration::from_secs(1)) {
             tracing::warn!("the access log's last lines were not all written before exit");
         }
     }
+    if let Some(tracing) = wasmgate_observe::trace::global() {
+        tracing.flush();
+    }
+}
+
+/// Starts tracing to the OTLP/gRPC collector `config` names. Call from
+/// within the tokio runtime.
+pub fn start_tracing(config: &wasmgate_config::TracingConfig) -> Result<()> {
+    wasmgate_observe::trace::install(&wasmgate_observe::trace::TraceSettings {
+        endpoint: config.endpoint.clone(),
+        sample_ratio: config.sample_ratio,
+        service_name: config.service_name.clone(),
+        batch_delay: std::time::Duration::from_millis(config.batch_delay_ms),
+        queue_spans: config.queue_spans,
+    })
+    .map_err(|e| anyhow::anyhow!(e))
 }

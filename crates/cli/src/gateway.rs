@@ -204,14 +204,8 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     )
     .with_context(|| args.config.config.display().to_string())?;
     if let Some(tracing) = &node.tracing {
-        wasmgate_observe::trace::install(&wasmgate_observe::trace::TraceSettings {
-            endpoint: tracing.endpoint.clone(),
-            sample_ratio: tracing.sample_ratio,
-            service_name: tracing.service_name.clone(),
-            batch_delay: std::time::Duration::from_millis(tracing.batch_delay_ms),
-            queue_spans: tracing.queue_spans,
-        })
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.config.display()))?;
+        crate::access_log::start_tracing(tracing)
+            .with_context(|| args.config.config.display().to_string())?;
     }
     let clustered = node.config.is_some();
     let started = if clustered {
@@ -297,9 +291,6 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     };
     crate::serve::serve_until_signal(listeners, threads, live, listener_config, leave).await?;
     crate::access_log::drain();
-    if let Some(tracing) = wasmgate_observe::trace::global() {
-        tracing.flush();
-    }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

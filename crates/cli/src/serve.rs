@@ -71,6 +71,15 @@ pub struct ServeArgs {
     /// The access log's lines: `json` or `text` (named fields).
     #[arg(long, default_value = "json", value_name = "json|text")]
     access_log_format: String,
+    /// Traces: each request a span (with its function call's), exported over
+    /// OTLP/gRPC to this collector (`http://host:4317`); W3C `traceparent`
+    /// continued. Off without it.
+    #[arg(long, value_name = "URL")]
+    trace_endpoint: Option<String>,
+    /// The share of new traces recorded, 0 to 1 (a request's sampled
+    /// `traceparent` is followed).
+    #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
+    trace_sample_ratio: f64,
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
@@ -96,6 +105,13 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
     };
     let log = args.access_log.as_str();
     crate::access_log::start(log != "off", log, format, Path::new("."))?;
+    if let Some(endpoint) = &args.trace_endpoint {
+        crate::access_log::start_tracing(&wasmgate_config::TracingConfig {
+            endpoint: endpoint.clone(),
+            sample_ratio: args.trace_sample_ratio,
+            ..wasmgate_config::TracingConfig::default()
+        })?;
+    }
     let mut manifest = args.plugin.manifest()?;
     manifest.timeout_ms.get_or_insert(DEFAULT_SERVE_TIMEOUT_MS);
     let runtime = args.plugin.runtime()?;

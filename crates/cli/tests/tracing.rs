@@ -299,3 +299,37 @@ async fn a_collector_that_is_down_costs_no_request() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_traces_its_calls() {
+    let jaeger = JaegerServer::start();
+    let plugin = common::plugin("capabilities");
+    let endpoint = jaeger.otlp_endpoint();
+    let server = common::Server::start(&[
+        plugin.to_str().unwrap(),
+        "log",
+        "--access-log",
+        "off",
+        "--trace-endpoint",
+        &endpoint,
+    ]);
+    let c = client();
+    let trace_id = "6bf92f3577b34da6a3ce929d0e0e4738";
+    let traceparent = format!("00-{trace_id}-00f067aa0ba902b7-01");
+    let reply = send(
+        &c,
+        "POST",
+        &server.url("/log"),
+        &[("traceparent", &traceparent)],
+        "x",
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let trace = jaeger_trace(&c, &jaeger, trace_id, 2, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no trace of serve's call: {}", jaeger.log()));
+    let request = span(&trace, "POST log");
+    assert_eq!(parent(request), "00f067aa0ba902b7");
+    let call = span(&trace, "call capabilities.log");
+    assert_eq!(parent(call), request["spanID"].as_str().unwrap());
+}

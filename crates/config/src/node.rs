@@ -138,6 +138,18 @@ pub struct TracingConfig {
     pub queue_spans: usize,
 }
 
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            endpoint: String::new(),
+            sample_ratio: full_ratio(),
+            service_name: service_name(),
+            batch_delay_ms: batch_delay_ms(),
+            queue_spans: queue_spans(),
+        }
+    }
+}
+
 fn full_ratio() -> f64 {
     1.0
 }

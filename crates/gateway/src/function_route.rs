@@ -92,14 +92,21 @@ impl FunctionRoute {
         };
         match read_body(request.into_body(), self.config.max_body_bytes).await {
             Ok(body) => {
-                let request_id = match pending {
-                    Some(pending) => {
-                        pending.read(body.len() as u64);
-                        pending.request_id()
-                    }
-                    None => crate::request_id::next(),
+                let Some(pending) = pending else {
+                    let request_id = crate::request_id::next();
+                    return self.call(request_id, &function, &body).await;
                 };
-                self.call(request_id, &function, &body).await
+                pending.read(body.len() as u64);
+                let call = self.call(pending.request_id(), &function, &body);
+                let call = crate::endpoint::function::timed(self.plugin.name(), &function, call);
+                // A traced call's log lines carry its trace id.
+                match pending.trace_ids() {
+                    Some(ids) => {
+                        let span = tracing::info_span!("request", trace_id = %ids.trace_id);
+                        tracing::Instrument::instrument(call, span).await
+                    }
+                    None => call.await,
+                }
             }
             Err((status, kind, message)) => error_response::before_call(
                 status,
@@ -150,7 +157,7 @@ impl FunctionRoute {
 
 impl Handler for FunctionRoute {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
-        if wasmgate_observe::access_log::global().is_none() {
+        if !crate::access::observing() {
             return FunctionRoute::handle(self, request).await.map(body::boxed);
         }
         let host = crate::router::request_host(request.uri(), request.headers()).to_string();

@@ -23,6 +23,27 @@ pub(crate) struct FunctionServed {
     pub elapsed: Duration,
 }
 
+/// The answer of `call`, with what the call took in its extensions while
+/// requests are observed.
+pub(crate) async fn timed<B>(
+    plugin: &str,
+    function: &str,
+    call: impl std::future::Future<Output = Response<B>>,
+) -> Response<B> {
+    if !crate::access::observing() {
+        return call.await;
+    }
+    let started = Instant::now();
+    let mut response = call.await;
+    response.extensions_mut().insert(FunctionServed {
+        plugin: plugin.to_string(),
+        function: function.to_string(),
+        started,
+        elapsed: started.elapsed(),
+    });
+    response
+}
+
 /// An Extism plugin's function as a route's endpoint.
 pub(crate) struct Function {
     pub plugin: Arc<Plugin>,
@@ -50,16 +71,7 @@ impl Function {
             ..Default::default()
         };
         let route = FunctionRoute::new(self.plugin.clone(), config);
-        let started = crate::access::observing().then(Instant::now);
-        let mut response = body::full_response(route.call(request_id, &function, &input).await);
-        if let Some(started) = started {
-            response.extensions_mut().insert(FunctionServed {
-                plugin: self.plugin.name().to_string(),
-                function,
-                started,
-                elapsed: started.elapsed(),
-            });
-        }
-        response
+        let call = route.call(request_id, &function, &input);
+        body::full_response(timed(self.plugin.name(), &function, call).await)
     }
 }
