@@ -119,3 +119,33 @@ if [ -n "$log_off" ]; then
   count "nginx proxy +log" --path / --expect "hello from upstream" --config "$tmp/proxy-log/nginx.conf" \
     -- nginx -p "$tmp/proxy-log" -e "$tmp/proxy-log/error.log" -c {config}
 fi
+# The same paths traced (issue 32): every request sampled, its spans sent
+# in batches to a Jaeger (not counted) over OTLP/gRPC. The worker's count
+# is the request path's cost; the other threads' adds the batching and the
+# export. Skipped for a binary without tracing or without Jaeger
+# (scripts/install-deps.sh builds it into target/test-bin).
+if "$bin" serve --help | grep -q -- --trace-endpoint && [ -x target/test-bin/jaeger ]; then
+  cat >"$tmp/jaeger.yaml" <<EOF2
+service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines: {traces: {receivers: [otlp], exporters: [jaeger_storage_exporter]}}
+  telemetry: {metrics: {level: none}, logs: {level: warn}}
+extensions:
+  jaeger_storage: {backends: {mem: {memory: {max_traces: 100000}}}}
+  jaeger_query: {storage: {traces: mem}, http: {endpoint: 127.0.0.1:18462}, grpc: {endpoint: 127.0.0.1:18463}}
+receivers: {otlp: {protocols: {grpc: {endpoint: 127.0.0.1:18461}}}}
+exporters: {jaeger_storage_exporter: {trace_storage: mem}}
+EOF2
+  (cd "$tmp" && exec "$root/target/test-bin/jaeger" --config jaeger.yaml >"$tmp/jaeger.log" 2>&1) &
+  jaeger_pid=$!
+  trap '[ -n "$upstream_pid" ] && kill "$upstream_pid" 2>/dev/null; kill "$jaeger_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+  for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/18461) 2>/dev/null && break; sleep 0.1; done
+  sed "s|^access_log: .*|access_log: {enabled: false}\ntracing: {endpoint: \"http://127.0.0.1:18461\"}|" \
+    "$tmp/gateway.yaml" >"$tmp/gateway-trace.yaml"
+  for case in proxy/none proxy/rust local/none; do
+    want="hello world"
+    case "$case" in proxy/*) want="hello from upstream" ;; esac
+    count "gateway $case +trace" --path "/$case" --expect "$want" --config "$tmp/gateway-trace.yaml" \
+      -- "$bin" run -c {config} --no-watch --log-level warn
+  done
+fi
