@@ -7,28 +7,9 @@
 mod common;
 
 use common::gateway::{send, GatewayProc};
-use common::{client, plugin, post, Server};
+use common::{client, orders_db, plugin, post, Server};
 use serde_json::{json, Value};
-use wasmgate_testkit::{PostgresOptions, PostgresServer, RedisServer};
-
-/// A PostgreSQL server with the orders plugins' table, requiring TLS and
-/// SCRAM as a managed database does.
-fn orders_db() -> PostgresServer {
-    let server = PostgresServer::start_with(PostgresOptions {
-        password: Some("app-pw".into()),
-        tls: true,
-        ..PostgresOptions::default()
-    });
-    let schema = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../plugins/rust/orders/schema.sql"),
-    )
-    .unwrap();
-    server.psql(&format!(
-        "{schema}\ngrant all on orders to app; grant all on orders_id_seq to app;"
-    ));
-    server
-}
+use wasmgate_testkit::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extism_plugin_queries_postgres_and_redis_through_serve() {

@@ -3,7 +3,9 @@
 //! query API then shows is checked: one trace per request, the request's
 //! span with a child per filter and one for the upstream call, the upstream
 //! request carrying the upstream span's `traceparent`, a client's trace
-//! continued, sampling, and a collector that is down costing no request.
+//! continued, sampling, a plugin's Redis commands and PostgreSQL statements
+//! (Extism and Higress filters both), and a collector that is down costing
+//! no request.
 
 mod common;
 
@@ -332,4 +334,94 @@ async fn serve_traces_its_calls() {
     assert_eq!(parent(request), "00f067aa0ba902b7");
     let call = span(&trace, "call capabilities.log");
     assert_eq!(parent(call), request["spanID"].as_str().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_redis_commands_and_postgres_statements_are_spans() {
+    let jaeger = JaegerServer::start();
+    let db = common::orders_db();
+    let redis = wasmgate_testkit::RedisServer::start();
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+access_log: {{enabled: false}}
+tracing: {{endpoint: "{}", batch_delay_ms: 100}}
+services:
+  - {{name: orders, postgres: "{}", tls_ca_file: "{}"}}
+  - {{name: cache, redis: "{}"}}
+plugins:
+  - {{name: go_orders, wasm: "{{wasm:go_orders}}", services: [orders, cache]}}
+  - {{name: counter, wasm: "{{wasm:higress_redis_counter}}", services: [cache]}}
+routes:
+  - name: go
+    path: {{prefix: /go/}}
+    plugins: [{{plugin: counter, conf: {{redis: {{service_name: cache.static, service_port: 6379}}, key_prefix: "hits:"}}}}]
+    function: {{plugin: go_orders}}
+"#,
+        jaeger.otlp_endpoint(),
+        db.url(),
+        db.ca_cert_path().unwrap().display(),
+        redis.url()
+    ));
+    let c = client();
+    let traced = |id: &str| format!("00-{id}-00f067aa0ba902b7-01");
+
+    // The Higress filter's INCR (a Proxy-Wasm callout on a task of its own)
+    // and the Go plugin's (an Extism host call): two Redis spans.
+    let visits = "7bf92f3577b34da6a3ce929d0e0e4739";
+    let reply = send(
+        &c,
+        "POST",
+        &gw.url("/go/visits"),
+        &[("traceparent", &traced(visits))],
+        "k",
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.text().as_str()),
+        (200, "1"),
+        "{}",
+        gw.logs()
+    );
+    assert_eq!(reply.headers["x-redis-count"], "1");
+    let trace = jaeger_trace(&c, &jaeger, visits, 5, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no trace with Redis spans: {}", jaeger.log()));
+    let request_id = span(&trace, "POST go")["spanID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let redis_spans: Vec<&Value> = trace["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["operationName"] == "INCR cache")
+        .collect();
+    assert_eq!(redis_spans.len(), 2, "{trace:#}");
+    for s in redis_spans {
+        assert_eq!(parent(s), request_id);
+        assert_eq!(tag(s, "db.system.name"), "redis");
+        assert_eq!(tag(s, "span.kind"), "client");
+    }
+
+    // A statement: its text with its placeholders, never its values.
+    let listed = "8bf92f3577b34da6a3ce929d0e0e4730";
+    let reply = send(
+        &c,
+        "POST",
+        &gw.url("/go/list_orders"),
+        &[("traceparent", &traced(listed))],
+        "customer-secret",
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let trace = jaeger_trace(&c, &jaeger, listed, 5, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no trace with a PostgreSQL span: {}", jaeger.log()));
+    let statement = span(&trace, "SELECT orders");
+    assert_eq!(tag(statement, "db.system.name"), "postgresql");
+    let text = tag(statement, "db.query.text").as_str().unwrap();
+    assert!(text.contains("from orders where customer = $1"), "{text}");
+    assert!(!trace.to_string().contains("customer-secret"), "{trace:#}");
 }

@@ -28,6 +28,7 @@ use crate::chain::ChainNotes;
 use crate::endpoint::function::FunctionServed;
 use crate::grpc::GatewayAnswer;
 use crate::upstream::UpstreamServed;
+use wasmgate_services::calls::CallLog;
 
 /// Whether requests are observed at all (a log is kept or traces are).
 pub(crate) fn observing() -> bool {
@@ -46,6 +47,8 @@ pub(crate) struct Pending {
     served: Option<UpstreamServed>,
     /// Or the function that did, for its span.
     function: Option<FunctionServed>,
+    /// A sampled request's Redis and PostgreSQL calls, for their spans.
+    service_calls: Option<Arc<CallLog>>,
 }
 
 impl Pending {
@@ -84,12 +87,16 @@ impl Pending {
                 },
                 ..Entry::default()
             },
-            trace,
             started: Instant::now(),
             bytes_in: Arc::default(),
             notes: None,
             served: None,
             function: None,
+            service_calls: trace
+                .as_ref()
+                .filter(|t| t.sampled())
+                .map(|_| Arc::default()),
+            trace,
         })
     }
 
@@ -106,6 +113,18 @@ impl Pending {
             trace_id: trace.trace_id(),
             span_id: trace.span_id(),
         }))
+    }
+
+    /// What the request's handling runs in: a traced request's log span
+    /// (its log lines carry the trace id) and its service-call log.
+    pub fn scope(&self) -> RequestScope {
+        RequestScope {
+            log_span: self
+                .trace
+                .as_ref()
+                .map(|t| tracing::info_span!("request", trace_id = %t.trace_id())),
+            service_calls: self.service_calls.clone(),
+        }
     }
 
     /// When the request came in (the chain's notes count from it).
@@ -255,8 +274,51 @@ impl Pending {
                 error: (entry.status >= 500).then(|| format!("HTTP {}", entry.status)),
             });
         }
+        if let Some(calls) = &self.service_calls {
+            children.extend(calls.take().into_iter().map(|call| {
+                let mut attributes = vec![
+                    KeyValue::new("db.system.name", call.system),
+                    KeyValue::new("db.operation.name", call.operation.clone()),
+                    KeyValue::new("wasmgate.service", call.service.clone()),
+                ];
+                if let Some(text) = call.text {
+                    attributes.push(KeyValue::new("db.query.text", text));
+                }
+                ChildSpan {
+                    name: format!("{} {}", call.operation, call.service),
+                    kind: SpanKind::Client,
+                    start: at(call.started.saturating_duration_since(self.started)),
+                    duration: call.elapsed,
+                    attributes,
+                    error: call.error,
+                }
+            }));
+        }
         let end = came + self.started.elapsed();
         trace.end(children, upstream, end);
+    }
+}
+
+/// What a request's handling runs in while it is observed (see
+/// [`Pending::scope`]); nothing for one that is not traced.
+#[derive(Default)]
+pub(crate) struct RequestScope {
+    log_span: Option<tracing::Span>,
+    service_calls: Option<Arc<CallLog>>,
+}
+
+impl RequestScope {
+    pub async fn run<F: std::future::Future>(self, handling: F) -> F::Output {
+        use tracing::Instrument;
+        match (self.log_span, self.service_calls) {
+            (Some(span), Some(calls)) => {
+                wasmgate_services::calls::scope(calls, handling)
+                    .instrument(span)
+                    .await
+            }
+            (Some(span), None) => handling.instrument(span).await,
+            (None, _) => handling.await,
+        }
     }
 }
 

@@ -99,14 +99,9 @@ impl FunctionRoute {
                 pending.read(body.len() as u64);
                 let call = self.call(pending.request_id(), &function, &body);
                 let call = crate::endpoint::function::timed(self.plugin.name(), &function, call);
-                // A traced call's log lines carry its trace id.
-                match pending.trace_ids() {
-                    Some(ids) => {
-                        let span = tracing::info_span!("request", trace_id = %ids.trace_id);
-                        tracing::Instrument::instrument(call, span).await
-                    }
-                    None => call.await,
-                }
+                // A traced call's log lines carry its trace id, its service
+                // calls become spans.
+                pending.scope().run(call).await
             }
             Err((status, kind, message)) => error_response::before_call(
                 status,

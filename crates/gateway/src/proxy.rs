@@ -153,11 +153,9 @@ impl Gateway {
             _ => None,
         };
         let trace = pending.as_ref().and_then(Pending::trace_ids);
-        // A traced request's log lines (its filters', its function's) carry
-        // its trace id.
-        let log_span = trace
-            .as_ref()
-            .map(|t| tracing::info_span!("request", trace_id = %t.trace_id));
+        // A traced request's log lines carry its trace id, and its service
+        // calls become spans (access.rs).
+        let scope = pending.as_ref().map(Pending::scope).unwrap_or_default();
         let handling = async {
             if let Some((upstream, upgrade)) = upgrade {
                 let asked = Asked {
@@ -184,10 +182,7 @@ impl Gateway {
                 self.filtered(route, asked, body).await
             }
         };
-        let response = match log_span {
-            Some(span) => tracing::Instrument::instrument(handling, span).await,
-            None => handling.await,
-        };
+        let response = scope.run(handling).await;
         route.latency.record(started.elapsed());
         route.count(response.status());
         let response = logged(pending, response);

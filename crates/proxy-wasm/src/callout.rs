@@ -151,8 +151,9 @@ impl CallsInFlight {
             }
             Callout::Redis(request) => {
                 let grants = grants.clone();
-                self.calls
-                    .spawn(async move { Some((token, Answer::Redis(request.send(&grants).await))) })
+                // Its own task: a traced request's log of service calls goes along.
+                let call = async move { Some((token, Answer::Redis(request.send(&grants).await))) };
+                self.calls.spawn(wasmgate_services::calls::carry(call))
             }
         };
         self.handles.insert(token, handle);

@@ -20,7 +20,9 @@
 //! - [`Grants`]: the services one plugin may use.
 //! - [`redis`], [`postgres`]: the pools and the operations.
 //! - [`stats`]: calls, errors, latency and pool gauges per service.
+//! - [`calls`]: each call of a traced request, for its trace's spans.
 
+pub mod calls;
 pub mod config;
 mod pg_values;
 pub mod postgres;

@@ -163,7 +163,7 @@ impl PgService {
     ) -> Result<QueryResult, ServiceError> {
         let started = Instant::now();
         let result = self.run(sql, params, deadline, Op::Query).await;
-        self.stats.record(started.elapsed(), result.as_ref().err());
+        self.counted(sql, started, result.as_ref().err());
         result.map(|done| match done {
             Done::Rows(rows) => rows,
             Done::Count(_) => unreachable!("a query returns rows"),
@@ -179,11 +179,26 @@ impl PgService {
     ) -> Result<u64, ServiceError> {
         let started = Instant::now();
         let result = self.run(sql, params, deadline, Op::Execute).await;
-        self.stats.record(started.elapsed(), result.as_ref().err());
+        self.counted(sql, started, result.as_ref().err());
         result.map(|done| match done {
             Done::Count(n) => n,
             Done::Rows(_) => unreachable!("execute returns a count"),
         })
+    }
+
+    /// A statement's call in the service's stats and the request's trace.
+    fn counted(&self, sql: &str, started: Instant, error: Option<&ServiceError>) {
+        let elapsed = started.elapsed();
+        self.stats.record(elapsed, error);
+        crate::calls::note(|| crate::calls::ServiceCall {
+            system: "postgresql",
+            service: self.stats.name.clone(),
+            operation: crate::calls::operation_of(sql),
+            text: Some(crate::calls::text_of(sql)),
+            started,
+            elapsed,
+            error: error.map(ToString::to_string),
+        });
     }
 
     async fn run(

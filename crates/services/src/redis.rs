@@ -184,7 +184,20 @@ impl RedisService {
             Ok(_) => None,
             Err(e) => Some(clone_error(e)),
         };
-        self.stats.record(started.elapsed(), error.as_ref());
+        let elapsed = started.elapsed();
+        self.stats.record(elapsed, error.as_ref());
+        crate::calls::note(|| crate::calls::ServiceCall {
+            system: "redis",
+            service: self.stats.name.clone(),
+            operation: args
+                .first()
+                .map(|name| String::from_utf8_lossy(name).to_ascii_uppercase())
+                .unwrap_or_default(),
+            text: None,
+            started,
+            elapsed,
+            error: error.map(|e| e.to_string()),
+        });
         result
     }
 

@@ -191,3 +191,22 @@ pub fn promtool(scrape: &str) -> (bool, String) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
+
+/// A PostgreSQL server with the orders plugins' table (plugins/rust/orders),
+/// requiring TLS and SCRAM as a managed database does.
+pub fn orders_db() -> wasmgate_testkit::PostgresServer {
+    let server = wasmgate_testkit::PostgresServer::start_with(wasmgate_testkit::PostgresOptions {
+        password: Some("app-pw".into()),
+        tls: true,
+        ..Default::default()
+    });
+    let schema = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../plugins/rust/orders/schema.sql"),
+    )
+    .unwrap();
+    server.psql(&format!(
+        "{schema}\ngrant all on orders to app; grant all on orders_id_seq to app;"
+    ));
+    server
+}
