@@ -140,12 +140,15 @@ EOF2
   jaeger_pid=$!
   trap '[ -n "$upstream_pid" ] && kill "$upstream_pid" 2>/dev/null; kill "$jaeger_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
   for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/18461) 2>/dev/null && break; sleep 0.1; done
-  sed "s|^access_log: .*|access_log: {enabled: false}\ntracing: {endpoint: \"http://127.0.0.1:18461\"}|" \
-    "$tmp/gateway.yaml" >"$tmp/gateway-trace.yaml"
-  for case in proxy/none proxy/rust local/none; do
-    want="hello world"
-    case "$case" in proxy/*) want="hello from upstream" ;; esac
-    count "gateway $case +trace" --path "/$case" --expect "$want" --config "$tmp/gateway-trace.yaml" \
-      -- "$bin" run -c {config} --no-watch --log-level warn
-  done
+  # Issue 32's cases: a route with one filter, traced at 100 % and at 1 %,
+  # and the access log with 1 % tracing; every case to a file or Jaeger.
+  traced() { # name suffix, access_log line, sample ratio
+    sed "s|^access_log: .*|$2\ntracing: {endpoint: \"http://127.0.0.1:18461\", sample_ratio: $3}|" \
+      "$tmp/gateway.yaml" >"$tmp/gateway-$1.yaml"
+    count "gateway proxy/rust +$1" --path /proxy/rust --expect "hello from upstream" \
+      --config "$tmp/gateway-$1.yaml" -- "$bin" run -c {config} --no-watch --log-level warn
+  }
+  traced trace100 "access_log: {enabled: false}" 1.0
+  traced trace1 "access_log: {enabled: false}" 0.01
+  traced log+trace1 "access_log: {path: $tmp/access-trace.log}" 0.01
 fi
