@@ -62,6 +62,11 @@ pub fn drain() {
 /// Starts tracing to the OTLP/gRPC collector `config` names. Call from
 /// within the tokio runtime.
 pub fn start_tracing(config: &wasmgate_config::TracingConfig) -> Result<()> {
+    let mut problems = Vec::new();
+    wasmgate_config::check_tracing(config, &mut |at, why| problems.push(format!("{at}: {why}")));
+    if !problems.is_empty() {
+        anyhow::bail!("{}", problems.join("\n"));
+    }
     wasmgate_observe::trace::install(&wasmgate_observe::trace::TraceSettings {
         endpoint: config.endpoint.clone(),
         sample_ratio: config.sample_ratio,

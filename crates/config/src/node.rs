@@ -226,6 +226,29 @@ fn default_body_timeout_ms() -> u64 {
     30_000
 }
 
+/// What a collector endpoint and a sampling ratio must be.
+pub fn check_tracing(tracing: &TracingConfig, problem: &mut dyn FnMut(String, String)) {
+    let authority = tracing.endpoint.strip_prefix("http://");
+    if authority.is_none_or(|a| a.trim_end_matches('/').is_empty()) {
+        problem(
+            "tracing.endpoint".into(),
+            format!(
+                "`{}` is not an OTLP/gRPC endpoint wasmgate can reach: write http://host:port (as `http://127.0.0.1:4317`); TLS to the collector is not offered",
+                tracing.endpoint
+            ),
+        );
+    }
+    if !(0.0..=1.0).contains(&tracing.sample_ratio) {
+        problem(
+            "tracing.sample_ratio".into(),
+            format!(
+                "{} is not a share: write 0 to 1 (0.01 records one new trace in a hundred)",
+                tracing.sample_ratio
+            ),
+        );
+    }
+}
+
 /// Addresses, admin origins and token, limits.
 pub(crate) fn check(config: &GatewayConfig, problem: &mut dyn FnMut(String, String)) {
     for (field, address) in [
@@ -270,6 +293,9 @@ pub(crate) fn check(config: &GatewayConfig, problem: &mut dyn FnMut(String, Stri
             "must be at least 1 (long guest calls need a thread to run on)".into(),
         );
     }
+    if let Some(tracing) = &config.tracing {
+        check_tracing(tracing, problem);
+    }
     if let Some(Ok(address)) = config
         .admin
         .as_ref()
@@ -283,5 +309,30 @@ pub(crate) fn check(config: &GatewayConfig, problem: &mut dyn FnMut(String, Stri
                 format!("the admin API on a non-loopback address ({address}) needs a token: set `admin_token` or {ADMIN_TOKEN_ENV}"),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tracing_endpoint_is_plain_http_and_a_ratio_a_share() {
+        let mut problems = Vec::new();
+        let bad = TracingConfig {
+            endpoint: "https://collector:4317".into(),
+            sample_ratio: 1.5,
+            ..TracingConfig::default()
+        };
+        check_tracing(&bad, &mut |at, why| problems.push((at, why)));
+        let fields: Vec<&str> = problems.iter().map(|(at, _)| at.as_str()).collect();
+        assert_eq!(fields, ["tracing.endpoint", "tracing.sample_ratio"]);
+        problems.clear();
+        let good = TracingConfig {
+            endpoint: "http://127.0.0.1:4317".into(),
+            ..TracingConfig::default()
+        };
+        check_tracing(&good, &mut |at, why| problems.push((at, why)));
+        assert!(problems.is_empty(), "{problems:?}");
     }
 }
