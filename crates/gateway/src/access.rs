@@ -38,7 +38,8 @@ pub(crate) fn observing() -> bool {
 /// A line (and a trace) being put together.
 pub(crate) struct Pending {
     log: Option<&'static AccessLog>,
-    trace: Option<RequestTrace>,
+    /// Boxed: a request that is not traced carries one pointer.
+    trace: Option<Box<RequestTrace>>,
     entry: Entry,
     started: Instant,
     bytes_in: Arc<AtomicU64>,
@@ -61,7 +62,8 @@ impl Pending {
         peer: SocketAddr,
     ) -> Option<Pending> {
         let log = wasmgate_observe::access_log::global();
-        let trace = wasmgate_observe::trace::global().map(|tracing| begin_trace(tracing, parts));
+        let trace =
+            wasmgate_observe::trace::global().map(|tracing| Box::new(begin_trace(tracing, parts)));
         if log.is_none() && trace.is_none() {
             return None;
         }
@@ -69,7 +71,7 @@ impl Pending {
         Some(Pending {
             log,
             entry: Entry {
-                trace_id: trace.as_ref().map(RequestTrace::trace_id),
+                trace_id: trace.as_deref().map(RequestTrace::trace_id),
                 time: Some(SystemTime::now()),
                 request_id,
                 client: Some(peer),
@@ -117,14 +119,12 @@ impl Pending {
 
     /// What the request's handling runs in: a traced request's log span
     /// (its log lines carry the trace id) and its service-call log.
-    pub fn scope(&self) -> RequestScope {
-        RequestScope {
-            log_span: self
-                .trace
-                .as_ref()
-                .map(|t| tracing::info_span!("request", trace_id = %t.trace_id())),
+    pub fn scope(&self) -> Option<RequestScope> {
+        let trace = self.trace.as_ref()?;
+        Some(RequestScope {
+            log_span: tracing::info_span!("request", trace_id = %trace.trace_id()),
             service_calls: self.service_calls.clone(),
-        }
+        })
     }
 
     /// When the request came in (the chain's notes count from it).
@@ -203,7 +203,7 @@ impl Pending {
             self.entry.local_response = notes.local_response().map(str::to_string);
         }
         if let Some(trace) = self.trace.take() {
-            self.end_trace(trace);
+            self.end_trace(*trace);
         }
         if let Some(log) = self.log {
             log.record(self.entry);
@@ -299,25 +299,25 @@ impl Pending {
     }
 }
 
-/// What a request's handling runs in while it is observed (see
-/// [`Pending::scope`]); nothing for one that is not traced.
-#[derive(Default)]
+/// What a traced request's handling runs in (see [`Pending::scope`]).
 pub(crate) struct RequestScope {
-    log_span: Option<tracing::Span>,
+    log_span: tracing::Span,
     service_calls: Option<Arc<CallLog>>,
 }
 
 impl RequestScope {
-    pub async fn run<F: std::future::Future>(self, handling: F) -> F::Output {
+    /// Runs `handling` in the scope. Give it a boxed future: the wrappers
+    /// then hold a pointer, and a large future is not moved into each of
+    /// them.
+    pub async fn run<F: std::future::Future + Unpin>(self, handling: F) -> F::Output {
         use tracing::Instrument;
-        match (self.log_span, self.service_calls) {
-            (Some(span), Some(calls)) => {
+        match self.service_calls {
+            Some(calls) => {
                 wasmgate_services::calls::scope(calls, handling)
-                    .instrument(span)
+                    .instrument(self.log_span)
                     .await
             }
-            (Some(span), None) => handling.instrument(span).await,
-            (None, _) => handling.await,
+            None => handling.instrument(self.log_span).await,
         }
     }
 }

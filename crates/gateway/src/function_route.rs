@@ -101,7 +101,10 @@ impl FunctionRoute {
                 let call = crate::endpoint::function::timed(self.plugin.name(), &function, call);
                 // A traced call's log lines carry its trace id, its service
                 // calls become spans.
-                pending.scope().run(call).await
+                match pending.scope() {
+                    Some(scope) => scope.run(Box::pin(call)).await,
+                    None => call.await,
+                }
             }
             Err((status, kind, message)) => error_response::before_call(
                 status,

@@ -27,14 +27,20 @@ pub(crate) const RESOURCE_EXHAUSTED: u32 = 8;
 pub(crate) const INTERNAL: u32 = 13;
 pub(crate) const UNAVAILABLE: u32 = 14;
 
-/// A call `proxy_grpc_call` recorded.
+/// Where a gRPC call or stream goes, and its initial metadata.
 #[derive(Debug)]
-pub(crate) struct GrpcCallRequest {
+pub(crate) struct GrpcTarget {
     pub upstream: String,
     pub service: String,
     pub method: String,
     /// Initial metadata: the request's extra headers.
     pub metadata: Headers,
+}
+
+/// A call `proxy_grpc_call` recorded.
+#[derive(Debug)]
+pub(crate) struct GrpcCallRequest {
+    pub target: GrpcTarget,
     /// The serialized request message (the guest's protobuf bytes).
     pub message: Vec<u8>,
     pub timeout: Duration,
@@ -52,18 +58,11 @@ impl GrpcCallRequest {
     /// /service/method`, the message in one uncompressed frame, the deadline
     /// as `grpc-timeout`.
     pub fn into_http(self) -> HttpCallRequest {
-        let deadline = Some(self.timeout);
-        let headers = request_headers(
-            self.metadata,
-            &self.upstream,
-            &self.service,
-            &self.method,
-            deadline,
-        );
+        let upstream = self.target.upstream.clone();
         HttpCallRequest {
+            headers: request_headers(self.target, Some(self.timeout)),
             body: framed(&self.message),
-            upstream: self.upstream,
-            headers,
+            upstream,
             trailers: Headers::default(),
             timeout: self.timeout,
         }
@@ -81,13 +80,13 @@ pub(crate) fn framed(message: &[u8]) -> Vec<u8> {
 
 /// The HTTP/2 head of a gRPC call or stream: the initial metadata, then
 /// what gRPC's protocol requires (over any the guest set itself).
-pub(crate) fn request_headers(
-    metadata: Headers,
-    upstream: &str,
-    service: &str,
-    method: &str,
-    deadline: Option<Duration>,
-) -> Headers {
+pub(crate) fn request_headers(target: GrpcTarget, deadline: Option<Duration>) -> Headers {
+    let GrpcTarget {
+        upstream,
+        service,
+        method,
+        metadata,
+    } = target;
     let mut headers = metadata;
     let mut set = |name: &str, value: String| {
         headers.remove(name.as_bytes());
@@ -95,7 +94,7 @@ pub(crate) fn request_headers(
     };
     set(":method", "POST".into());
     set(":path", format!("/{service}/{method}"));
-    set(":authority", upstream.into());
+    set(":authority", upstream);
     set("content-type", "application/grpc".into());
     set("te", "trailers".into());
     if let Some(deadline) = deadline {
@@ -224,10 +223,12 @@ mod tests {
     #[test]
     fn the_request_is_a_grpc_post() {
         let request = GrpcCallRequest {
-            upstream: "svc".into(),
-            service: "test.Echo".into(),
-            method: "Unary".into(),
-            metadata: Headers::from_pairs(vec![(b"x-meta".to_vec(), b"1".to_vec())]),
+            target: GrpcTarget {
+                upstream: "svc".into(),
+                service: "test.Echo".into(),
+                method: "Unary".into(),
+                metadata: Headers::from_pairs(vec![(b"x-meta".to_vec(), b"1".to_vec())]),
+            },
             message: b"abc".to_vec(),
             timeout: Duration::from_millis(1500),
         }

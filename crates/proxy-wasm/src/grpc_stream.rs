@@ -23,7 +23,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::mpsc;
 
-use crate::grpc_call::{self, INTERNAL, RESOURCE_EXHAUSTED, UNAVAILABLE};
+use crate::grpc_call::{self, GrpcTarget, INTERNAL, RESOURCE_EXHAUSTED, UNAVAILABLE};
 use crate::headers::Headers;
 use crate::http_call::{HttpStreamFuture, HttpStreamRequest, HttpStreamResponse, StreamPart};
 
@@ -35,11 +35,7 @@ const MAX_MESSAGE: usize = 4 << 20;
 /// A stream `proxy_grpc_stream` opened.
 #[derive(Debug)]
 pub(crate) struct GrpcStreamRequest {
-    pub upstream: String,
-    pub service: String,
-    pub method: String,
-    /// Initial metadata: the request's extra headers.
-    pub metadata: Headers,
+    pub target: GrpcTarget,
 }
 
 /// What the server sent, in the order the filter hears it; `Close` is last.
@@ -56,16 +52,9 @@ impl GrpcStreamRequest {
     /// deadline (a stream lasts as long as its context), its body the
     /// messages the filter sends through `body`.
     pub fn into_http(self, body: mpsc::UnboundedReceiver<Bytes>) -> HttpStreamRequest {
-        let headers = grpc_call::request_headers(
-            self.metadata,
-            &self.upstream,
-            &self.service,
-            &self.method,
-            None,
-        );
         HttpStreamRequest {
-            upstream: self.upstream,
-            headers,
+            upstream: self.target.upstream.clone(),
+            headers: grpc_call::request_headers(self.target, None),
             body,
         }
     }

@@ -10,7 +10,7 @@ use wasmtime::{Caller, FuncType, Linker, Val, ValType};
 use crate::abi::{BufferType, MapType, Status, StreamType};
 use crate::callout::Callout;
 use crate::exchange::LocalResponse;
-use crate::grpc_call::GrpcCallRequest;
+use crate::grpc_call::{GrpcCallRequest, GrpcTarget};
 use crate::grpc_stream::GrpcStreamRequest;
 use crate::headers::Headers;
 use crate::http_call::HttpCallRequest;
@@ -543,34 +543,23 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
          token_out: u32|
          -> Result<i32> {
             const F: &str = "proxy_grpc_call";
-            let text = |c: &mut Ctx, ptr: u32, len: u32| -> Result<String> {
-                Ok(String::from_utf8_lossy(&read(c, F, ptr, len)?).into_owned())
-            };
-            let upstream = text(&mut c, upstream_ptr, upstream_len)?;
-            let service = text(&mut c, service_ptr, service_len)?;
-            let method = text(&mut c, method_ptr, method_len)?;
-            let metadata = read(&mut c, F, metadata_ptr, metadata_len)?;
-            let metadata = Headers::from_pairs(pairs::decode(&metadata)?);
-            let message = read(&mut c, F, message_ptr, message_len)?;
-            let known = match &c.data().plugin.config.http_caller {
-                Some(caller) => caller.has_upstream(&upstream),
-                None => false,
-            };
-            // The SDKs expect ParseFailure for a service they cannot use (Envoy
-            // cannot parse the name as a cluster or a GrpcService).
-            if !known || service.is_empty() || method.is_empty() {
+            let target = [
+                (upstream_ptr, upstream_len),
+                (service_ptr, service_len),
+                (method_ptr, method_len),
+                (metadata_ptr, metadata_len),
+            ];
+            let Some(target) = grpc_target(&mut c, F, target)? else {
                 return Ok(Status::ParseFailure as i32);
-            }
+            };
+            let message = read(&mut c, F, message_ptr, message_len)?;
             let state = c.data_mut();
             state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
             let token = state.last_call_token;
             state.dispatched_calls.push((
                 token,
                 Callout::Grpc(Box::new(GrpcCallRequest {
-                    upstream,
-                    service,
-                    method,
-                    metadata,
+                    target,
                     message,
                     timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
                 })),
@@ -594,33 +583,22 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
          token_out: u32|
          -> Result<i32> {
             const F: &str = "proxy_grpc_stream";
-            let text = |c: &mut Ctx, ptr: u32, len: u32| -> Result<String> {
-                Ok(String::from_utf8_lossy(&read(c, F, ptr, len)?).into_owned())
-            };
-            let upstream = text(&mut c, upstream_ptr, upstream_len)?;
-            let service = text(&mut c, service_ptr, service_len)?;
-            let method = text(&mut c, method_ptr, method_len)?;
-            let metadata = read(&mut c, F, metadata_ptr, metadata_len)?;
-            let metadata = Headers::from_pairs(pairs::decode(&metadata)?);
-            let known = match &c.data().plugin.config.http_caller {
-                Some(caller) => caller.has_upstream(&upstream),
-                None => false,
-            };
-            if !known || service.is_empty() || method.is_empty() {
+            let target = [
+                (upstream_ptr, upstream_len),
+                (service_ptr, service_len),
+                (method_ptr, method_len),
+                (metadata_ptr, metadata_len),
+            ];
+            let Some(target) = grpc_target(&mut c, F, target)? else {
                 return Ok(Status::ParseFailure as i32);
-            }
+            };
             let state = c.data_mut();
             state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
             let token = state.last_call_token;
             state.grpc_streams.insert(token);
             state.dispatched_calls.push((
                 token,
-                Callout::GrpcStream(Box::new(GrpcStreamRequest {
-                    upstream,
-                    service,
-                    method,
-                    metadata,
-                })),
+                Callout::GrpcStream(Box::new(GrpcStreamRequest { target })),
             ));
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)
@@ -681,6 +659,36 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
         },
     )?;
     Ok(())
+}
+
+/// A gRPC call's or stream's upstream, service, method and initial metadata,
+/// read from the guest; None when they name nothing callable (the SDKs
+/// expect ParseFailure then: Envoy cannot parse the name as a cluster or a
+/// GrpcService).
+fn grpc_target(
+    c: &mut Ctx,
+    function: &'static str,
+    [upstream, service, method, metadata]: [(u32, u32); 4],
+) -> Result<Option<GrpcTarget>> {
+    let mut text = |(ptr, len): (u32, u32)| -> Result<String> {
+        Ok(String::from_utf8_lossy(&read(c, function, ptr, len)?).into_owned())
+    };
+    let (upstream, service, method) = (text(upstream)?, text(service)?, text(method)?);
+    let metadata = read(c, function, metadata.0, metadata.1)?;
+    let metadata = Headers::from_pairs(pairs::decode(&metadata)?);
+    let known = match &c.data().plugin.config.http_caller {
+        Some(caller) => caller.has_upstream(&upstream),
+        None => false,
+    };
+    if !known || service.is_empty() || method.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(GrpcTarget {
+        upstream,
+        service,
+        method,
+        metadata,
+    }))
 }
 
 fn cancel_call(state: &mut FilterState, token: u32) -> i32 {
