@@ -119,8 +119,10 @@ impl Pending {
 
     /// What the request's handling runs in: a traced request's log span
     /// (its log lines carry the trace id) and its service-call log.
+    /// Only a sampled request has one: wrapping the handling costs a copy
+    /// of its future (23 KB), too much for the requests a ratio leaves out.
     pub fn scope(&self) -> Option<RequestScope> {
-        let trace = self.trace.as_ref()?;
+        let trace = self.trace.as_ref().filter(|t| t.sampled())?;
         Some(RequestScope {
             log_span: tracing::info_span!("request", trace_id = %trace.trace_id()),
             service_calls: self.service_calls.clone(),
