@@ -485,18 +485,13 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
                 return Ok(BAD_ARGUMENT);
             }
             let state = c.data_mut();
-            state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
-            let token = state.last_call_token;
-            state.dispatched_calls.push((
-                token,
-                Callout::Http(Box::new(HttpCallRequest {
-                    upstream,
-                    headers,
-                    body,
-                    trailers,
-                    timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
-                })),
-            ));
+            let token = state.dispatch(Callout::Http(Box::new(HttpCallRequest {
+                upstream,
+                headers,
+                body,
+                trailers,
+                timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
+            })));
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)
         },
@@ -554,16 +549,11 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
             };
             let message = read(&mut c, F, message_ptr, message_len)?;
             let state = c.data_mut();
-            state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
-            let token = state.last_call_token;
-            state.dispatched_calls.push((
-                token,
-                Callout::Grpc(Box::new(GrpcCallRequest {
-                    target,
-                    message,
-                    timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
-                })),
-            ));
+            let token = state.dispatch(Callout::Grpc(Box::new(GrpcCallRequest {
+                target,
+                message,
+                timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
+            })));
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)
         },
@@ -593,13 +583,8 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
                 return Ok(Status::ParseFailure as i32);
             };
             let state = c.data_mut();
-            state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
-            let token = state.last_call_token;
+            let token = state.dispatch(Callout::GrpcStream(Box::new(GrpcStreamRequest { target })));
             state.grpc_streams.insert(token);
-            state.dispatched_calls.push((
-                token,
-                Callout::GrpcStream(Box::new(GrpcStreamRequest { target })),
-            ));
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)
         },
@@ -984,17 +969,12 @@ fn add_redis(linker: &mut Linker<FilterState>) -> Result<()> {
             if let Some(db) = wasmgate_services::redis::db_of_cluster(&cluster) {
                 access.db = Some(db);
             }
-            state.last_call_token = state.last_call_token.wrapping_add(1).max(1);
-            let token = state.last_call_token;
-            state.dispatched_calls.push((
-                token,
-                Callout::Redis(RedisCallRequest {
-                    cluster: base,
-                    access,
-                    query,
-                    timeout: init.and_then(|i| i.timeout),
-                }),
-            ));
+            let token = state.dispatch(Callout::Redis(RedisCallRequest {
+                cluster: base,
+                access,
+                query,
+                timeout: init.and_then(|i| i.timeout),
+            }));
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)
         },

@@ -90,6 +90,14 @@ impl FilterState {
         }
     }
 
+    /// Records a call a host function made for the context to send once
+    /// the callback has returned; its token.
+    pub(crate) fn dispatch(&mut self, callout: Callout) -> u32 {
+        self.last_call_token = self.last_call_token.wrapping_add(1).max(1);
+        self.dispatched_calls.push((self.last_call_token, callout));
+        self.last_call_token
+    }
+
     pub(crate) fn wasi(&mut self) -> &mut WasiP1Ctx {
         self.wasi
             .as_mut()
