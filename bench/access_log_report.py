@@ -27,29 +27,36 @@ def main():
               f"{on['worker_per_request']:,.0f} / {on['all_threads_per_request']:,.0f} | "
               f"+{cost:,.0f} (+{100 * cost / off['all_threads_per_request']:.1f} %) |")
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 4.8))
     labels, worker, other = [], [], []
     for name, off, on in pairs:
         for tag, r in (("off", off), ("log on", on)):
             labels.append(name.replace("gateway ", "gateway\n") + "\n" + tag)
-            worker.append(r["worker_per_request"] / 1000)
-            other.append((r["all_threads_per_request"] - r["worker_per_request"]) / 1000)
+            worker.append(r["worker_per_request"])
+            other.append(r["all_threads_per_request"] - r["worker_per_request"])
+    stacked_bars(plot, labels, worker, other, "other threads (the log's writer)",
+                 "The access log's cost per request (callgrind, bench/instructions.sh)", (10, 4.8))
+
+
+def stacked_bars(plot, labels, worker, other, other_label, title, size, label_size=7):
+    """Instructions per request as bars, the worker's below the other threads'."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    worker = [w / 1000 for w in worker]
+    other = [o / 1000 for o in other]
+    fig, ax = plt.subplots(figsize=size)
     ax.bar(labels, worker, label="worker thread", color="#2563eb")
-    ax.bar(labels, other, bottom=worker, label="other threads (the log's writer)", color="#d97706")
+    ax.bar(labels, other, bottom=worker, label=other_label, color="#d97706")
     for x, (w, o) in enumerate(zip(worker, other)):
         ax.text(x, w + o + 1, f"{w + o:.1f}k", ha="center", fontsize=8)
     ax.set_ylabel("thousand instructions per request")
-    ax.set_title("The access log's cost per request (callgrind, bench/instructions.sh)")
-    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelsize=label_size)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(plot, dpi=110)
     print(f"\nplot: {plot}")
-
 
 if __name__ == "__main__":
     main()

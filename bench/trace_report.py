@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from access_log_report import stacked_bars
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = "gateway proxy/rust"
 CASES = [
@@ -35,27 +37,12 @@ def main():
         print(f"| {label} | {r['worker_per_request']:,.0f} | {r['all_threads_per_request']:,.0f} | "
               f"{extra:+,.0f} ({100 * extra / base:+.1f} %) |")
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    labels = [label for label, _ in cases]
-    worker = [r["worker_per_request"] / 1000 for _, r in cases]
-    other = [(r["all_threads_per_request"] - r["worker_per_request"]) / 1000 for _, r in cases]
-    ax.bar(labels, worker, label="worker thread (the request path)", color="#2563eb")
-    ax.bar(labels, other, bottom=worker, label="other threads (log writer, span batcher, exporter)",
-           color="#d97706")
-    for x, (w, o) in enumerate(zip(worker, other)):
-        ax.text(x, w + o + 1, f"{w + o:.1f}k", ha="center", fontsize=8)
-    ax.set_ylabel("thousand instructions per request")
-    ax.set_title("Access log and tracing per request, one filter (callgrind, bench/instructions.sh)")
-    ax.tick_params(axis="x", labelsize=8)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(plot, dpi=110)
-    print(f"\nplot: {plot}")
-
+    stacked_bars(plot, [label for label, _ in cases],
+                 [r["worker_per_request"] for _, r in cases],
+                 [r["all_threads_per_request"] - r["worker_per_request"] for _, r in cases],
+                 "other threads (log writer, span batcher, exporter)",
+                 "Access log and tracing per request, one filter (callgrind, bench/instructions.sh)",
+                 (9, 4.5), label_size=8)
 
 if __name__ == "__main__":
     main()
