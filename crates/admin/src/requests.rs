@@ -5,7 +5,7 @@
 
 use hyper::StatusCode;
 use serde_json::json;
-use wasmgate_observe::access_log::{self, Entry, RECENT};
+use wasmgate_observe::access_log::{self, RECENT};
 
 use super::Reply;
 
@@ -41,8 +41,8 @@ pub(super) fn recent(query: &str) -> Reply {
     let Some(log) = access_log::global() else {
         return Reply::json(StatusCode::OK, json!({"access_log": false, "requests": []}));
     };
-    let keep = |e: &Entry| {
-        route.as_ref().is_none_or(|r| e.route == *r) && status.is_none_or(|s| s.accepts(e.status))
+    let keep = |route_name: &str, code: u16| {
+        route.as_ref().is_none_or(|r| route_name == r) && status.is_none_or(|s| s.accepts(code))
     };
     Reply::json(
         StatusCode::OK,

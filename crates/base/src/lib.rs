@@ -6,9 +6,11 @@
 //! - [`histogram`]: lock-free latency histograms over fixed buckets.
 //! - [`backoff`]: the exponential backoff with jitter every retry loop uses.
 //! - [`fs`]: files written whole or not at all.
+//! - [`hex`]: lower-case hexadecimal.
 
 pub mod backoff;
 pub mod fs;
+pub mod hex;
 pub mod histogram;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it): the

@@ -245,6 +245,17 @@ async fn sampling_follows_the_ratio_and_the_clients_flag() {
     let reply = send(&c, "GET", &gw.url("/a"), &[], "").await;
     let (unsampled, _, flags) = traceparent_seen(&reply);
     assert_eq!(flags, "00");
+    // A client's trace this node does not record passes on as it came.
+    let theirs = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+    let reply = send(&c, "GET", &gw.url("/c"), &[("traceparent", theirs)], "").await;
+    assert_eq!(reply.json()["headers"]["traceparent"], theirs);
+    // One the spec refuses (upper-case hex) is replaced by a new trace.
+    let refused = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01";
+    let reply = send(&c, "GET", &gw.url("/d"), &[("traceparent", refused)], "").await;
+    let (fresh, _, flags) = traceparent_seen(&reply);
+    assert_ne!(fresh, "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_ne!((fresh.as_str(), flags.as_str()), (unsampled.as_str(), "00"));
+    assert_eq!(flags, "00");
     // A client that samples its trace is followed.
     let sampled = "0af7651916cd43dd8448eb211c80319c";
     let reply = send(

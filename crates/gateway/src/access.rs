@@ -9,6 +9,7 @@
 //! `traceparent`) and ends, with a child per filter and one for the
 //! upstream call, when the line would be written.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +19,7 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
-use hyper::header::HeaderValue;
+use hyper::header::{HeaderName, HeaderValue};
 use hyper::Response;
 use wasmgate_observe::access_log::{millis, AccessLog, Entry, FilterTime};
 use wasmgate_observe::trace::{ChildSpan, KeyValue, RequestTrace, SpanKind};
@@ -35,11 +36,38 @@ pub(crate) fn observing() -> bool {
     wasmgate_observe::access_log::global().is_some() || wasmgate_observe::trace::global().is_some()
 }
 
-/// A line (and a trace) being put together.
+/// What the node observes of a request that came in: its trace, when the
+/// node traces (decided, recorded or not, before anything else is done for
+/// it, and its `traceparent` set for the upstream request), as the ids its
+/// filters read; and its access-log line with a recorded trace's spans,
+/// when the node keeps either. Not inlined into the request's handling:
+/// a trace held there, even briefly, made the handling future's moves
+/// copies (77,000 instructions a request, bench/instructions.sh).
+#[inline(never)]
+pub(crate) fn observe(
+    parts: &mut hyper::http::request::Parts,
+    host: &str,
+    peer: SocketAddr,
+) -> (
+    Option<Box<wasmgate_proxy_wasm::TraceIds>>,
+    Option<Box<Pending>>,
+) {
+    let trace = wasmgate_observe::trace::global().map(|tracing| begin_trace(tracing, parts));
+    let ids = trace.as_ref().map(|trace| {
+        Box::new(wasmgate_proxy_wasm::TraceIds {
+            trace_id: trace.trace_id(),
+            span_id: trace.span_id(),
+        })
+    });
+    (ids, Pending::begin(parts, host, peer, trace))
+}
+
+/// A line (and a recorded trace) being put together. Boxed: the request's
+/// handling moves it from step to step as one pointer.
 pub(crate) struct Pending {
     log: Option<&'static AccessLog>,
-    /// Boxed: a request that is not traced carries one pointer.
-    trace: Option<Box<RequestTrace>>,
+    /// Only a recorded trace: one the ratio left out has nothing to end.
+    trace: Option<RequestTrace>,
     entry: Entry,
     started: Instant,
     bytes_in: Arc<AtomicU64>,
@@ -48,83 +76,76 @@ pub(crate) struct Pending {
     served: Option<UpstreamServed>,
     /// Or the function that did, for its span.
     function: Option<FunctionServed>,
-    /// A sampled request's Redis and PostgreSQL calls, for their spans.
+    /// A recorded request's Redis and PostgreSQL calls, for their spans.
     service_calls: Option<Arc<CallLog>>,
 }
 
 impl Pending {
     /// What the request says about itself, if the node keeps a log or
-    /// traces; a traced request's `traceparent` becomes the one its
-    /// upstream request carries.
-    pub fn begin(
-        parts: &mut hyper::http::request::Parts,
+    /// records its trace; `None` when neither.
+    fn begin(
+        parts: &hyper::http::request::Parts,
         host: &str,
         peer: SocketAddr,
-    ) -> Option<Pending> {
+        trace: Option<RequestTrace>,
+    ) -> Option<Box<Pending>> {
         let log = wasmgate_observe::access_log::global();
-        let trace =
-            wasmgate_observe::trace::global().map(|tracing| Box::new(begin_trace(tracing, parts)));
+        let trace_id = trace.as_ref().map(RequestTrace::trace_id);
+        let trace = trace.filter(RequestTrace::sampled);
         if log.is_none() && trace.is_none() {
             return None;
         }
-        let request_id = crate::request_id::next();
-        Some(Pending {
-            log,
-            entry: Entry {
-                trace_id: trace.as_deref().map(RequestTrace::trace_id),
-                time: Some(SystemTime::now()),
-                request_id,
-                client: Some(peer),
-                method: parts.method.as_str().to_string(),
-                host: host.to_string(),
-                path: parts
-                    .uri
-                    .path_and_query()
-                    .map_or("/", |p| p.as_str())
-                    .to_string(),
-                protocol: match parts.version {
-                    hyper::Version::HTTP_2 => "HTTP/2",
-                    hyper::Version::HTTP_10 => "HTTP/1.0",
-                    _ => "HTTP/1.1",
-                },
-                ..Entry::default()
+        let started = Instant::now();
+        let mut entry = Entry {
+            trace_id,
+            // The writer puts `began` on the wall clock.
+            began: Some(started),
+            request_id: crate::request_id::next(),
+            client: Some(peer),
+            method: method_name(&parts.method),
+            protocol: match parts.version {
+                hyper::Version::HTTP_2 => "HTTP/2",
+                hyper::Version::HTTP_10 => "HTTP/1.0",
+                _ => "HTTP/1.1",
             },
-            started: Instant::now(),
+            ..Entry::default()
+        };
+        if log.is_some() {
+            entry.host = host.to_string();
+            entry.path = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string();
+        }
+        Some(Box::new(Pending {
+            log,
+            entry,
+            started,
             bytes_in: Arc::default(),
             notes: None,
             served: None,
             function: None,
-            service_calls: trace
-                .as_ref()
-                .filter(|t| t.sampled())
-                .map(|_| Arc::default()),
+            service_calls: trace.as_ref().map(|_| Arc::default()),
             trace,
-        })
+        }))
     }
 
-    /// For a route that keeps no log: the trace goes on, if there is one.
-    pub fn without_log(mut self) -> Option<Pending> {
+    /// For a route that keeps no log: the trace goes on, if it is recorded.
+    pub fn without_log(mut self: Box<Self>) -> Option<Box<Pending>> {
         self.log = None;
         self.trace.is_some().then_some(self)
     }
 
-    /// The request's trace and span ids, when it is traced.
-    pub fn trace_ids(&self) -> Option<Box<wasmgate_proxy_wasm::TraceIds>> {
-        let trace = self.trace.as_ref()?;
-        Some(Box::new(wasmgate_proxy_wasm::TraceIds {
-            trace_id: trace.trace_id(),
-            span_id: trace.span_id(),
-        }))
-    }
-
-    /// What the request's handling runs in: a traced request's log span
+    /// What the request's handling runs in: a recorded request's log span
     /// (its log lines carry the trace id) and its service-call log.
-    /// Only a sampled request has one: wrapping the handling costs a copy
+    /// Only a recorded request has one: wrapping the handling costs a copy
     /// of its future (23 KB), too much for the requests a ratio leaves out.
     pub fn scope(&self) -> Option<RequestScope> {
-        let trace = self.trace.as_ref().filter(|t| t.sampled())?;
+        let trace = self.trace.as_ref()?;
+        let trace_id = wasmgate_base::hex::encode(&trace.trace_id());
         Some(RequestScope {
-            log_span: tracing::info_span!("request", trace_id = %trace.trace_id()),
+            log_span: tracing::info_span!("request", trace_id = %trace_id),
             service_calls: self.service_calls.clone(),
         })
     }
@@ -149,8 +170,8 @@ impl Pending {
         self.bytes_in.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    pub fn set_route(&mut self, route: &str) {
-        self.entry.route = route.to_string();
+    pub fn set_route(&mut self, route: &Arc<str>) {
+        self.entry.route = Some(route.clone());
         if let Some(trace) = &mut self.trace {
             trace.name(format!("{} {route}", self.entry.method));
             trace.set_attribute(KeyValue::new("wasmgate.route", route.to_string()));
@@ -163,7 +184,7 @@ impl Pending {
     }
 
     /// What the answer tells; the line goes when its body is over.
-    pub fn finish(mut self, response: Response<Body>) -> Response<Body> {
+    pub fn finish(mut self: Box<Self>, response: Response<Body>) -> Response<Body> {
         self.entry.status = response.status().as_u16();
         if let Some(answer) = response.extensions().get::<GatewayAnswer>() {
             if answer.kind != "local" {
@@ -173,8 +194,8 @@ impl Pending {
         let served = response.extensions().get::<UpstreamServed>().cloned();
         let served = served.or_else(|| self.notes.as_ref()?.upstream());
         if let Some(served) = served {
-            self.entry.upstream = Some(served.node.to_string());
-            self.entry.upstream_ms = Some(millis(served.elapsed));
+            self.entry.upstream = Some(served.node.clone());
+            self.entry.upstream_time = Some(served.elapsed);
             self.served = Some(served);
         }
         if self.trace.is_some() {
@@ -190,22 +211,22 @@ impl Pending {
         })
     }
 
-    fn send(mut self, bytes_out: u64) {
+    fn send(mut self: Box<Self>, bytes_out: u64) {
         self.entry.bytes_out = bytes_out;
         self.entry.bytes_in = self.bytes_in.load(Ordering::Relaxed);
-        self.entry.duration_ms = millis(self.started.elapsed());
+        self.entry.duration = self.started.elapsed();
         if let Some(notes) = &self.notes {
             self.entry.filters = notes
                 .times()
-                .map(|(name, spent)| FilterTime {
-                    name: name.to_string(),
-                    ms: millis(spent),
+                .map(|(name, time)| FilterTime {
+                    name: name.clone(),
+                    time,
                 })
                 .collect();
             self.entry.local_response = notes.local_response().map(str::to_string);
         }
         if let Some(trace) = self.trace.take() {
-            self.end_trace(*trace);
+            self.end_trace(trace);
         }
         if let Some(log) = self.log {
             log.record(self.entry);
@@ -215,7 +236,7 @@ impl Pending {
     /// Ends the request's span, with its filters' and the upstream call's.
     fn end_trace(&self, mut trace: RequestTrace) {
         let entry = &self.entry;
-        let came = entry.time.unwrap_or_else(SystemTime::now);
+        let came = SystemTime::now() - self.started.elapsed();
         let at = |offset: std::time::Duration| came + offset;
         trace.set_attribute(KeyValue::new(
             "http.response.status_code",
@@ -252,13 +273,13 @@ impl Pending {
                 .collect()
         });
         let upstream = self.served.as_ref().map(|served| ChildSpan {
-            name: entry.method.clone(),
+            name: entry.method.to_string(),
             kind: SpanKind::Client,
             start: at(served.sent_at.saturating_duration_since(self.started)),
             duration: served.elapsed,
             attributes: vec![
                 KeyValue::new("server.address", served.node.to_string()),
-                KeyValue::new("http.request.method", entry.method.clone()),
+                KeyValue::new("http.request.method", entry.method.to_string()),
             ],
             error: None,
         });
@@ -296,8 +317,7 @@ impl Pending {
                 }
             }));
         }
-        let end = came + self.started.elapsed();
-        trace.end(children, upstream, end);
+        trace.end(children, upstream, came + entry.duration);
     }
 }
 
@@ -325,7 +345,7 @@ impl RequestScope {
 }
 
 /// `response`, logged when `pending` is a line being made.
-pub(crate) fn logged(pending: Option<Pending>, response: Response<Body>) -> Response<Body> {
+pub(crate) fn logged(pending: Option<Box<Pending>>, response: Response<Body>) -> Response<Body> {
     match pending {
         Some(pending) => pending.finish(response),
         None => response,
@@ -336,7 +356,7 @@ pub(crate) fn logged(pending: Option<Pending>, response: Response<Body>) -> Resp
 struct LoggedBody {
     inner: Body,
     sent: u64,
-    pending: Option<Pending>,
+    pending: Option<Box<Pending>>,
 }
 
 impl hyper::body::Body for LoggedBody {
@@ -385,24 +405,52 @@ impl Drop for LoggedBody {
     }
 }
 
-/// The request's span, its attributes from the request (OpenTelemetry's
-/// HTTP server conventions); the request's `traceparent` is replaced by the
-/// one its upstream request carries.
+/// The W3C Trace Context headers, parsed once.
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// The request's trace: its span's attributes from the request
+/// (OpenTelemetry's HTTP server conventions) when it is recorded, and the
+/// `traceparent` its upstream request carries in place of the client's.
 fn begin_trace(
     tracing: &'static wasmgate_observe::trace::Tracing,
     parts: &mut hyper::http::request::Parts,
 ) -> RequestTrace {
-    let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let traceparent = parts.headers.get(&TRACEPARENT).map(HeaderValue::as_bytes);
+    let tracestate = parts.headers.get(&TRACESTATE).and_then(|v| v.to_str().ok());
     let method = parts.method.as_str();
-    let mut trace = tracing.begin(
-        header("traceparent"),
-        header("tracestate"),
-        method.to_string(),
-    );
-    trace.set_attribute(KeyValue::new("http.request.method", method.to_string()));
-    trace.set_attribute(KeyValue::new("url.path", parts.uri.path().to_string()));
-    if let Ok(value) = HeaderValue::try_from(trace.upstream_traceparent()) {
-        parts.headers.insert("traceparent", value);
+    let mut trace = tracing.begin(traceparent, tracestate, || method.to_string());
+    if trace.sampled() {
+        trace.set_attribute(KeyValue::new("http.request.method", method.to_string()));
+        trace.set_attribute(KeyValue::new("url.path", parts.uri.path().to_string()));
+    }
+    if let Some(traceparent) = trace.upstream_traceparent() {
+        if let Ok(value) = HeaderValue::from_bytes(&traceparent) {
+            parts.headers.insert(TRACEPARENT, value);
+        }
     }
     trace
+}
+
+/// The method's name, without an allocation for the standard ones.
+fn method_name(method: &hyper::Method) -> Cow<'static, str> {
+    use hyper::Method;
+    let known = [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::PATCH,
+        Method::CONNECT,
+        Method::TRACE,
+    ];
+    const NAMES: [&str; 9] = [
+        "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "CONNECT", "TRACE",
+    ];
+    match known.iter().position(|m| m == method) {
+        Some(i) => Cow::Borrowed(NAMES[i]),
+        None => Cow::Owned(method.as_str().to_string()),
+    }
 }

@@ -6,7 +6,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The filters' clock (read before and after each callback when a
+// request's log line or trace wants their times): quanta reads the CPU's
+// time-stamp counter where it is invariant, a few instructions rather than
+// a clock_gettime and std's timespec arithmetic, which cost a logged
+// request about 900 instructions (bench/instructions.sh).
+use quanta::Instant;
 
 use wasmgate_config::FailStrategy;
 use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
@@ -64,12 +71,9 @@ pub struct Chain {
 /// with the response body, whose end writes the line.
 #[derive(Debug)]
 pub struct ChainNotes {
-    names: Vec<String>,
-    nanos: Vec<AtomicU64>,
-    /// When each filter's first callback began and its last one ended, in
-    /// nanoseconds since `since` (+1, so 0 is "not yet"): its trace span.
-    first: Vec<AtomicU64>,
-    last: Vec<AtomicU64>,
+    /// The route's filters' names (`Route::filter_names`).
+    names: Arc<[Arc<str>]>,
+    filters: Box<[FilterNote]>,
     since: Instant,
     local_response: OnceLock<String>,
     /// The node that answered (the response the chain filters is a new one).
@@ -78,19 +82,27 @@ pub struct ChainNotes {
     function: OnceLock<FunctionServed>,
 }
 
+/// One filter's times on one request.
+#[derive(Debug, Default)]
+struct FilterNote {
+    /// Its callbacks' time.
+    nanos: AtomicU64,
+    /// When its first callback began and its last one ended, in
+    /// nanoseconds since the request came in (+1, so 0 is "not yet"): its
+    /// trace span.
+    first: AtomicU64,
+    last: AtomicU64,
+}
+
 impl ChainNotes {
-    /// Notes on a chain of `filters` of a request that came in at `since`.
-    pub fn new(filters: &[RouteFilter], since: Instant) -> Arc<ChainNotes> {
-        let zeros = || filters.iter().map(|_| AtomicU64::new(0)).collect();
+    /// Notes on a chain of the filters `names` of a request just routed
+    /// (its filters' spans count from now, a few microseconds after the
+    /// request came in).
+    pub fn new(names: &Arc<[Arc<str>]>) -> Arc<ChainNotes> {
         Arc::new(ChainNotes {
-            names: filters
-                .iter()
-                .map(|f| f.plugin.name().to_string())
-                .collect(),
-            nanos: zeros(),
-            first: zeros(),
-            last: zeros(),
-            since,
+            names: names.clone(),
+            filters: names.iter().map(|_| FilterNote::default()).collect(),
+            since: Instant::now(),
             local_response: OnceLock::new(),
             upstream: OnceLock::new(),
             function: OnceLock::new(),
@@ -117,11 +129,11 @@ impl ChainNotes {
     }
 
     /// Each filter's name and the time its callbacks took so far.
-    pub fn times(&self) -> impl Iterator<Item = (&str, Duration)> {
-        self.names.iter().zip(&self.nanos).map(|(name, nanos)| {
+    pub fn times(&self) -> impl Iterator<Item = (&Arc<str>, Duration)> {
+        self.names.iter().zip(&self.filters).map(|(name, note)| {
             (
-                name.as_str(),
-                Duration::from_nanos(nanos.load(Ordering::Relaxed)),
+                name,
+                Duration::from_nanos(note.nanos.load(Ordering::Relaxed)),
             )
         })
     }
@@ -130,16 +142,13 @@ impl ChainNotes {
     /// its last ended (since the request came in), and its callbacks' time.
     pub fn spans(&self) -> impl Iterator<Item = (&str, Duration, Duration, Duration)> {
         let at = |nanos: &AtomicU64| Duration::from_nanos(nanos.load(Ordering::Relaxed) - 1);
-        (0..self.names.len())
-            .filter(|&i| self.first[i].load(Ordering::Relaxed) != 0)
-            .map(move |i| {
-                let spent = Duration::from_nanos(self.nanos[i].load(Ordering::Relaxed));
-                (
-                    self.names[i].as_str(),
-                    at(&self.first[i]),
-                    at(&self.last[i]),
-                    spent,
-                )
+        self.names
+            .iter()
+            .zip(&self.filters)
+            .filter(|(_, note)| note.first.load(Ordering::Relaxed) != 0)
+            .map(move |(name, note)| {
+                let spent = Duration::from_nanos(note.nanos.load(Ordering::Relaxed));
+                (&**name, at(&note.first), at(&note.last), spent)
             })
     }
 
@@ -149,17 +158,17 @@ impl ChainNotes {
     }
 
     fn spent(&self, filter: usize, since: Instant) {
-        if let Some(nanos) = self.nanos.get(filter) {
+        if let Some(note) = self.filters.get(filter) {
             let now = Instant::now();
-            nanos.fetch_add((now - since).as_nanos() as u64, Ordering::Relaxed);
-            let offset = |t: Instant| t.saturating_duration_since(self.since).as_nanos() as u64 + 1;
-            let _ = self.first[filter].compare_exchange(
-                0,
-                offset(since),
-                Ordering::Relaxed,
+            note.nanos.fetch_add(
+                now.duration_since(since).as_nanos() as u64,
                 Ordering::Relaxed,
             );
-            self.last[filter].store(offset(now), Ordering::Relaxed);
+            let offset = |t: Instant| t.duration_since(self.since).as_nanos() as u64 + 1;
+            let _ =
+                note.first
+                    .compare_exchange(0, offset(since), Ordering::Relaxed, Ordering::Relaxed);
+            note.last.store(offset(now), Ordering::Relaxed);
         }
     }
 }

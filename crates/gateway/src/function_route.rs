@@ -79,7 +79,7 @@ impl FunctionRoute {
         }
         let function = self.function_for(request.uri().path()).map(str::to_string);
         if let (Some(pending), Some(function)) = (pending.as_mut(), &function) {
-            pending.set_route(function);
+            pending.set_route(&function.as_str().into());
         }
         let Some(function) = function else {
             return error_response::before_call(
@@ -160,9 +160,9 @@ impl Handler for FunctionRoute {
         }
         let host = crate::router::request_host(request.uri(), request.headers()).to_string();
         let (mut parts, body) = request.into_parts();
-        let mut pending = Pending::begin(&mut parts, &host, connection.peer);
+        let (_, mut pending) = crate::access::observe(&mut parts, &host, connection.peer);
         let request = Request::from_parts(parts, body);
-        let response = self.handle_noted(request, pending.as_mut()).await;
+        let response = self.handle_noted(request, pending.as_deref_mut()).await;
         logged(pending, response.map(body::boxed))
     }
 }

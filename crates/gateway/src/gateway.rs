@@ -60,10 +60,13 @@ impl AsRef<RouteMatcher> for Route {
 }
 
 pub(crate) struct Route {
-    pub name: String,
+    /// Shared with the access-log lines of its requests.
+    pub name: Arc<str>,
     pub matcher: RouteMatcher,
     /// Sorted: priority (high first), then listing (global plugins first).
     pub filters: Vec<RouteFilter>,
+    /// Their plugins' names, shared with each request's chain notes.
+    pub filter_names: Arc<[Arc<str>]>,
     pub endpoint: Endpoint,
     /// Responses by status class (1xx..5xx), for `/metrics`.
     pub responses: [AtomicU64; 5],

@@ -35,7 +35,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo, TraceIds};
 
-use crate::access::{logged, Pending};
+use crate::access::{self, logged, Pending};
 use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::body_pump::{channel_body, channel_body_after, BodyPump};
 use crate::chain::{Chain, ChainNotes, Direction, Stop};
@@ -89,8 +89,9 @@ impl Gateway {
             Duration::from_millis(self.config.limits.body_read_timeout_ms),
         );
         let host = crate::router::request_host(&parts.uri, &parts.headers).to_string();
-        // The access-log line and the trace, when the node keeps them (access.rs).
-        let mut pending = Pending::begin(&mut parts, &host, connection.peer);
+        // The trace, when the node traces, and the access-log line (with a
+        // recorded trace's spans), when the node keeps one (access.rs).
+        let (trace_ids, mut pending) = access::observe(&mut parts, &host, connection.peer);
         let body = match &pending {
             Some(pending) => body.counted_into(pending.bytes_in()),
             None => body,
@@ -128,12 +129,12 @@ impl Gateway {
         if let Some(pending) = &mut pending {
             pending.set_route(&route.name);
             if !route.filters.is_empty() {
-                let chain_notes = ChainNotes::new(&route.filters, pending.started());
+                let chain_notes = ChainNotes::new(&route.filter_names);
                 pending.notes(chain_notes.clone());
                 notes = Some(chain_notes);
             }
         }
-        let request_id = pending.as_ref().map(Pending::request_id);
+        let request_id = pending.as_ref().map(|pending| pending.request_id());
         let permit = match &route.concurrency {
             None => None,
             Some(limit) => match limit.clone().try_acquire_owned() {
@@ -145,24 +146,26 @@ impl Gateway {
                 }
             },
         };
-        let started = std::time::Instant::now();
+        // The request's clock, read once: the log's when it keeps one.
+        let started = pending
+            .as_ref()
+            .map_or_else(std::time::Instant::now, |pending| pending.started());
         let upgrade = match &route.endpoint {
             Endpoint::Upstream(upstream) => {
                 tunnel::requested(&mut parts, &route.upgrade).map(|upgrade| (upstream, upgrade))
             }
             _ => None,
         };
-        let trace = pending.as_ref().and_then(Pending::trace_ids);
         // A traced request's log lines carry its trace id, and its service
         // calls become spans (access.rs).
-        let scope = pending.as_ref().and_then(Pending::scope);
+        let scope = pending.as_ref().and_then(|pending| pending.scope());
         let asked = Asked {
             parts,
             connection,
             host,
             request_id,
             notes,
-            trace,
+            trace: trace_ids,
         };
         let response = match scope {
             None => match upgrade {

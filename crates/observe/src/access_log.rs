@@ -2,23 +2,23 @@
 //! or a text line with named fields (nginx's look, with names).
 //!
 //! The request's side only fills an [`Entry`] and hands it to a bounded
-//! queue ([`AccessLog::record`]); a thread of its own formats and writes the
-//! lines, flushing whenever the queue runs dry. A full queue (a disk slower
+//! queue ([`AccessLog::record`]); a thread of its own takes what is queued
+//! every few milliseconds, formats it (line.rs) and writes it with one call. A full queue (a disk slower
 //! than the traffic) drops the line and counts it; a failed write counts
 //! too: both show in `/metrics`. `reopen` (SIGUSR1, logrotate's convention)
 //! makes the thread open the file again by its path before the next line.
 
-use std::collections::VecDeque;
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use serde::Serialize;
+use crate::line::{self, Clock};
 
 /// How many lines may wait for the writer before new ones are dropped:
 /// a few seconds of a busy node's traffic.
@@ -46,18 +46,20 @@ pub enum Target {
     File(PathBuf),
 }
 
-/// One request, as the log shows it. Field names are fixed: log pipelines
-/// key on them (docs/observability.md lists them).
-#[derive(Clone, Debug, Default, Serialize)]
+/// One request, as the log shows it (docs/observability.md lists the
+/// fields of its line, whose names are fixed: log pipelines key on them).
+/// The request's side fills it with what it has at hand, cheaply (shared
+/// names, times as durations, ids as bytes); the writer turns it into text.
+#[derive(Clone, Debug, Default)]
 pub struct Entry {
-    /// When the request came in.
-    #[serde(serialize_with = "rfc3339")]
+    /// When the request came in, on the wall clock; when `None`, the
+    /// writer works it out from `began` (one clock reading per batch
+    /// rather than one per request).
     pub time: Option<SystemTime>,
+    pub began: Option<Instant>,
     pub request_id: u64,
-    /// The client's address and port (formatted by the writer).
-    #[serde(serialize_with = "display")]
     pub client: Option<SocketAddr>,
-    pub method: String,
+    pub method: Cow<'static, str>,
     pub host: String,
     /// Path and query, as the client sent them.
     pub path: String,
@@ -69,13 +71,13 @@ pub struct Entry {
     /// Response body bytes sent to the client.
     pub bytes_out: u64,
     /// From the request's arrival to its response's last byte.
-    pub duration_ms: f64,
-    /// The route that matched (empty: none did).
-    pub route: String,
+    pub duration: Duration,
+    /// The route that matched (none: no route did).
+    pub route: Option<Arc<str>>,
     /// The upstream node that answered (`host:port`), if one did.
-    pub upstream: Option<String>,
+    pub upstream: Option<Arc<str>>,
     /// From sending the request to the node until its response head.
-    pub upstream_ms: Option<f64>,
+    pub upstream_time: Option<Duration>,
     /// The filters that ran, in chain order, with the time their callbacks took.
     pub filters: Vec<FilterTime>,
     /// The filter that answered the request itself, if one did.
@@ -84,67 +86,17 @@ pub struct Entry {
     /// `upstream_unavailable`, ...), if the answer was one.
     pub error: Option<String>,
     /// The W3C trace id the request belongs to, when tracing knows it.
-    pub trace_id: Option<String>,
+    pub trace_id: Option<[u8; 16]>,
 }
 
 /// A filter's share of a request.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct FilterTime {
-    pub name: String,
-    pub ms: f64,
+    pub name: Arc<str>,
+    pub time: Duration,
 }
 
-fn display<S: serde::Serializer>(addr: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
-    match addr {
-        Some(addr) => s.collect_str(addr),
-        None => s.serialize_none(),
-    }
-}
-
-fn rfc3339<S: serde::Serializer>(time: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format_time(time.unwrap_or(SystemTime::UNIX_EPOCH)))
-}
-
-/// RFC 3339 in UTC with exactly three fraction digits (fixed width: lines
-/// line up, and readers can cut the time of day out by position). The
-/// date and time of day are worked out once per second (the writer's lines
-/// mostly share their second); only the milliseconds change in between.
-fn format_time(time: SystemTime) -> String {
-    thread_local! {
-        static SECOND: std::cell::RefCell<(u64, String)> =
-            const { std::cell::RefCell::new((u64::MAX, String::new())) };
-    }
-    let since = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    SECOND.with(|second| {
-        let mut second = second.borrow_mut();
-        if second.0 != since.as_secs() {
-            let t = time::OffsetDateTime::from(time);
-            second.1 = format!(
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-                t.year(),
-                u8::from(t.month()),
-                t.day(),
-                t.hour(),
-                t.minute(),
-                t.second()
-            );
-            second.0 = since.as_secs();
-        }
-        let mut out = String::with_capacity(24);
-        out.push_str(&second.1);
-        let millis = since.subsec_millis();
-        out.push('.');
-        out.push(char::from(b'0' + (millis / 100) as u8));
-        out.push(char::from(b'0' + (millis / 10 % 10) as u8));
-        out.push(char::from(b'0' + (millis % 10) as u8));
-        out.push('Z');
-        out
-    })
-}
-
-/// Milliseconds with microseconds, for the duration fields.
+/// Milliseconds with microseconds, for trace attributes.
 pub fn millis(duration: Duration) -> f64 {
     (duration.as_micros() as f64) / 1000.0
 }
@@ -171,9 +123,9 @@ pub struct AccessLog {
     queue: SyncSender<Entry>,
     reopen: Arc<AtomicBool>,
     stats: Arc<LogStats>,
-    /// The last [`RECENT`] entries written, oldest first (the writer keeps
-    /// it, off the request path).
-    recent: Arc<Mutex<VecDeque<Entry>>>,
+    /// The last [`RECENT`] requests written (the writer keeps them, off
+    /// the request path).
+    recent: Arc<Mutex<Recent>>,
     target: Target,
     format: Format,
 }
@@ -186,7 +138,7 @@ impl AccessLog {
         let (queue, lines) = sync_channel(QUEUE_LINES);
         let reopen = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(LogStats::default());
-        let recent = Arc::new(Mutex::new(VecDeque::with_capacity(RECENT)));
+        let recent = Arc::new(Mutex::new(Recent::default()));
         let writer = Writer {
             lines,
             sink,
@@ -246,15 +198,15 @@ impl AccessLog {
         &self.stats
     }
 
-    /// Up to `limit` of the last requests that `keep` accepts, newest first.
-    pub fn recent(&self, keep: impl Fn(&Entry) -> bool, limit: usize) -> Vec<Entry> {
+    /// Up to `limit` of the last requests whose route and status `keep`
+    /// accepts, newest first, as their JSON lines' objects.
+    pub fn recent(&self, keep: impl Fn(&str, u16) -> bool, limit: usize) -> Vec<serde_json::Value> {
         let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         recent
-            .iter()
-            .rev()
-            .filter(|e| keep(e))
+            .newest_first()
+            .filter(|kept| keep(&kept.route, kept.status))
             .take(limit)
-            .cloned()
+            .filter_map(|kept| serde_json::from_slice(&kept.line).ok())
             .collect()
     }
 
@@ -280,18 +232,19 @@ pub fn global() -> Option<&'static AccessLog> {
     GLOBAL.get()
 }
 
+/// Where the batches go: each is one `write_all`, so no buffer of ours.
 enum Sink {
-    Stdout(BufWriter<std::io::Stdout>),
-    File(BufWriter<File>),
+    Stdout(std::io::Stdout),
+    File(File),
 }
 
 impl Sink {
     fn open(target: &Target) -> std::io::Result<Sink> {
         Ok(match target {
-            Target::Stdout => Sink::Stdout(BufWriter::new(std::io::stdout())),
-            Target::File(path) => Sink::File(BufWriter::new(
-                OpenOptions::new().create(true).append(true).open(path)?,
-            )),
+            Target::Stdout => Sink::Stdout(std::io::stdout()),
+            Target::File(path) => {
+                Sink::File(OpenOptions::new().create(true).append(true).open(path)?)
+            }
         })
     }
 
@@ -310,13 +263,14 @@ struct Writer {
     format: Format,
     reopen: Arc<AtomicBool>,
     stats: Arc<LogStats>,
-    recent: Arc<Mutex<VecDeque<Entry>>>,
+    recent: Arc<Mutex<Recent>>,
 }
 
 impl Writer {
-    /// Writes the lines queued, in batches, flushing after each.
+    /// Writes the lines queued, in batches: each batch's lines are
+    /// formatted into one buffer and written with one call.
     fn run(mut self) {
-        let mut line = Vec::with_capacity(512);
+        let mut batch = Vec::with_capacity(64 * 1024);
         loop {
             // The writer looks at the queue every few milliseconds rather
             // than waiting on it: a waiting reader would have every request
@@ -331,32 +285,40 @@ impl Writer {
                 Err(TryRecvError::Empty) => continue,
                 Err(TryRecvError::Disconnected) => break,
             };
+            let clock = Clock::now();
             let mut taken = 0;
+            batch.clear();
             while let Some(entry) = next.take() {
                 taken += 1;
-                line.clear();
-                format_line(&entry, self.format, &mut line);
-                match self.sink.writer().write_all(&line) {
-                    Ok(()) => self.stats.lines.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => self.stats.write_errors.fetch_add(1, Ordering::Relaxed),
-                };
-                self.keep_recent(entry);
+                self.format(&entry, &clock, &mut batch);
                 next = self.lines.try_recv().ok();
             }
-            if self.sink.writer().flush().is_err() {
-                self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-            }
+            let written = self.sink.writer().write_all(&batch);
+            let written = written.and_then(|()| self.sink.writer().flush());
+            let counter = match written {
+                Ok(()) => &self.stats.lines,
+                Err(_) => &self.stats.write_errors,
+            };
+            counter.fetch_add(taken, Ordering::Relaxed);
             self.stats.handled.fetch_add(taken, Ordering::Release);
         }
-        let _ = self.sink.writer().flush();
     }
 
-    fn keep_recent(&self, entry: Entry) {
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        if recent.len() == RECENT {
-            recent.pop_front();
+    /// `entry`'s line onto `batch`; its JSON line is also what the
+    /// dashboard's list keeps (formatted once when the log is JSON).
+    fn format(&self, entry: &Entry, clock: &Clock, batch: &mut Vec<u8>) {
+        let time = entry.time.unwrap_or_else(|| clock.wall(entry.began));
+        let start = batch.len();
+        match self.format {
+            Format::Json => line::json(entry, time, batch),
+            Format::Text => line::text(entry, time, batch),
         }
-        recent.push_back(entry);
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = recent.next_slot(entry);
+        match self.format {
+            Format::Json => kept.line.extend_from_slice(&batch[start..]),
+            Format::Text => line::json(entry, time, &mut kept.line),
+        }
     }
 
     fn reopen_sink(&mut self) {
@@ -375,49 +337,52 @@ impl Writer {
     }
 }
 
-/// `entry` as one line (with its newline) in `format`.
-pub fn format_line(entry: &Entry, format: Format, out: &mut Vec<u8>) {
-    match format {
-        Format::Json => {
-            serde_json::to_writer(&mut *out, entry).expect("entries serialise");
+/// The last [`RECENT`] requests, as a ring of slots whose buffers are
+/// reused: keeping a request costs a copy of its line, not an allocation.
+#[derive(Default)]
+struct Recent {
+    slots: Vec<Kept>,
+    /// Requests kept so far: the n-th went to slot `n % RECENT`.
+    kept: usize,
+}
+
+#[derive(Default)]
+struct Kept {
+    route: String,
+    status: u16,
+    /// Its JSON line, with the newline.
+    line: Vec<u8>,
+}
+
+impl Recent {
+    /// The slot for `entry` (the oldest one's, once the ring is full),
+    /// with its route and status set and its line empty.
+    fn next_slot(&mut self, entry: &Entry) -> &mut Kept {
+        let at = self.kept % RECENT;
+        self.kept += 1;
+        if at == self.slots.len() {
+            self.slots.push(Kept::default());
         }
-        Format::Text => {
-            let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-            let filters = if entry.filters.is_empty() {
-                "-".to_string()
-            } else {
-                entry
-                    .filters
-                    .iter()
-                    .map(|f| format!("{}:{:.3}", f.name, f.ms))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
-            let _ = write!(
-                out,
-                "{} [{}] \"{} {}{} {}\" {} {} in={} ms={:.3} route={} upstream={} upstream_ms={} filters={} local={} error={} id={} trace={}",
-                entry.client.map_or("-".to_string(), |c| c.to_string()),
-                format_time(entry.time.unwrap_or(SystemTime::UNIX_EPOCH)),
-                entry.method,
-                entry.host,
-                entry.path,
-                entry.protocol,
-                entry.status,
-                entry.bytes_out,
-                entry.bytes_in,
-                entry.duration_ms,
-                if entry.route.is_empty() { "-" } else { &entry.route },
-                dash(&entry.upstream),
-                entry.upstream_ms.map_or("-".to_string(), |ms| format!("{ms:.3}")),
-                filters,
-                dash(&entry.local_response),
-                dash(&entry.error),
-                entry.request_id,
-                dash(&entry.trace_id),
-            );
-        }
+        let kept = &mut self.slots[at];
+        kept.route.clear();
+        kept.route.push_str(entry.route.as_deref().unwrap_or(""));
+        kept.status = entry.status;
+        kept.line.clear();
+        kept
     }
-    out.push(b'\n');
+
+    fn newest_first(&self) -> impl Iterator<Item = &Kept> {
+        (1..=self.slots.len()).map(move |back| &self.slots[(self.kept - back) % RECENT])
+    }
+}
+
+/// `entry` as one line (with its newline) in `format`, for a request that
+/// came in at `time`.
+pub fn format_line(entry: &Entry, format: Format, time: SystemTime, out: &mut Vec<u8>) {
+    match format {
+        Format::Json => line::json(entry, time, out),
+        Format::Text => line::text(entry, time, out),
+    }
 }
 
 #[cfg(test)]
@@ -435,14 +400,15 @@ mod tests {
             protocol: "HTTP/1.1",
             status: 200,
             bytes_out: 12,
-            duration_ms: 1.5,
-            route: "api".into(),
+            duration: Duration::from_micros(1500),
+            route: Some("api".into()),
             upstream: Some("127.0.0.1:9000".into()),
-            upstream_ms: Some(1.25),
+            upstream_time: Some(Duration::from_micros(1250)),
             filters: vec![FilterTime {
                 name: "auth".into(),
-                ms: 0.25,
+                time: Duration::from_micros(250),
             }],
+            trace_id: Some(*b"0123456789abcdef"),
             ..Entry::default()
         }
     }
@@ -450,7 +416,8 @@ mod tests {
     #[test]
     fn json_lines_have_the_fixed_fields() {
         let mut line = Vec::new();
-        format_line(&entry(), Format::Json, &mut line);
+        let entry = entry();
+        format_line(&entry, Format::Json, entry.time.unwrap(), &mut line);
         assert_eq!(line.last(), Some(&b'\n'));
         let value: serde_json::Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(value["time"], "2023-11-14T22:13:20.120Z");
@@ -458,18 +425,51 @@ mod tests {
         assert_eq!(value["filters"][0]["name"], "auth");
         assert_eq!(value["upstream_ms"], 1.25);
         assert!(value["local_response"].is_null());
+        assert_eq!(value["trace_id"], "30313233343536373839616263646566");
+        assert_eq!(value["client"], "127.0.0.1:5000");
+        // The names docs/observability.md lists, in its order.
+        let text = String::from_utf8(line).unwrap();
+        let names = [
+            "time",
+            "request_id",
+            "client",
+            "method",
+            "host",
+            "path",
+            "protocol",
+            "status",
+            "bytes_in",
+            "bytes_out",
+            "duration_ms",
+            "route",
+            "upstream",
+            "upstream_ms",
+            "filters",
+            "local_response",
+            "error",
+            "trace_id",
+        ];
+        let at: Vec<usize> = names
+            .iter()
+            .map(|name| text.find(&format!("\"{name}\":")).expect(name))
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert_eq!(value.as_object().unwrap().len(), names.len());
     }
 
     #[test]
     fn text_lines_name_their_fields() {
         let mut line = Vec::new();
-        format_line(&entry(), Format::Text, &mut line);
+        let entry = entry();
+        format_line(&entry, Format::Text, entry.time.unwrap(), &mut line);
         let line = String::from_utf8(line).unwrap();
         assert!(line.starts_with(
             "127.0.0.1:5000 [2023-11-14T22:13:20.120Z] \"GET shop.example/a?b=1 HTTP/1.1\" 200 12 in=0 ms=1.500 route=api upstream=127.0.0.1:9000"
         ), "{line}");
         assert!(
-            line.contains(" filters=auth:0.250 local=- error=- id=7 trace=-\n"),
+            line.contains(
+                " filters=auth:0.250 local=- error=- id=7 trace=30313233343536373839616263646566\n"
+            ),
             "{line}"
         );
     }
@@ -505,11 +505,38 @@ mod tests {
         wait(&path, 1);
         assert_eq!(wait(&rotated, 1).lines().count(), 1);
         assert_eq!(log.stats().lines.load(Ordering::Relaxed), 2);
-        assert_eq!(log.recent(|e| e.route == "api", 10).len(), 2);
+        assert_eq!(log.recent(|route, _| route == "api", 10).len(), 2);
         // Drained: nothing queued is left unwritten.
         log.record(entry());
         assert!(log.drain(Duration::from_secs(10)));
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
-        assert!(log.recent(|e| e.status == 500, 10).is_empty());
+        assert!(log.recent(|_, status| status == 500, 10).is_empty());
+    }
+
+    #[test]
+    fn the_dashboards_list_keeps_the_newest_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AccessLog::start(Target::File(dir.path().join("a.log")), Format::Text).unwrap();
+        for id in 0..(RECENT as u64 + 10) {
+            log.record(Entry {
+                request_id: id,
+                status: if id % 2 == 0 { 200 } else { 500 },
+                ..entry()
+            });
+        }
+        assert!(log.drain(Duration::from_secs(10)));
+        let all = log.recent(|_, _| true, RECENT);
+        assert_eq!(all.len(), RECENT);
+        assert_eq!(all[0]["request_id"], RECENT as u64 + 9);
+        assert_eq!(all[RECENT - 1]["request_id"], 10);
+        let failed = log.recent(|_, status| status == 500, 3);
+        let ids: Vec<u64> = failed
+            .iter()
+            .map(|e| e["request_id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            ids,
+            [RECENT as u64 + 9, RECENT as u64 + 7, RECENT as u64 + 5]
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! call, exported over OTLP in batches, off the request path too.
 
 pub mod access_log;
+mod line;
 pub mod trace;
 
 pub use access_log::{AccessLog, Entry, FilterTime, Format, LogStats, Target};

@@ -5,12 +5,15 @@
 //! so a collector that is slow or down costs a request nothing; spans it
 //! could not deliver are counted ([`TraceStats`]).
 //!
-//! A request's span starts when the request comes in ([`Tracing::begin`]);
-//! its children are recorded when it ends, from the times the gateway
-//! measured anyway (the chain's per-filter times, the upstream's), so the
-//! request path does no tracing work beyond one span. The upstream span's
-//! id is chosen up front: it is the parent the upstream request's
-//! `traceparent` names.
+//! A request's trace is decided when it comes in ([`Tracing::begin`]): the
+//! client's `traceparent` is parsed here, and whether the trace is recorded
+//! (the client's sampled flag, or the ratio for a new trace) is known before
+//! any SDK object exists, so a request that is not recorded only carries
+//! its ids as bytes. A recorded request's span starts then; its children are
+//! recorded when it ends, from the times the gateway measured anyway (the
+//! chain's per-filter times, the upstream's). The upstream span's id is
+//! chosen up front: it is the parent the upstream request's `traceparent`
+//! names.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -18,22 +21,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::propagation::{Extractor, TextMapPropagator};
 pub use opentelemetry::trace::SpanKind;
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, Status, TraceContextExt, TraceId, Tracer as _,
-    TracerProvider as _,
+    Span as _, SpanContext, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer as _, TracerProvider as _,
 };
 use opentelemetry::Context;
 pub use opentelemetry::KeyValue;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, IdGenerator, RandomIdGenerator, Sampler, SdkTracer,
     SdkTracerProvider, SpanData, SpanExporter,
 };
 use opentelemetry_sdk::Resource;
+use wasmgate_base::hex;
 
 /// Where and how a node traces.
 #[derive(Clone, Debug)]
@@ -64,6 +66,8 @@ pub struct Tracing {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
     stats: Arc<TraceStats>,
+    /// A new trace is recorded when its id's last 63 bits are below this.
+    ratio_bound: u64,
 }
 
 static TRACING: OnceLock<Tracing> = OnceLock::new();
@@ -94,7 +98,6 @@ impl Tracing {
             inner: exporter,
             stats: stats.clone(),
         };
-        let ratio = settings.sample_ratio.clamp(0.0, 1.0);
         let provider = SdkTracerProvider::builder()
             .with_span_processor(
                 BatchSpanProcessor::builder(counted)
@@ -106,9 +109,9 @@ impl Tracing {
                     )
                     .build(),
             )
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                ratio,
-            ))))
+            // The decision is made before a span is started
+            // (`Tracing::begin`): the SDK only sees recorded spans.
+            .with_sampler(Sampler::AlwaysOn)
             .with_id_generator(Ids::default())
             .with_resource(
                 Resource::builder()
@@ -121,6 +124,7 @@ impl Tracing {
             provider,
             tracer,
             stats,
+            ratio_bound: ratio_bound(settings.sample_ratio),
         })
     }
 
@@ -128,30 +132,56 @@ impl Tracing {
         &self.stats
     }
 
-    /// The span of a request that just came in, a child of the client's
-    /// `traceparent` (with its `tracestate`) when it sent a valid one.
+    /// A request that just came in: it continues the client's trace when
+    /// `traceparent` is valid (and is recorded when the client's flag
+    /// says so), or starts one (recorded at the configured ratio). The
+    /// decision comes first and is made on plain bytes: a request that is
+    /// not recorded costs a few random numbers, not an SDK span. `name`
+    /// is asked for only when the span is recorded.
     pub fn begin(
         &'static self,
-        traceparent: Option<&str>,
+        traceparent: Option<&[u8]>,
         tracestate: Option<&str>,
-        name: String,
+        name: impl FnOnce() -> String,
     ) -> RequestTrace {
-        let carrier = Carrier {
-            traceparent,
-            tracestate,
+        let parent = traceparent.and_then(TraceParent::parse);
+        let span_id = random_span_id();
+        let (trace_id, sampled) = match &parent {
+            Some(parent) => (parent.trace_id, parent.sampled),
+            None => {
+                let trace_id = random_trace_id();
+                (trace_id, ratio_samples(self.ratio_bound, &trace_id))
+            }
         };
-        let parent = TraceContextPropagator::new().extract(&carrier);
-        let span = self
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Server)
-            .start_with_context(&self.tracer, &parent);
-        let context = span.span_context().clone();
+        let span = sampled.then(|| {
+            let context = match &parent {
+                Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
+                    TraceId::from_bytes(parent.trace_id),
+                    SpanId::from_bytes(parent.span_id),
+                    TraceFlags::SAMPLED,
+                    true,
+                    tracestate
+                        .and_then(|state| state.parse::<TraceState>().ok())
+                        .unwrap_or_default(),
+                )),
+                None => Context::new(),
+            };
+            NEXT_IDS.set(Some((trace_id, span_id)));
+            let span = self
+                .tracer
+                .span_builder(name())
+                .with_kind(SpanKind::Server)
+                .start_with_context(&self.tracer, &context);
+            NEXT_IDS.set(None);
+            span
+        });
         RequestTrace {
             tracing: self,
+            trace_id,
+            span_id,
+            upstream_span: random_span_id(),
+            continued: parent.is_some(),
             span,
-            context,
-            upstream_span: SpanId::from_bytes(rand_span_id()),
         }
     }
 
@@ -161,12 +191,16 @@ impl Tracing {
     }
 }
 
-/// One request's trace while the request runs.
+/// One request's trace while the request runs: its ids as bytes, and the
+/// SDK's span only when it is recorded.
 pub struct RequestTrace {
     tracing: &'static Tracing,
-    span: opentelemetry_sdk::trace::Span,
-    context: SpanContext,
-    upstream_span: SpanId,
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    upstream_span: [u8; 8],
+    /// Whether the client sent a valid `traceparent`.
+    continued: bool,
+    span: Option<opentelemetry_sdk::trace::Span>,
 }
 
 /// A child span recorded when the request ends.
@@ -182,125 +216,221 @@ pub struct ChildSpan {
 impl RequestTrace {
     /// Whether the trace is recorded (sampled).
     pub fn sampled(&self) -> bool {
-        self.context.is_sampled()
+        self.span.is_some()
     }
 
-    /// The trace id, as 32 hex digits.
-    pub fn trace_id(&self) -> String {
-        self.context.trace_id().to_string()
+    pub fn trace_id(&self) -> [u8; 16] {
+        self.trace_id
     }
 
-    /// The request span's id, as 16 hex digits.
-    pub fn span_id(&self) -> String {
-        self.context.span_id().to_string()
+    /// The request span's id (the span is recorded only when sampled).
+    pub fn span_id(&self) -> [u8; 8] {
+        self.span_id
     }
 
-    /// The `traceparent` the upstream request carries: this trace, with
-    /// the upstream span as parent.
-    pub fn upstream_traceparent(&self) -> String {
-        let flags = if self.sampled() { 1 } else { 0 };
-        format!(
-            "00-{}-{}-{flags:02x}",
-            self.context.trace_id(),
-            self.upstream_span
-        )
-    }
-
-    /// The `tracestate` passed on (the client's, unchanged).
-    pub fn tracestate(&self) -> Option<String> {
-        let state = self.context.trace_state().header();
-        (!state.is_empty()).then_some(state)
+    /// The `traceparent` the upstream request carries, when it is not the
+    /// client's own: a recorded trace names the upstream span as parent;
+    /// a trace this node started (and does not record) still reaches the
+    /// upstream, unsampled. An unrecorded continued trace passes the
+    /// client's header on unchanged (`None`).
+    pub fn upstream_traceparent(&self) -> Option<[u8; TRACEPARENT_LEN]> {
+        if !self.sampled() && self.continued {
+            return None;
+        }
+        Some(TraceParent::format(
+            &self.trace_id,
+            &self.upstream_span,
+            self.sampled(),
+        ))
     }
 
     /// Renames the request's span (`GET route`, once the route is known).
     pub fn name(&mut self, name: String) {
-        self.span.update_name(name);
+        if let Some(span) = &mut self.span {
+            span.update_name(name);
+        }
     }
 
     pub fn set_attribute(&mut self, attribute: KeyValue) {
-        self.span.set_attribute(attribute);
+        if let Some(span) = &mut self.span {
+            span.set_attribute(attribute);
+        }
     }
 
     /// Ends the request's span at `end`, its children first; the upstream
-    /// call's child gets the id its `traceparent` named.
-    pub fn end(mut self, children: Vec<ChildSpan>, upstream: Option<ChildSpan>, end: SystemTime) {
-        if self.sampled() {
-            let spans = 1 + children.len() + usize::from(upstream.is_some());
-            let stats = &self.tracing.stats;
-            stats.recorded.fetch_add(spans as u64, Ordering::Relaxed);
-            let parent = Context::new().with_remote_span_context(self.context.clone());
-            let tracer = &self.tracing.tracer;
-            let with_ids = children
-                .into_iter()
-                .map(|child| (child, None))
-                .chain(upstream.map(|u| (u, Some(self.upstream_span))));
-            for (child, id) in with_ids {
-                let builder = tracer
-                    .span_builder(child.name)
-                    .with_kind(child.kind)
-                    .with_start_time(child.start)
-                    .with_attributes(child.attributes);
-                NEXT_SPAN_ID.set(id);
-                let mut span = builder.start_with_context(tracer, &parent);
-                NEXT_SPAN_ID.set(None);
-                if let Some(error) = child.error {
-                    span.set_status(Status::error(error));
-                }
-                span.end_with_timestamp(child.start + child.duration);
+    /// call's child gets the id its `traceparent` named. An unrecorded
+    /// trace records nothing.
+    pub fn end(self, children: Vec<ChildSpan>, upstream: Option<ChildSpan>, end: SystemTime) {
+        let Some(mut span) = self.span else {
+            return;
+        };
+        let spans = 1 + children.len() + usize::from(upstream.is_some());
+        let stats = &self.tracing.stats;
+        stats.recorded.fetch_add(spans as u64, Ordering::Relaxed);
+        let parent = Context::new().with_remote_span_context(span.span_context().clone());
+        let tracer = &self.tracing.tracer;
+        let with_ids = children
+            .into_iter()
+            .map(|child| (child, None))
+            .chain(upstream.map(|u| (u, Some(self.upstream_span))));
+        for (child, id) in with_ids {
+            let builder = tracer
+                .span_builder(child.name)
+                .with_kind(child.kind)
+                .with_start_time(child.start)
+                .with_attributes(child.attributes);
+            NEXT_IDS.set(id.map(|id| (self.trace_id, id)));
+            let mut child_span = builder.start_with_context(tracer, &parent);
+            NEXT_IDS.set(None);
+            if let Some(error) = child.error {
+                child_span.set_status(Status::error(error));
             }
+            child_span.end_with_timestamp(child.start + child.duration);
         }
-        self.span.end_with_timestamp(end);
+        span.end_with_timestamp(end);
     }
 
     /// Marks the request's span as failed (a 5xx answer, say).
     pub fn fail(&mut self, why: impl Into<Cow<'static, str>>) {
-        self.span.set_status(Status::error(why));
+        if let Some(span) = &mut self.span {
+            span.set_status(Status::error(why));
+        }
     }
 }
 
-/// A random span id that is not zero.
-fn rand_span_id() -> [u8; 8] {
-    RandomIdGenerator::default().new_span_id().to_bytes()
+/// The bound of [`ratio_samples`] for a ratio from 0 to 1.
+fn ratio_bound(ratio: f64) -> u64 {
+    (ratio.clamp(0.0, 1.0) * (1u64 << 63) as f64) as u64
+}
+
+/// The ratio's decision on a new trace: the trace id's last eight bytes
+/// (their 63 high bits) against the ratio's share of their range, the rule
+/// of OpenTelemetry's `TraceIdRatioBased`, so services that sample the same
+/// way agree on a trace.
+fn ratio_samples(bound: u64, trace_id: &[u8; 16]) -> bool {
+    let low = u64::from_be_bytes(trace_id[8..].try_into().expect("eight bytes"));
+    (low >> 1) < bound
+}
+
+/// The length of a version-00 `traceparent`.
+pub const TRACEPARENT_LEN: usize = 55;
+
+/// A W3C `traceparent` (Trace Context, level 1): version, trace id,
+/// parent span id, flags, in lower-case hex between dashes.
+#[derive(Debug, PartialEq, Eq)]
+struct TraceParent {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    sampled: bool,
+}
+
+impl TraceParent {
+    /// The header's fields, or `None` when it is not one the spec lets a
+    /// receiver continue: a bad shape, upper-case or non-hex digits,
+    /// version `ff`, all-zero ids, or a version-00 header with more after
+    /// it. A later version may append fields after a dash.
+    fn parse(header: &[u8]) -> Option<TraceParent> {
+        if header.len() < TRACEPARENT_LEN {
+            return None;
+        }
+        let version = hex::byte([header[0], header[1]])?;
+        let dashes = [2, 35, 52].iter().all(|&at| header[at] == b'-');
+        let rest_ok = match version {
+            0xff => false,
+            0 => header.len() == TRACEPARENT_LEN,
+            _ => header.len() == TRACEPARENT_LEN || header[TRACEPARENT_LEN] == b'-',
+        };
+        if !dashes || !rest_ok {
+            return None;
+        }
+        let mut trace_id = [0u8; 16];
+        let mut span_id = [0u8; 8];
+        hex::decode_into(&header[3..35], &mut trace_id)?;
+        hex::decode_into(&header[36..52], &mut span_id)?;
+        let flags = hex::byte([header[53], header[54]])?;
+        if trace_id == [0; 16] || span_id == [0; 8] {
+            return None;
+        }
+        Some(TraceParent {
+            trace_id,
+            span_id,
+            sampled: flags & 1 == 1,
+        })
+    }
+
+    fn format(trace_id: &[u8; 16], span_id: &[u8; 8], sampled: bool) -> [u8; TRACEPARENT_LEN] {
+        let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        hex::write(trace_id, &mut out[3..35]);
+        hex::write(span_id, &mut out[36..52]);
+        if sampled {
+            out[54] = b'1';
+        }
+        out
+    }
 }
 
 thread_local! {
-    /// The id the next span started on this thread gets, if set: the
-    /// upstream span's, which its `traceparent` named before the span was
-    /// recorded (the SDK's span builder takes no id of its own).
-    static NEXT_SPAN_ID: Cell<Option<SpanId>> = const { Cell::new(None) };
+    /// The ids the next span started on this thread gets, if set: the
+    /// request's (chosen before the SDK saw it) or the upstream span's,
+    /// which its `traceparent` named before the span was recorded (the
+    /// SDK's span builder takes no ids of its own).
+    static NEXT_IDS: Cell<Option<([u8; 16], [u8; 8])>> = const { Cell::new(None) };
+    /// This thread's id generator: splitmix64, seeded from the SDK's random
+    /// generator once. Ids must be unique, not secret; a request that is
+    /// not recorded pays a few multiplications for its ids.
+    static RANDOM: Cell<u64> = Cell::new(
+        u64::from_ne_bytes(RandomIdGenerator::default().new_span_id().to_bytes()),
+    );
 }
 
-/// Random ids, except for a span whose id was chosen up front.
+fn next_random() -> u64 {
+    RANDOM.with(|state| {
+        let next = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        state.set(next);
+        let mut z = next;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    })
+}
+
+/// A random span id that is not zero.
+fn random_span_id() -> [u8; 8] {
+    loop {
+        let id = next_random();
+        if id != 0 {
+            return id.to_be_bytes();
+        }
+    }
+}
+
+/// A random trace id that is not zero.
+fn random_trace_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&next_random().to_be_bytes());
+    id[8..].copy_from_slice(&random_span_id());
+    id
+}
+
+/// The ids chosen up front for the span being started, random otherwise
+/// (the SDK asks for the span id first, then, for a root, the trace id; the
+/// caller clears the ids after the span started).
 #[derive(Debug, Default)]
 struct Ids(RandomIdGenerator);
 
 impl IdGenerator for Ids {
     fn new_trace_id(&self) -> TraceId {
-        self.0.new_trace_id()
-    }
-
-    fn new_span_id(&self) -> SpanId {
-        NEXT_SPAN_ID.take().unwrap_or_else(|| self.0.new_span_id())
-    }
-}
-
-/// The two headers a request's trace context comes in.
-struct Carrier<'a> {
-    traceparent: Option<&'a str>,
-    tracestate: Option<&'a str>,
-}
-
-impl Extractor for Carrier<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        match key {
-            "traceparent" => self.traceparent,
-            "tracestate" => self.tracestate,
-            _ => None,
+        match NEXT_IDS.get() {
+            Some((trace_id, _)) => TraceId::from_bytes(trace_id),
+            None => self.0.new_trace_id(),
         }
     }
 
-    fn keys(&self) -> Vec<&str> {
-        vec!["traceparent", "tracestate"]
+    fn new_span_id(&self) -> SpanId {
+        match NEXT_IDS.get() {
+            Some((_, span_id)) => SpanId::from_bytes(span_id),
+            None => self.0.new_span_id(),
+        }
     }
 }
 
@@ -329,5 +459,76 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_valid_traceparent_gives_its_ids_and_flag() {
+        let parent = TraceParent::parse(VALID).unwrap();
+        assert_eq!(
+            hex::encode(&parent.trace_id),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(hex::encode(&parent.span_id), "00f067aa0ba902b7");
+        assert!(parent.sampled);
+        let unsampled = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        assert!(!TraceParent::parse(unsampled).unwrap().sampled);
+        // A later version may add fields after a dash.
+        let later = b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-beyond";
+        assert!(TraceParent::parse(later).is_some());
+    }
+
+    #[test]
+    fn what_the_spec_refuses_is_refused() {
+        let refused: [&[u8]; 9] = [
+            b"",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+            b"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+        ];
+        for header in refused {
+            assert_eq!(TraceParent::parse(header), None, "{header:?}");
+        }
+    }
+
+    #[test]
+    fn formatting_gives_back_what_parsing_read() {
+        let parent = TraceParent::parse(VALID).unwrap();
+        let written = TraceParent::format(&parent.trace_id, &parent.span_id, true);
+        assert_eq!(&written[..], VALID);
+        let unsampled = TraceParent::format(&parent.trace_id, &parent.span_id, false);
+        assert!(unsampled.ends_with(b"-00"));
+    }
+
+    #[test]
+    fn the_ratio_records_its_share_of_new_traces() {
+        let ids: Vec<[u8; 16]> = (0..100_000).map(|_| random_trace_id()).collect();
+        let recorded = |ratio| {
+            let bound = ratio_bound(ratio);
+            ids.iter().filter(|id| ratio_samples(bound, id)).count()
+        };
+        assert_eq!(recorded(0.0), 0);
+        assert_eq!(recorded(1.0), ids.len());
+        let one_percent = recorded(0.01);
+        assert!((800..1200).contains(&one_percent), "{one_percent}");
+    }
+
+    #[test]
+    fn random_ids_are_not_zero_and_differ() {
+        let ids: std::collections::HashSet<[u8; 16]> =
+            (0..10_000).map(|_| random_trace_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(!ids.contains(&[0; 16]));
     }
 }

@@ -52,13 +52,13 @@ pub struct RequestInfo {
     pub trace: Option<Box<TraceIds>>,
 }
 
-/// A traced request's ids (`request.trace_id`, `request.span_id`), in hex
-/// as W3C `traceparent` writes them.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A traced request's ids (`request.trace_id`, `request.span_id`, read
+/// as hex, as W3C `traceparent` writes them).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TraceIds {
-    pub trace_id: String,
+    pub trace_id: [u8; 16],
     /// The request's span in the gateway.
-    pub span_id: String,
+    pub span_id: [u8; 8],
 }
 
 /// What is known of a TLS connection, as Envoy's `connection.*` properties

@@ -8,6 +8,8 @@
 use std::net::SocketAddr;
 use std::time::UNIX_EPOCH;
 
+use wasmgate_base::hex;
+
 use crate::headers::Headers;
 use crate::pairs;
 use crate::state::FilterState;
@@ -42,8 +44,14 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
         [b"request", b"scheme"] => request(b":scheme"),
         [b"request", b"id"] => Some(format!("{:016x}", info.id).into_bytes()),
         [b"request", b"protocol"] => Some(info.protocol.as_bytes().to_vec()),
-        [b"request", b"trace_id"] => info.trace.as_ref().map(|t| t.trace_id.clone().into_bytes()),
-        [b"request", b"span_id"] => info.trace.as_ref().map(|t| t.span_id.clone().into_bytes()),
+        [b"request", b"trace_id"] => info
+            .trace
+            .as_ref()
+            .map(|t| hex::encode(&t.trace_id).into_bytes()),
+        [b"request", b"span_id"] => info
+            .trace
+            .as_ref()
+            .map(|t| hex::encode(&t.span_id).into_bytes()),
         [b"request", b"time"] => info.start_time.map(|t| {
             let nanos = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
             integer(nanos as i64)

@@ -1573,8 +1573,8 @@ fn request_info() -> RequestInfo {
         cluster: Some("fuzz-cluster".into()),
         tls: None,
         trace: Some(Box::new(wasmgate_proxy_wasm::TraceIds {
-            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
-            span_id: "00f067aa0ba902b7".into(),
+            trace_id: *b"0123456789abcdef",
+            span_id: *b"01234567",
         })),
     }
 }

@@ -63,8 +63,9 @@ pub(super) async fn build(
         let filters = build_filters(&context, r, &at, problems).await;
         if let Some(endpoint) = build_endpoint(&context, r, &at, problems) {
             routes.push(Route {
-                name: r.name.clone(),
+                name: r.name.as_str().into(),
                 matcher: RouteMatcher::new(r),
+                filter_names: filters.iter().map(|f| f.plugin.name().into()).collect(),
                 filters,
                 endpoint,
                 responses: Default::default(),

@@ -58,7 +58,10 @@ fn rfc4514(name: &x509_parser::x509::X509Name<'_>) -> String {
                         .unwrap_or_else(|_| attribute.attr_type().to_id_string());
                     let value = match attribute.as_str() {
                         Ok(text) => escape_value(text),
-                        Err(_) => format!("#{}", hex(attribute.attr_value().data)),
+                        Err(_) => format!(
+                            "#{}",
+                            wasmgate_base::hex::encode(attribute.attr_value().data)
+                        ),
                     };
                     format!("{kind}={value}")
                 })
@@ -87,10 +90,6 @@ fn escape_value(value: &str) -> String {
         }
     }
     out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -301,7 +301,8 @@ impl Upstream {
             };
             let answer = tokio::time::timeout(self.read_timeout, sending).await;
             node.waiting.fetch_sub(1, Ordering::Relaxed);
-            node.latency.record(sent_at.elapsed());
+            let elapsed = sent_at.elapsed();
+            node.latency.record(elapsed);
             match answer {
                 Ok(Ok(mut response)) => {
                     self.report(i, !matches!(response.status().as_u16(), 502..=504));
@@ -309,7 +310,7 @@ impl Upstream {
                         response.extensions_mut().insert(UpstreamServed {
                             node: node.shared_address.clone(),
                             sent_at,
-                            elapsed: sent_at.elapsed(),
+                            elapsed,
                         });
                     }
                     return Ok(response);
