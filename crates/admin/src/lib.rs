@@ -25,7 +25,7 @@ mod dashboard;
 mod endpoints;
 mod guard;
 pub mod history;
-mod metrics;
+pub mod metrics;
 pub mod profile;
 mod requests;
 

@@ -124,13 +124,19 @@ fn instance_pool_metrics(live: &LiveGateway, out: &mut String) {
 
 fn route_metrics(gateway: &Gateway, out: &mut String) {
     let routes: Vec<RouteStats> = gateway.route_stats().collect();
+    route_families(&routes, out);
+}
+
+/// The route families of `routes`. Public for the comparison with the
+/// `prometheus-client` crate (examples/prometheus_client_cost.rs).
+pub fn route_families(routes: &[RouteStats], out: &mut String) {
     family(
         out,
         "wasmgate_route_requests_total",
         "counter",
         "Requests answered per route and status class.",
     );
-    for route in &routes {
+    for route in routes {
         for (n, class) in route
             .responses
             .iter()
@@ -146,7 +152,7 @@ fn route_metrics(gateway: &Gateway, out: &mut String) {
         "counter",
         "Requests refused by the route's max_concurrent_requests (503).",
     );
-    for route in &routes {
+    for route in routes {
         let _ = writeln!(
             out,
             "wasmgate_route_rejected_total{{route=\"{}\"}} {}",
@@ -161,7 +167,7 @@ fn route_metrics(gateway: &Gateway, out: &mut String) {
         "histogram",
         "Time from a request's arrival to its response headers.",
     );
-    for route in &routes {
+    for route in routes {
         let labels = format!("route=\"{}\"", escape(route.name));
         histogram(out, name, &labels, &route.latency.snapshot());
     }
