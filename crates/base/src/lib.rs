@@ -7,11 +7,13 @@
 //! - [`backoff`]: the exponential backoff with jitter every retry loop uses.
 //! - [`fs`]: files written whole or not at all.
 //! - [`hex`]: lower-case hexadecimal.
+//! - [`tls`]: rustls client settings trusting Mozilla's roots or a CA file.
 
 pub mod backoff;
 pub mod fs;
 pub mod hex;
 pub mod histogram;
+pub mod tls;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it): the
 /// timestamps of reports, samples and registrations.

@@ -59,9 +59,9 @@ pub fn drain() {
     }
 }
 
-/// Starts tracing to the OTLP/gRPC collector `config` names. Call from
-/// within the tokio runtime.
-pub fn start_tracing(config: &wasmgate_config::TracingConfig) -> Result<()> {
+/// Starts tracing to the OTLP collector `config` names (its CA file
+/// relative to `base`). Call from within the tokio runtime.
+pub fn start_tracing(config: &wasmgate_config::TracingConfig, base: &Path) -> Result<()> {
     let mut problems = Vec::new();
     wasmgate_config::check_tracing(config, &mut |at, why| problems.push(format!("{at}: {why}")));
     if !problems.is_empty() {
@@ -69,6 +69,11 @@ pub fn start_tracing(config: &wasmgate_config::TracingConfig) -> Result<()> {
     }
     wasmgate_observe::trace::install(&wasmgate_observe::trace::TraceSettings {
         endpoint: config.endpoint.clone(),
+        protocol: match config.protocol {
+            wasmgate_config::OtlpProtocol::Grpc => wasmgate_observe::trace::OtlpProtocol::Grpc,
+            wasmgate_config::OtlpProtocol::Http => wasmgate_observe::trace::OtlpProtocol::Http,
+        },
+        ca_file: config.ca_file.as_ref().map(|file| base.join(file)),
         sample_ratio: config.sample_ratio,
         service_name: config.service_name.clone(),
         batch_delay: std::time::Duration::from_millis(config.batch_delay_ms),

@@ -204,7 +204,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     )
     .with_context(|| args.config.config.display().to_string())?;
     if let Some(tracing) = &node.tracing {
-        crate::access_log::start_tracing(tracing)
+        crate::access_log::start_tracing(tracing, base)
             .with_context(|| args.config.config.display().to_string())?;
     }
     let clustered = node.config.is_some();

@@ -72,10 +72,17 @@ pub struct ServeArgs {
     #[arg(long, default_value = "json", value_name = "json|text")]
     access_log_format: String,
     /// Traces: each request a span (with its function call's), exported over
-    /// OTLP/gRPC to this collector (`http://host:4317`); W3C `traceparent`
-    /// continued. Off without it.
+    /// OTLP to this collector (`http://host:4317`, `https://` for TLS); W3C
+    /// `traceparent` continued. Off without it.
     #[arg(long, value_name = "URL")]
     trace_endpoint: Option<String>,
+    /// OTLP over `grpc` or `http` (protobuf to `<URL>/v1/traces`).
+    #[arg(long, default_value = "grpc", value_name = "grpc|http")]
+    trace_protocol: String,
+    /// The CAs to trust for an `https://` trace endpoint (PEM); Mozilla's
+    /// roots without it.
+    #[arg(long, value_name = "FILE")]
+    trace_ca_file: Option<String>,
     /// The share of new traces recorded, 0 to 1 (a request's sampled
     /// `traceparent` is followed).
     #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
@@ -106,11 +113,19 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
     let log = args.access_log.as_str();
     crate::access_log::start(log != "off", log, format, Path::new("."))?;
     if let Some(endpoint) = &args.trace_endpoint {
-        crate::access_log::start_tracing(&wasmgate_config::TracingConfig {
+        let protocol = match args.trace_protocol.as_str() {
+            "grpc" => wasmgate_config::OtlpProtocol::Grpc,
+            "http" => wasmgate_config::OtlpProtocol::Http,
+            other => bail!("--trace-protocol: `{other}` is neither grpc nor http"),
+        };
+        let config = wasmgate_config::TracingConfig {
             endpoint: endpoint.clone(),
+            protocol,
+            ca_file: args.trace_ca_file.clone(),
             sample_ratio: args.trace_sample_ratio,
             ..wasmgate_config::TracingConfig::default()
-        })?;
+        };
+        crate::access_log::start_tracing(&config, Path::new("."))?;
     }
     let mut manifest = args.plugin.manifest()?;
     manifest.timeout_ms.get_or_insert(DEFAULT_SERVE_TIMEOUT_MS);

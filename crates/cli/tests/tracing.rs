@@ -18,12 +18,20 @@ use serde_json::Value;
 use wasmgate_testkit::JaegerServer;
 
 fn config(endpoint: &str, upstream: u16, sample_ratio: f64) -> String {
+    config_tracing(
+        &format!(r#"endpoint: "{endpoint}", sample_ratio: {sample_ratio}, batch_delay_ms: 100"#),
+        upstream,
+    )
+}
+
+/// The test gateway, with `tracing: {<tracing>}`.
+fn config_tracing(tracing: &str, upstream: u16) -> String {
     format!(
         r#"
 listen: "{{listen}}"
 admin: "{{admin}}"
 access_log: {{enabled: false}}
-tracing: {{endpoint: "{endpoint}", sample_ratio: {sample_ratio}, batch_delay_ms: 100}}
+tracing: {{{tracing}}}
 plugins:
   - {{name: first, wasm: "{{wasm:add_header}}"}}
   - {{name: second, wasm: "{{wasm:properties}}"}}
@@ -46,9 +54,20 @@ async fn jaeger_trace(
     want: usize,
     wait: Duration,
 ) -> Option<Value> {
+    jaeger_trace_at(c, &jaeger.api(), id, want, wait).await
+}
+
+/// [`jaeger_trace`] through the query API at `api`.
+async fn jaeger_trace_at(
+    c: &HttpClient,
+    api: &str,
+    id: &str,
+    want: usize,
+    wait: Duration,
+) -> Option<Value> {
     let deadline = Instant::now() + wait;
     loop {
-        let reply = send(c, "GET", &format!("{}/traces/{id}", jaeger.api()), &[], "").await;
+        let reply = send(c, "GET", &format!("{api}/traces/{id}"), &[], "").await;
         if reply.status == 200 {
             let trace = reply.json()["data"][0].clone();
             // A request's spans are exported in one batch, but a batch may
@@ -280,6 +299,91 @@ async fn sampling_follows_the_ratio_and_the_clients_flag() {
     );
 }
 
+/// The count of spans `outcome` (`exported`, `failed`) in `/metrics`.
+async fn spans_counted(c: &HttpClient, gw: &GatewayProc, outcome: &str) -> u64 {
+    let metrics = send(c, "GET", &gw.admin_url("/metrics"), &[], "")
+        .await
+        .text();
+    let prefix = format!("wasmgate_trace_spans_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_over_http_and_over_tls_reach_the_collector() {
+    let upstream = Upstream::start("web").await;
+    let c = client();
+    // One request through a gateway exporting with `tracing`, found in
+    // `jaeger` by its trace id.
+    let traced = |jaeger: &JaegerServer, tracing: String| {
+        let gw = GatewayProc::start(&config_tracing(&tracing, upstream.port));
+        let c = c.clone();
+        let jaeger_api = jaeger.api();
+        async move {
+            let reply = send(&c, "GET", &gw.url("/x"), &[], "").await;
+            assert_eq!(reply.status, 200);
+            let (trace_id, _, _) = traceparent_seen(&reply);
+            let found =
+                jaeger_trace_at(&c, &jaeger_api, &trace_id, 4, Duration::from_secs(20)).await;
+            (gw, found.is_some())
+        }
+    };
+    // OTLP/HTTP, plain.
+    let plain = JaegerServer::start();
+    let http = format!(
+        r#"endpoint: "{}", protocol: http, batch_delay_ms: 100"#,
+        plain.otlp_http_endpoint()
+    );
+    let (_gw, found) = traced(&plain, http).await;
+    assert!(found, "no trace over OTLP/HTTP: {}", plain.log());
+
+    // Both protocols over TLS, trusting the test's CA.
+    let pki = wasmgate_testkit::pki::Pki::new("collector-ca");
+    let certificate = pki.server(
+        &["localhost", "IP:127.0.0.1"],
+        wasmgate_testkit::pki::KeyType::EcdsaP256,
+        1,
+        1,
+    );
+    let tls = JaegerServer::start_tls(&certificate);
+    let ca = pki.ca.display().to_string();
+    for (endpoint, protocol) in [
+        (tls.otlp_endpoint(), "grpc"),
+        (tls.otlp_http_endpoint(), "http"),
+    ] {
+        assert!(endpoint.starts_with("https://"));
+        let tracing = format!(
+            r#"endpoint: "{endpoint}", protocol: {protocol}, ca_file: "{ca}", batch_delay_ms: 100"#
+        );
+        let (_gw, found) = traced(&tls, tracing).await;
+        assert!(
+            found,
+            "no trace over OTLP/{protocol} with TLS: {}",
+            tls.log()
+        );
+    }
+
+    // Without the CA, the collector's certificate is not trusted: its spans
+    // fail (counted), the requests do not.
+    let untrusted = format!(
+        r#"endpoint: "{}", protocol: http, batch_delay_ms: 100"#,
+        tls.otlp_http_endpoint()
+    );
+    let gw = GatewayProc::start(&config_tracing(&untrusted, upstream.port));
+    for i in 0..5 {
+        let reply = send(&c, "GET", &gw.url(&format!("/{i}")), &[], "").await;
+        assert_eq!(reply.status, 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while spans_counted(&c, &gw, "failed").await == 0 {
+        assert!(Instant::now() < deadline, "no failed export counted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(spans_counted(&c, &gw, "exported").await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_is_down_costs_no_request() {
     let upstream = Upstream::start("web").await;
@@ -293,22 +397,8 @@ async fn a_collector_that_is_down_costs_no_request() {
     }
     // The spans that could not go are counted.
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let metrics = send(&c, "GET", &gw.admin_url("/metrics"), &[], "")
-            .await
-            .text();
-        let failed = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("wasmgate_trace_spans_total{outcome=\"failed\"} "))
-            .map(|n| n.parse::<u64>().unwrap())
-            .unwrap_or(0);
-        if failed > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no failed export counted:\n{metrics}"
-        );
+    while spans_counted(&c, &gw, "failed").await == 0 {
+        assert!(Instant::now() < deadline, "no failed export counted");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -317,7 +407,8 @@ async fn a_collector_that_is_down_costs_no_request() {
 async fn serve_traces_its_calls() {
     let jaeger = JaegerServer::start();
     let plugin = common::plugin("capabilities");
-    let endpoint = jaeger.otlp_endpoint();
+    // Over OTLP/HTTP (the gateway's tests use gRPC).
+    let endpoint = jaeger.otlp_http_endpoint();
     let server = common::Server::start(&[
         plugin.to_str().unwrap(),
         "log",
@@ -325,6 +416,8 @@ async fn serve_traces_its_calls() {
         "off",
         "--trace-endpoint",
         &endpoint,
+        "--trace-protocol",
+        "http",
     ]);
     let c = client();
     let trace_id = "6bf92f3577b34da6a3ce929d0e0e4738";

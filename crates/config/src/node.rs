@@ -119,9 +119,18 @@ impl AccessLogConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TracingConfig {
-    /// The OTLP/gRPC endpoint of a collector (Jaeger, the OpenTelemetry
-    /// Collector, ...), `http://host:4317`.
+    /// A collector's OTLP endpoint (Jaeger, Tempo, the OpenTelemetry
+    /// Collector, ...): `http://host:4317`, or `https://` for TLS.
     pub endpoint: String,
+    /// OTLP over `grpc` (port 4317, the default) or `http` (protobuf
+    /// POSTed to `<endpoint>/v1/traces`, port 4318).
+    #[serde(default)]
+    pub protocol: OtlpProtocol,
+    /// For an `https://` endpoint: a PEM file of the CAs to trust (a
+    /// private CA, a self-signed collector; relative to the configuration
+    /// file); without it, Mozilla's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
     /// The share of new traces recorded, 0 to 1. A request that carries a
     /// `traceparent` follows its sampled flag instead.
     #[serde(default = "full_ratio")]
@@ -138,10 +147,21 @@ pub struct TracingConfig {
     pub queue_spans: usize,
 }
 
+/// How spans travel to the collector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpProtocol {
+    #[default]
+    Grpc,
+    Http,
+}
+
 impl Default for TracingConfig {
     fn default() -> Self {
         TracingConfig {
             endpoint: String::new(),
+            protocol: OtlpProtocol::Grpc,
+            ca_file: None,
             sample_ratio: full_ratio(),
             service_name: service_name(),
             batch_delay_ms: batch_delay_ms(),
@@ -228,14 +248,22 @@ fn default_body_timeout_ms() -> u64 {
 
 /// What a collector endpoint and a sampling ratio must be.
 pub fn check_tracing(tracing: &TracingConfig, problem: &mut dyn FnMut(String, String)) {
-    let authority = tracing.endpoint.strip_prefix("http://");
+    let endpoint = &tracing.endpoint;
+    let authority = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"));
     if authority.is_none_or(|a| a.trim_end_matches('/').is_empty()) {
         problem(
             "tracing.endpoint".into(),
             format!(
-                "`{}` is not an OTLP/gRPC endpoint wasmgate can reach: write http://host:port (as `http://127.0.0.1:4317`); TLS to the collector is not offered",
-                tracing.endpoint
+                "`{endpoint}` is not an OTLP endpoint wasmgate can reach: write http://host:port (as `http://127.0.0.1:4317`), or https:// for TLS"
             ),
+        );
+    }
+    if tracing.ca_file.is_some() && !endpoint.starts_with("https://") {
+        problem(
+            "tracing.ca_file".into(),
+            format!("`{endpoint}` is not TLS: a CA file only applies to an https:// endpoint"),
         );
     }
     if !(0.0..=1.0).contains(&tracing.sample_ratio) {
@@ -317,10 +345,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tracing_endpoint_is_plain_http_and_a_ratio_a_share() {
+    fn a_tracing_endpoint_is_http_or_https_and_a_ratio_a_share() {
         let mut problems = Vec::new();
         let bad = TracingConfig {
-            endpoint: "https://collector:4317".into(),
+            endpoint: "collector:4317".into(),
             sample_ratio: 1.5,
             ..TracingConfig::default()
         };
@@ -328,11 +356,30 @@ mod tests {
         let fields: Vec<&str> = problems.iter().map(|(at, _)| at.as_str()).collect();
         assert_eq!(fields, ["tracing.endpoint", "tracing.sample_ratio"]);
         problems.clear();
-        let good = TracingConfig {
-            endpoint: "http://127.0.0.1:4317".into(),
+        // A CA file is for TLS only.
+        let plain_with_ca = TracingConfig {
+            endpoint: "http://127.0.0.1:4318".into(),
+            ca_file: Some("ca.pem".into()),
             ..TracingConfig::default()
         };
-        check_tracing(&good, &mut |at, why| problems.push((at, why)));
+        check_tracing(&plain_with_ca, &mut |at, why| problems.push((at, why)));
+        let fields: Vec<&str> = problems.iter().map(|(at, _)| at.as_str()).collect();
+        assert_eq!(fields, ["tracing.ca_file"]);
+        problems.clear();
+        for good in [
+            TracingConfig {
+                endpoint: "http://127.0.0.1:4317".into(),
+                ..TracingConfig::default()
+            },
+            TracingConfig {
+                endpoint: "https://collector:4318".into(),
+                protocol: OtlpProtocol::Http,
+                ca_file: Some("ca.pem".into()),
+                ..TracingConfig::default()
+            },
+        ] {
+            check_tracing(&good, &mut |at, why| problems.push((at, why)));
+        }
         assert!(problems.is_empty(), "{problems:?}");
     }
 }

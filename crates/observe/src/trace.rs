@@ -1,7 +1,7 @@
 //! Traces: each request is a span of a W3C trace (continued from the
 //! client's `traceparent`, or a new one), with a child span per filter and
-//! one for the upstream call, exported over OTLP (gRPC) by OpenTelemetry's
-//! own SDK. The SDK batches spans on its own thread with a bounded queue,
+//! one for the upstream call, exported over OTLP (gRPC or HTTP, plain or
+//! TLS) by OpenTelemetry's own SDK. The SDK batches spans on its own thread with a bounded queue,
 //! so a collector that is slow or down costs a request nothing; spans it
 //! could not deliver are counted ([`TraceStats`]).
 //!
@@ -28,7 +28,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::Context;
 pub use opentelemetry::KeyValue;
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, IdGenerator, RandomIdGenerator, Sampler, SdkTracer,
@@ -37,11 +37,25 @@ use opentelemetry_sdk::trace::{
 use opentelemetry_sdk::Resource;
 use wasmgate_base::hex;
 
+/// How spans travel to the collector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP over gRPC (a collector's port 4317).
+    Grpc,
+    /// OTLP over HTTP, protobuf bodies POSTed to `<endpoint>/v1/traces`
+    /// (a collector's port 4318).
+    Http,
+}
+
 /// Where and how a node traces.
 #[derive(Clone, Debug)]
 pub struct TraceSettings {
-    /// The OTLP/gRPC endpoint (`http://collector:4317`).
+    /// The collector: `http://collector:4317`, or `https://` for TLS.
     pub endpoint: String,
+    pub protocol: OtlpProtocol,
+    /// For an `https://` endpoint: the CAs to trust (a private CA, a
+    /// self-signed collector); without it, Mozilla's roots.
+    pub ca_file: Option<std::path::PathBuf>,
     /// The share of new traces recorded (0 to 1); a request that comes with
     /// a `traceparent` follows its sampled flag.
     pub sample_ratio: f64,
@@ -87,11 +101,7 @@ pub fn install(settings: &TraceSettings) -> Result<(), String> {
 
 impl Tracing {
     fn start(settings: &TraceSettings) -> Result<Tracing, String> {
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(settings.endpoint.clone())
-            .with_timeout(Duration::from_secs(5))
-            .build()
+        let exporter = exporter(settings)
             .map_err(|e| format!("tracing: the OTLP exporter for {}: {e}", settings.endpoint))?;
         let stats = Arc::new(TraceStats::default());
         let counted = Counted {
@@ -188,6 +198,88 @@ impl Tracing {
     /// Sends what is queued (at exit).
     pub fn flush(&self) {
         let _ = self.provider.force_flush();
+    }
+}
+
+/// OpenTelemetry's OTLP exporter for `settings`: over gRPC (tonic) or HTTP
+/// (hyper, the client already in the tree), each with rustls when the
+/// endpoint is `https://`.
+fn exporter(settings: &TraceSettings) -> Result<opentelemetry_otlp::SpanExporter, String> {
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    let tls = settings.endpoint.starts_with("https://");
+    match settings.protocol {
+        OtlpProtocol::Grpc => {
+            let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(settings.endpoint.clone())
+                .with_timeout(TIMEOUT);
+            if tls {
+                use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
+                let config = match &settings.ca_file {
+                    Some(path) => {
+                        // Checked here so a bad file is an error now, not
+                        // a failed export later.
+                        wasmgate_base::tls::read_ca_file(path).map_err(|e| format!("{e:#}"))?;
+                        let pem = std::fs::read(path).map_err(|e| e.to_string())?;
+                        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+                    }
+                    None => ClientTlsConfig::new().with_webpki_roots(),
+                };
+                builder = builder.with_tls_config(config);
+            }
+            builder.build().map_err(|e| e.to_string())
+        }
+        OtlpProtocol::Http => {
+            let tls_config = wasmgate_base::tls::client_config(settings.ca_file.as_deref())
+                .map_err(|e| format!("{e:#}"))?;
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config((*tls_config).clone())
+                .https_or_http()
+                .enable_http1()
+                .build();
+            let client = OnRuntime {
+                client: Arc::new(opentelemetry_http::hyper::HyperClient::new(
+                    connector, TIMEOUT, None,
+                )),
+                runtime: tokio::runtime::Handle::try_current()
+                    .map_err(|_| "tracing starts within the tokio runtime".to_string())?,
+            };
+            let url = format!("{}/v1/traces", settings.endpoint.trim_end_matches('/'));
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_endpoint(url)
+                .with_http_client(client)
+                .with_timeout(TIMEOUT)
+                .build()
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// An OTLP/HTTP client whose requests run on the tokio runtime tracing
+/// started in: the SDK's batch processor exports from a thread of its own,
+/// which has no reactor for hyper's connections and timers (the hyper
+/// client panicked there).
+#[derive(Debug)]
+struct OnRuntime<C> {
+    client: Arc<C>,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl<C: opentelemetry_http::HttpClient + 'static> opentelemetry_http::HttpClient for OnRuntime<C> {
+    async fn send_bytes(
+        &self,
+        request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
+    ) -> Result<
+        opentelemetry_http::Response<opentelemetry_http::Bytes>,
+        opentelemetry_http::HttpError,
+    > {
+        let client = self.client.clone();
+        let sent = self
+            .runtime
+            .spawn(async move { client.send_bytes(request).await });
+        sent.await?
     }
 }
 

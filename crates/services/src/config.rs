@@ -146,7 +146,7 @@ impl ServiceConfig {
             }
         }
         if let Some(path) = &self.tls_ca_file {
-            if let Err(e) = crate::tls::read_ca_file(path) {
+            if let Err(e) = wasmgate_base::tls::read_ca_file(path) {
                 problems.push(("tls_ca_file", format!("{e:#}")));
             }
         }

@@ -28,7 +28,6 @@ mod pg_values;
 pub mod postgres;
 pub mod redis;
 pub mod stats;
-mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;

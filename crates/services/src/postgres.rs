@@ -90,7 +90,7 @@ impl PgService {
         let tls = match config.get_ssl_mode() {
             SslMode::Require => {
                 let ca_file = service.tls_ca_file.clone().or(url_ca_file.map(Into::into));
-                let client = crate::tls::client_config(ca_file.as_deref())?;
+                let client = wasmgate_base::tls::client_config(ca_file.as_deref())?;
                 Some(MakeRustlsConnect::new((*client).clone()))
             }
             // `prefer` (libpq's default) connects without TLS: TLS that a

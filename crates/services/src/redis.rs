@@ -113,7 +113,7 @@ impl RedisService {
             .with_context(|| format!("`{}` is not a usable Redis URL", redact(url)))?;
         let ca_pem = match &config.tls_ca_file {
             Some(path) => {
-                crate::tls::read_ca_file(path)?;
+                wasmgate_base::tls::read_ca_file(path)?;
                 Some(std::fs::read(path)?)
             }
             None => None,

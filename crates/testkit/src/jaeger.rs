@@ -1,7 +1,7 @@
 //! Jaeger (v1.76.0's `cmd/jaeger`, built from the Go module proxy by
 //! `scripts/install-deps.sh` into `target/test-bin`) for the tracing tests:
-//! an OTLP/gRPC receiver and the query API on free loopback ports, traces
-//! kept in memory. What a test asks the query API (`/api/traces/{id}`,
+//! OTLP receivers over gRPC and over HTTP (both with TLS when asked) and the
+//! query API on free loopback ports, traces kept in memory. What a test asks the query API (`/api/traces/{id}`,
 //! `/api/traces?service=...`) it asks over real HTTP, as a user's browser
 //! would.
 
@@ -14,6 +14,9 @@ use crate::{free_port, read_log, START_TIMEOUT};
 
 pub struct JaegerServer {
     otlp_port: u16,
+    otlp_http_port: u16,
+    /// `https` when the receivers speak TLS.
+    scheme: &'static str,
     query_port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -25,13 +28,30 @@ fn binary() -> PathBuf {
 }
 
 impl JaegerServer {
-    /// Starts Jaeger and waits until its receiver and query API listen.
+    /// Starts Jaeger and waits until its receivers and query API listen.
     pub fn start() -> JaegerServer {
+        JaegerServer::start_with(None)
+    }
+
+    /// The same, its OTLP receivers behind TLS with `certificate`.
+    pub fn start_tls(certificate: &crate::pki::Issued) -> JaegerServer {
+        JaegerServer::start_with(Some(certificate))
+    }
+
+    fn start_with(certificate: Option<&crate::pki::Issued>) -> JaegerServer {
         let dir = tempfile::Builder::new()
             .prefix("wasmgate-jaeger-")
             .tempdir()
             .expect("creating a temporary directory for Jaeger");
-        let (otlp_port, query_port, query_grpc_port) = (free_port(), free_port(), free_port());
+        let (otlp_port, otlp_http_port) = (free_port(), free_port());
+        let (query_port, query_grpc_port) = (free_port(), free_port());
+        let tls = certificate.map_or(String::new(), |c| {
+            format!(
+                "\n        tls:\n          cert_file: {}\n          key_file: {}",
+                c.cert.display(),
+                c.key.display()
+            )
+        });
         let config = format!(
             r#"
 service:
@@ -62,7 +82,9 @@ receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: 127.0.0.1:{otlp_port}
+        endpoint: 127.0.0.1:{otlp_port}{tls}
+      http:
+        endpoint: 127.0.0.1:{otlp_http_port}{tls}
 exporters:
   jaeger_storage_exporter:
     trace_storage: memstore
@@ -85,6 +107,12 @@ exporters:
             });
         let mut server = JaegerServer {
             otlp_port,
+            otlp_http_port,
+            scheme: if certificate.is_some() {
+                "https"
+            } else {
+                "http"
+            },
             query_port,
             dir,
             child: Some(child),
@@ -95,7 +123,12 @@ exporters:
 
     /// The OTLP/gRPC endpoint a gateway exports to.
     pub fn otlp_endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.otlp_port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.otlp_port)
+    }
+
+    /// The OTLP/HTTP endpoint (`/v1/traces` is added by the exporter).
+    pub fn otlp_http_endpoint(&self) -> String {
+        format!("{}://127.0.0.1:{}", self.scheme, self.otlp_http_port)
     }
 
     /// The query API's base URL (`http://127.0.0.1:PORT/api`).
@@ -117,7 +150,7 @@ exporters:
                     self.log()
                 );
             }
-            let listening = [self.otlp_port, self.query_port]
+            let listening = [self.otlp_port, self.otlp_http_port, self.query_port]
                 .iter()
                 .all(|port| std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
             if listening {

@@ -1,6 +1,8 @@
-//! TLS client settings for services whose URL asks for TLS (`rediss://`,
-//! `sslmode=require`): rustls, trusting the Mozilla roots, or the CAs of
-//! `tls_ca_file` for a private CA or a self-signed server.
+//! TLS client settings for what wasmgate reaches over TLS besides its
+//! upstreams: services whose URL asks for it (`rediss://`,
+//! `sslmode=require`) and the trace collector (`https://`). rustls,
+//! trusting the Mozilla roots, or the CAs of a file for a private CA or a
+//! self-signed server.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
 /// The certificates of a PEM file.
-pub(crate) fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
@@ -24,7 +26,7 @@ pub(crate) fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>> 
 }
 
 /// The root store: `ca_file`'s certificates, or the Mozilla roots.
-pub(crate) fn roots(ca_file: Option<&Path>) -> Result<rustls::RootCertStore> {
+pub fn roots(ca_file: Option<&Path>) -> Result<rustls::RootCertStore> {
     let mut roots = rustls::RootCertStore::empty();
     match ca_file {
         Some(path) => {
@@ -39,7 +41,7 @@ pub(crate) fn roots(ca_file: Option<&Path>) -> Result<rustls::RootCertStore> {
     Ok(roots)
 }
 
-pub(crate) fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>> {
+pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
