@@ -8,12 +8,14 @@
 //! - [`fs`]: files written whole or not at all.
 //! - [`hex`]: lower-case hexadecimal.
 //! - [`tls`]: rustls client settings trusting Mozilla's roots or a CA file.
+//! - [`traceparent`]: the W3C Trace Context header.
 
 pub mod backoff;
 pub mod fs;
 pub mod hex;
 pub mod histogram;
 pub mod tls;
+pub mod traceparent;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it): the
 /// timestamps of reports, samples and registrations.

@@ -312,6 +312,59 @@ async fn spans_counted(c: &HttpClient, gw: &GatewayProc, outcome: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filters_callout_carries_the_requests_trace() {
+    let jaeger = JaegerServer::start();
+    let (web, auth) = (Upstream::start("web").await, Upstream::start("auth").await);
+    let gateway = |ratio: f64| {
+        GatewayProc::start(&format!(
+            r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+access_log: {{enabled: false}}
+tracing: {{endpoint: "{}", sample_ratio: {ratio}, batch_delay_ms: 100}}
+plugins:
+  - {{name: auth, wasm: "{{wasm:http_auth_random}}"}}
+upstreams:
+  - {{name: web, nodes: [{{address: "127.0.0.1:{}"}}]}}
+  - {{name: auth, nodes: [{{address: "127.0.0.1:{}"}}]}}
+routes:
+  - {{name: guarded, upstream: web, plugins: [{{plugin: auth}}]}}
+"#,
+            jaeger.otlp_endpoint(),
+            web.port,
+            auth.port
+        ))
+    };
+    let c = client();
+    // Recorded: the callout names the request's span as its parent.
+    let gw = gateway(1.0);
+    let reply = send(&c, "GET", &gw.url("/in"), &[("x-token", "allow")], "").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let (trace_id, _, _) = traceparent_seen(&reply);
+    let called = auth.received("/bytes/1");
+    let carried = called.last().expect("the filter called out")["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let trace = jaeger_trace(&c, &jaeger, &trace_id, 3, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no trace {trace_id}: {}", jaeger.log()));
+    let request_span = span(&trace, "GET guarded")["spanID"].as_str().unwrap();
+    assert_eq!(carried, format!("00-{trace_id}-{request_span}-01"));
+    // Not recorded: the same trace id goes on, unsampled.
+    let gw = gateway(0.0);
+    let reply = send(&c, "GET", &gw.url("/in"), &[("x-token", "allow")], "").await;
+    assert_eq!(reply.status, 200);
+    let (trace_id, _, _) = traceparent_seen(&reply);
+    let called = auth.received("/bytes/1");
+    let carried = called.last().unwrap()["traceparent"].to_str().unwrap();
+    assert!(
+        carried.starts_with(&format!("00-{trace_id}-")) && carried.ends_with("-00"),
+        "{carried}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_over_http_and_over_tls_reach_the_collector() {
     let upstream = Upstream::start("web").await;
     let c = client();

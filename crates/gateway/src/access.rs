@@ -57,6 +57,7 @@ pub(crate) fn observe(
         Box::new(wasmgate_proxy_wasm::TraceIds {
             trace_id: trace.trace_id(),
             span_id: trace.span_id(),
+            sampled: trace.sampled(),
         })
     });
     (ids, Pending::begin(parts, host, peer, trace))

@@ -35,7 +35,7 @@ use opentelemetry_sdk::trace::{
     SdkTracerProvider, SpanData, SpanExporter,
 };
 use opentelemetry_sdk::Resource;
-use wasmgate_base::hex;
+use wasmgate_base::traceparent::{self, TraceParent};
 
 /// How spans travel to the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -325,11 +325,11 @@ impl RequestTrace {
     /// a trace this node started (and does not record) still reaches the
     /// upstream, unsampled. An unrecorded continued trace passes the
     /// client's header on unchanged (`None`).
-    pub fn upstream_traceparent(&self) -> Option<[u8; TRACEPARENT_LEN]> {
+    pub fn upstream_traceparent(&self) -> Option<[u8; traceparent::LEN]> {
         if !self.sampled() && self.continued {
             return None;
         }
-        Some(TraceParent::format(
+        Some(traceparent::format(
             &self.trace_id,
             &self.upstream_span,
             self.sampled(),
@@ -402,63 +402,6 @@ fn ratio_bound(ratio: f64) -> u64 {
 fn ratio_samples(bound: u64, trace_id: &[u8; 16]) -> bool {
     let low = u64::from_be_bytes(trace_id[8..].try_into().expect("eight bytes"));
     (low >> 1) < bound
-}
-
-/// The length of a version-00 `traceparent`.
-pub const TRACEPARENT_LEN: usize = 55;
-
-/// A W3C `traceparent` (Trace Context, level 1): version, trace id,
-/// parent span id, flags, in lower-case hex between dashes.
-#[derive(Debug, PartialEq, Eq)]
-struct TraceParent {
-    trace_id: [u8; 16],
-    span_id: [u8; 8],
-    sampled: bool,
-}
-
-impl TraceParent {
-    /// The header's fields, or `None` when it is not one the spec lets a
-    /// receiver continue: a bad shape, upper-case or non-hex digits,
-    /// version `ff`, all-zero ids, or a version-00 header with more after
-    /// it. A later version may append fields after a dash.
-    fn parse(header: &[u8]) -> Option<TraceParent> {
-        if header.len() < TRACEPARENT_LEN {
-            return None;
-        }
-        let version = hex::byte([header[0], header[1]])?;
-        let dashes = [2, 35, 52].iter().all(|&at| header[at] == b'-');
-        let rest_ok = match version {
-            0xff => false,
-            0 => header.len() == TRACEPARENT_LEN,
-            _ => header.len() == TRACEPARENT_LEN || header[TRACEPARENT_LEN] == b'-',
-        };
-        if !dashes || !rest_ok {
-            return None;
-        }
-        let mut trace_id = [0u8; 16];
-        let mut span_id = [0u8; 8];
-        hex::decode_into(&header[3..35], &mut trace_id)?;
-        hex::decode_into(&header[36..52], &mut span_id)?;
-        let flags = hex::byte([header[53], header[54]])?;
-        if trace_id == [0; 16] || span_id == [0; 8] {
-            return None;
-        }
-        Some(TraceParent {
-            trace_id,
-            span_id,
-            sampled: flags & 1 == 1,
-        })
-    }
-
-    fn format(trace_id: &[u8; 16], span_id: &[u8; 8], sampled: bool) -> [u8; TRACEPARENT_LEN] {
-        let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
-        hex::write(trace_id, &mut out[3..35]);
-        hex::write(span_id, &mut out[36..52]);
-        if sampled {
-            out[54] = b'1';
-        }
-        out
-    }
 }
 
 thread_local! {
@@ -557,51 +500,6 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const VALID: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-
-    #[test]
-    fn a_valid_traceparent_gives_its_ids_and_flag() {
-        let parent = TraceParent::parse(VALID).unwrap();
-        assert_eq!(
-            hex::encode(&parent.trace_id),
-            "4bf92f3577b34da6a3ce929d0e0e4736"
-        );
-        assert_eq!(hex::encode(&parent.span_id), "00f067aa0ba902b7");
-        assert!(parent.sampled);
-        let unsampled = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
-        assert!(!TraceParent::parse(unsampled).unwrap().sampled);
-        // A later version may add fields after a dash.
-        let later = b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-beyond";
-        assert!(TraceParent::parse(later).is_some());
-    }
-
-    #[test]
-    fn what_the_spec_refuses_is_refused() {
-        let refused: [&[u8]; 9] = [
-            b"",
-            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
-            b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
-            b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
-            b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
-            b"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            b"00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
-        ];
-        for header in refused {
-            assert_eq!(TraceParent::parse(header), None, "{header:?}");
-        }
-    }
-
-    #[test]
-    fn formatting_gives_back_what_parsing_read() {
-        let parent = TraceParent::parse(VALID).unwrap();
-        let written = TraceParent::format(&parent.trace_id, &parent.span_id, true);
-        assert_eq!(&written[..], VALID);
-        let unsampled = TraceParent::format(&parent.trace_id, &parent.span_id, false);
-        assert!(unsampled.ends_with(b"-00"));
-    }
 
     #[test]
     fn the_ratio_records_its_share_of_new_traces() {

@@ -59,6 +59,8 @@ pub struct TraceIds {
     pub trace_id: [u8; 16],
     /// The request's span in the gateway.
     pub span_id: [u8; 8],
+    /// Whether the trace is recorded (its callouts say so to the callee).
+    pub sampled: bool,
 }
 
 /// What is known of a TLS connection, as Envoy's `connection.*` properties

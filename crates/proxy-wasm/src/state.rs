@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use wasmgate_base::traceparent;
 use wasmgate_runtime::limits::HasCallBudget;
 use wasmgate_runtime::{CallBudget, MemoryLimiter};
 use wasmtime::{Caller, Memory, TypedFunc};
@@ -9,7 +10,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::abi::{MapType, StreamType};
 use crate::callout::Callout;
-use crate::exchange::HttpExchange;
+use crate::exchange::{HttpExchange, TraceIds};
 use crate::headers::Headers;
 use crate::http_call::HttpCallResponse;
 use crate::plugin::FilterShared;
@@ -92,7 +93,10 @@ impl FilterState {
 
     /// Records a call a host function made for the context to send once
     /// the callback has returned; its token.
-    pub(crate) fn dispatch(&mut self, callout: Callout) -> u32 {
+    pub(crate) fn dispatch(&mut self, mut callout: Callout) -> u32 {
+        if let Some(trace) = &self.exchange.info.trace {
+            carry_trace(&mut callout, trace);
+        }
         self.last_call_token = self.last_call_token.wrapping_add(1).max(1);
         self.dispatched_calls.push((self.last_call_token, callout));
         self.last_call_token
@@ -316,4 +320,21 @@ pub(crate) fn complete_handover(c: &mut Ctx<'_>, ptr: u32) -> wasmtime::Result<(
         write_u32(c, h.function, ptr, word)?;
     }
     Ok(())
+}
+
+/// A traced request's HTTP and gRPC callouts carry its trace: a
+/// `traceparent` naming the request's span as parent (the callee's spans
+/// hang under it), with the request's sampled flag. A filter that set its
+/// own `traceparent` keeps it.
+fn carry_trace(callout: &mut Callout, trace: &TraceIds) {
+    let headers = match callout {
+        Callout::Http(request) => &mut request.headers,
+        Callout::Grpc(call) => &mut call.target.metadata,
+        Callout::GrpcStream(stream) => &mut stream.target.metadata,
+        Callout::GrpcSend { .. } | Callout::Redis(_) => return,
+    };
+    if headers.get(b"traceparent").is_none() {
+        let value = traceparent::format(&trace.trace_id, &trace.span_id, trace.sampled);
+        headers.add(b"traceparent", value.to_vec());
+    }
 }

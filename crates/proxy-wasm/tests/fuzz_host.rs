@@ -1575,6 +1575,7 @@ fn request_info() -> RequestInfo {
         trace: Some(Box::new(wasmgate_proxy_wasm::TraceIds {
             trace_id: *b"0123456789abcdef",
             span_id: *b"01234567",
+            sampled: true,
         })),
     }
 }

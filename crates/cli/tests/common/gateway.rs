@@ -101,6 +101,24 @@ impl GatewayProc {
         self.logs.lock().unwrap().clone()
     }
 
+    /// What the gateway has logged, once every one of `wanted` is in it
+    /// (a line about a request may come a moment after its answer); panics
+    /// after 10 s.
+    pub fn logs_with(&self, wanted: &[&str]) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let logged = self.logs();
+            if wanted.iter().all(|w| logged.contains(w)) {
+                return logged;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the log never had all of {wanted:?}:\n{logged}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }

@@ -26,10 +26,17 @@ use hyper_util::rt::TokioIo;
 pub struct Upstream {
     pub port: u16,
     pub hits: Arc<AtomicUsize>,
+    /// The last requests' paths and headers (at most [`KEPT`]).
+    received: Received,
     task: tokio::task::JoinHandle<()>,
     /// Open connections, closed on drop so the node really goes away.
     connections: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
 }
+
+type Received = Arc<std::sync::Mutex<std::collections::VecDeque<(String, hyper::HeaderMap)>>>;
+
+/// How many requests an upstream remembers.
+const KEPT: usize = 100;
 
 impl Upstream {
     pub async fn start(name: &str) -> Upstream {
@@ -83,7 +90,8 @@ impl Upstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let hits = Arc::new(AtomicUsize::new(0));
-        let (name, counter) = (Arc::<str>::from(name), hits.clone());
+        let received = Received::default();
+        let (name, counter, log) = (Arc::<str>::from(name), hits.clone(), received.clone());
         let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
         let open = connections.clone();
         let task = tokio::spawn(async move {
@@ -92,9 +100,19 @@ impl Upstream {
                     continue;
                 };
                 let (name, counter, tls) = (name.clone(), counter.clone(), tls.clone());
+                let log = log.clone();
                 let connection = tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                         counter.fetch_add(1, Ordering::SeqCst);
+                        let mut log = log.lock().unwrap();
+                        if log.len() == KEPT {
+                            log.pop_front();
+                        }
+                        log.push_back((
+                            request.uri().path().to_string(),
+                            request.headers().clone(),
+                        ));
+                        drop(log);
                         answer(name.clone(), request)
                     });
                     let http = hyper::server::conn::http1::Builder::new();
@@ -114,6 +132,7 @@ impl Upstream {
         Upstream {
             port,
             hits,
+            received,
             task,
             connections,
         }
@@ -125,6 +144,15 @@ impl Upstream {
 
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    /// The headers of the last requests to `path` it received, oldest first.
+    pub fn received(&self, path: &str) -> Vec<hyper::HeaderMap> {
+        let log = self.received.lock().unwrap();
+        log.iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, headers)| headers.clone())
+            .collect()
     }
 }
 
