@@ -3,10 +3,11 @@
 //!
 //! The request's side only fills an [`Entry`] and hands it to a bounded
 //! queue ([`AccessLog::record`]); a thread of its own takes what is queued
-//! every few milliseconds, formats it (line.rs) and writes it with one call. A full queue (a disk slower
-//! than the traffic) drops the line and counts it; a failed write counts
-//! too: both show in `/metrics`. `reopen` (SIGUSR1, logrotate's convention)
-//! makes the thread open the file again by its path before the next line.
+//! every few milliseconds, formats it (line.rs) and writes it with one
+//! call. A full queue (a disk slower than the traffic) drops the line and
+//! counts it; a failed write counts too: both show in `/metrics`. `reopen`
+//! (SIGUSR1, logrotate's convention) makes the thread open the file again
+//! by its path before the next line.
 
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
@@ -52,10 +53,8 @@ pub enum Target {
 /// names, times as durations, ids as bytes); the writer turns it into text.
 #[derive(Clone, Debug, Default)]
 pub struct Entry {
-    /// When the request came in, on the wall clock; when `None`, the
-    /// writer works it out from `began` (one clock reading per batch
-    /// rather than one per request).
-    pub time: Option<SystemTime>,
+    /// When the request came in; the writer puts it on the wall clock
+    /// (one clock reading per batch rather than one per request).
     pub began: Option<Instant>,
     pub request_id: u64,
     pub client: Option<SocketAddr>,
@@ -307,7 +306,7 @@ impl Writer {
     /// `entry`'s line onto `batch`; its JSON line is also what the
     /// dashboard's list keeps (formatted once when the log is JSON).
     fn format(&self, entry: &Entry, clock: &Clock, batch: &mut Vec<u8>) {
-        let time = entry.time.unwrap_or_else(|| clock.wall(entry.began));
+        let time = clock.wall(entry.began);
         let start = batch.len();
         match self.format {
             Format::Json => line::json(entry, time, batch),
@@ -389,9 +388,13 @@ pub fn format_line(entry: &Entry, format: Format, time: SystemTime, out: &mut Ve
 mod tests {
     use super::*;
 
+    /// The time the example lines show.
+    fn at() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_120)
+    }
+
     fn entry() -> Entry {
         Entry {
-            time: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_120)),
             request_id: 7,
             client: Some("127.0.0.1:5000".parse().unwrap()),
             method: "GET".into(),
@@ -417,7 +420,7 @@ mod tests {
     fn json_lines_have_the_fixed_fields() {
         let mut line = Vec::new();
         let entry = entry();
-        format_line(&entry, Format::Json, entry.time.unwrap(), &mut line);
+        format_line(&entry, Format::Json, at(), &mut line);
         assert_eq!(line.last(), Some(&b'\n'));
         let value: serde_json::Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(value["time"], "2023-11-14T22:13:20.120Z");
@@ -461,7 +464,7 @@ mod tests {
     fn text_lines_name_their_fields() {
         let mut line = Vec::new();
         let entry = entry();
-        format_line(&entry, Format::Text, entry.time.unwrap(), &mut line);
+        format_line(&entry, Format::Text, at(), &mut line);
         let line = String::from_utf8(line).unwrap();
         assert!(line.starts_with(
             "127.0.0.1:5000 [2023-11-14T22:13:20.120Z] \"GET shop.example/a?b=1 HTTP/1.1\" 200 12 in=0 ms=1.500 route=api upstream=127.0.0.1:9000"
