@@ -22,7 +22,7 @@ use hyper::body::{Frame, SizeHint};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::Response;
 use wasmgate_observe::access_log::{millis, AccessLog, Entry, FilterTime};
-use wasmgate_observe::trace::{ChildSpan, KeyValue, RequestTrace, SpanKind};
+use wasmgate_observe::trace::{new_span_id, ChildSpan, KeyValue, RequestTrace, SpanKind};
 
 use crate::body::{self, Body, BoxError};
 use crate::chain::ChainNotes;
@@ -253,10 +253,17 @@ impl Pending {
         if entry.status >= 500 {
             trace.fail(format!("HTTP {}", entry.status));
         }
-        let filters = self.notes.as_ref().map_or_else(Vec::new, |notes| {
-            notes
-                .spans()
-                .map(|(name, first, last, spent)| ChildSpan {
+        // Each filter's span and the function's get their ids now: the
+        // service calls each made hang under them.
+        let mut owners: Vec<(&str, [u8; 8])> = Vec::new();
+        let mut children = Vec::new();
+        if let Some(notes) = &self.notes {
+            for (name, first, last, spent) in notes.spans() {
+                let id = new_span_id();
+                owners.push((name, id));
+                children.push(ChildSpan {
+                    id: Some(id),
+                    parent: None,
                     name: format!("filter {name}"),
                     kind: SpanKind::Internal,
                     start: at(first),
@@ -270,10 +277,12 @@ impl Pending {
                         ),
                     ],
                     error: None,
-                })
-                .collect()
-        });
+                });
+            }
+        }
         let upstream = self.served.as_ref().map(|served| ChildSpan {
+            id: None,
+            parent: None,
             name: entry.method.to_string(),
             kind: SpanKind::Client,
             start: at(served.sent_at.saturating_duration_since(self.started)),
@@ -284,9 +293,12 @@ impl Pending {
             ],
             error: None,
         });
-        let mut children = filters;
         if let Some(call) = &self.function {
+            let id = new_span_id();
+            owners.push((&call.plugin, id));
             children.push(ChildSpan {
+                id: Some(id),
+                parent: None,
                 name: format!("call {}.{}", call.plugin, call.function),
                 kind: SpanKind::Internal,
                 start: at(call.started.saturating_duration_since(self.started)),
@@ -299,7 +311,7 @@ impl Pending {
             });
         }
         if let Some(calls) = &self.service_calls {
-            children.extend(calls.take().into_iter().map(|call| {
+            for call in calls.take() {
                 let mut attributes = vec![
                     KeyValue::new("db.system.name", call.system),
                     KeyValue::new("db.operation.name", call.operation.clone()),
@@ -308,15 +320,26 @@ impl Pending {
                 if let Some(text) = call.text {
                     attributes.push(KeyValue::new("db.query.text", text));
                 }
-                ChildSpan {
+                // Under the filter or function that made it (the last of
+                // that name: a function's plugin may also be a filter's).
+                let parent = call.caller.as_deref().and_then(|caller| {
+                    owners
+                        .iter()
+                        .rev()
+                        .find(|(name, _)| *name == caller)
+                        .map(|(_, id)| *id)
+                });
+                children.push(ChildSpan {
+                    id: None,
+                    parent,
                     name: format!("{} {}", call.operation, call.service),
                     kind: SpanKind::Client,
                     start: at(call.started.saturating_duration_since(self.started)),
                     duration: call.elapsed,
                     attributes,
                     error: call.error,
-                }
-            }));
+                });
+            }
         }
         trace.end(children, upstream, came + entry.duration);
     }

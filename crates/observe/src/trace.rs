@@ -297,6 +297,11 @@ pub struct RequestTrace {
 
 /// A child span recorded when the request ends.
 pub struct ChildSpan {
+    /// Its id, when another child names it as parent ([`new_span_id`]);
+    /// random otherwise.
+    pub id: Option<[u8; 8]>,
+    /// The child it hangs under; the request's span when `None`.
+    pub parent: Option<[u8; 8]>,
     pub name: String,
     pub kind: SpanKind,
     pub start: SystemTime,
@@ -359,20 +364,30 @@ impl RequestTrace {
         let spans = 1 + children.len() + usize::from(upstream.is_some());
         let stats = &self.tracing.stats;
         stats.recorded.fetch_add(spans as u64, Ordering::Relaxed);
-        let parent = Context::new().with_remote_span_context(span.span_context().clone());
+        let request = Context::new().with_remote_span_context(span.span_context().clone());
         let tracer = &self.tracing.tracer;
-        let with_ids = children
-            .into_iter()
-            .map(|child| (child, None))
-            .chain(upstream.map(|u| (u, Some(self.upstream_span))));
-        for (child, id) in with_ids {
+        let upstream = upstream.map(|u| ChildSpan {
+            id: Some(self.upstream_span),
+            ..u
+        });
+        for child in children.into_iter().chain(upstream) {
             let builder = tracer
                 .span_builder(child.name)
                 .with_kind(child.kind)
                 .with_start_time(child.start)
                 .with_attributes(child.attributes);
-            NEXT_IDS.set(id.map(|id| (self.trace_id, id)));
-            let mut child_span = builder.start_with_context(tracer, &parent);
+            let parent = child.parent.map(|id| {
+                Context::new().with_remote_span_context(SpanContext::new(
+                    TraceId::from_bytes(self.trace_id),
+                    SpanId::from_bytes(id),
+                    TraceFlags::SAMPLED,
+                    false,
+                    TraceState::default(),
+                ))
+            });
+            NEXT_IDS.set(child.id.map(|id| (self.trace_id, id)));
+            let mut child_span =
+                builder.start_with_context(tracer, parent.as_ref().unwrap_or(&request));
             NEXT_IDS.set(None);
             if let Some(error) = child.error {
                 child_span.set_status(Status::error(error));
@@ -427,6 +442,11 @@ fn next_random() -> u64 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     })
+}
+
+/// A new span id, for a child another child names as its parent.
+pub fn new_span_id() -> [u8; 8] {
+    random_span_id()
 }
 
 /// A random span id that is not zero.

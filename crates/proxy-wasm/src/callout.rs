@@ -101,6 +101,7 @@ impl CallsInFlight {
         callout: Callout,
         caller: Option<&dyn HttpCaller>,
         grants: &Grants,
+        plugin: &str,
     ) {
         let handle = match callout {
             Callout::Http(request) => {
@@ -151,9 +152,11 @@ impl CallsInFlight {
             }
             Callout::Redis(request) => {
                 let grants = grants.clone();
-                // Its own task: a traced request's log of service calls goes along.
+                // Its own task: a traced request's log of service calls goes
+                // along, naming the filter that made the call.
                 let call = async move { Some((token, Answer::Redis(request.send(&grants).await))) };
-                self.calls.spawn(wasmgate_services::calls::carry(call))
+                self.calls
+                    .spawn(wasmgate_services::calls::carry(plugin, call))
             }
         };
         self.handles.insert(token, handle);

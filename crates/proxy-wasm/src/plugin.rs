@@ -639,7 +639,7 @@ impl FilterInstance {
         let config = &self.store().data().plugin.config;
         let caller = config.http_caller.as_deref();
         for (token, callout) in dispatched {
-            calls.start(token, callout, caller, &config.services);
+            calls.start(token, callout, caller, &config.services, &config.name);
         }
         for token in std::mem::take(&mut self.store_mut().data_mut().cancelled_calls) {
             calls.cancel(token);

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 tokio::task_local! {
     static CALLS: Arc<CallLog>;
+    /// The plugin whose call runs in the task (its span is the call's
+    /// parent), when the gateway knows it.
+    static CALLER: Arc<str>;
 }
 
 /// A traced request's service calls, in the order they ended.
@@ -38,6 +41,8 @@ pub struct ServiceCall {
     pub elapsed: Duration,
     /// Why it failed, if it did.
     pub error: Option<String>,
+    /// The plugin that made it, when known (filled in by [`note`]).
+    pub caller: Option<Arc<str>>,
 }
 
 impl CallLog {
@@ -52,21 +57,33 @@ pub async fn scope<F: Future>(log: Arc<CallLog>, request: F) -> F::Output {
 }
 
 /// `call`, collecting into the current request's log if it has one (for a
-/// call that runs on a task of its own).
-pub fn carry<F: Future>(call: F) -> impl Future<Output = F::Output> {
+/// call that runs on a task of its own), as plugin `caller`'s.
+pub fn carry<F: Future>(caller: &str, call: F) -> impl Future<Output = F::Output> + use<F> {
     let log = CALLS.try_with(Arc::clone).ok();
+    let caller: Option<Arc<str>> = log.as_ref().map(|_| caller.into());
     async move {
-        match log {
-            Some(log) => CALLS.scope(log, call).await,
-            None => call.await,
+        match (log, caller) {
+            (Some(log), Some(caller)) => CALLS.scope(log, CALLER.scope(caller, call)).await,
+            _ => call.await,
         }
     }
+}
+
+/// Whether the current task's request keeps a log of its service calls.
+pub fn recording() -> bool {
+    CALLS.try_with(|_| ()).is_ok()
+}
+
+/// Runs `call` (made in the current task) as plugin `caller`'s.
+pub async fn made_by<F: Future>(caller: Arc<str>, call: F) -> F::Output {
+    CALLER.scope(caller, call).await
 }
 
 /// Notes a call in the current request's log, if it has one.
 pub(crate) fn note(call: impl FnOnce() -> ServiceCall) {
     let _ = CALLS.try_with(|log| {
-        let call = call();
+        let mut call = call();
+        call.caller = CALLER.try_with(Arc::clone).ok();
         log.calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -107,19 +124,32 @@ mod tests {
                 started: Instant::now(),
                 elapsed: Duration::ZERO,
                 error: None,
+                caller: None,
             }
         }
         note(|| call("OUTSIDE"));
         scope(log.clone(), async {
             note(|| call("GET"));
-            tokio::spawn(carry(async { note(|| call("SET")) }))
+            tokio::spawn(carry("filter", async { note(|| call("SET")) }))
                 .await
                 .unwrap();
             tokio::spawn(async { note(|| call("LOST")) }).await.unwrap();
+            made_by("function".into(), async { note(|| call("DEL")) }).await;
         })
         .await;
-        let noted: Vec<String> = log.take().into_iter().map(|c| c.operation).collect();
-        assert_eq!(noted, ["GET", "SET"]);
+        let noted: Vec<(String, Option<String>)> = log
+            .take()
+            .into_iter()
+            .map(|c| (c.operation, c.caller.map(|c| c.to_string())))
+            .collect();
+        assert_eq!(
+            noted,
+            [
+                ("GET".into(), None),
+                ("SET".into(), Some("filter".into())),
+                ("DEL".into(), Some("function".into()))
+            ]
+        );
         assert_eq!(operation_of("  select * from t where id = $1"), "SELECT");
         assert_eq!(text_of(&"é".repeat(600)).len(), 1024);
     }

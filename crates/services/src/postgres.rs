@@ -198,6 +198,7 @@ impl PgService {
             started,
             elapsed,
             error: error.map(ToString::to_string),
+            caller: None,
         });
     }
 

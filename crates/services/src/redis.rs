@@ -197,6 +197,7 @@ impl RedisService {
             started,
             elapsed,
             error: error.map(|e| e.to_string()),
+            caller: None,
         });
         result
     }

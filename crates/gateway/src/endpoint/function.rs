@@ -34,7 +34,16 @@ pub(crate) async fn timed<B>(
     // caller's state, and every request's handling future (which holds
     // this one) doubled in size.
     let started = crate::access::observing().then(Instant::now);
-    let mut response = call.await;
+    // A recorded request's service calls made by the function hang under
+    // its span: they are noted as this plugin's. Boxed, so the call is
+    // not kept twice in the caller's state.
+    let caller = started
+        .filter(|_| wasmgate_services::calls::recording())
+        .map(|_| Arc::<str>::from(plugin));
+    let mut response = match caller {
+        Some(caller) => Box::pin(wasmgate_services::calls::made_by(caller, call)).await,
+        None => call.await,
+    };
     if let Some(started) = started {
         response.extensions_mut().insert(FunctionServed {
             plugin: plugin.to_string(),
