@@ -155,7 +155,7 @@ impl Tracing {
         name: impl FnOnce() -> String,
     ) -> RequestTrace {
         let parent = traceparent.and_then(TraceParent::parse);
-        let span_id = random_span_id();
+        let span_id = new_span_id();
         let (trace_id, sampled) = match &parent {
             Some(parent) => (parent.trace_id, parent.sampled),
             None => {
@@ -189,7 +189,7 @@ impl Tracing {
             tracing: self,
             trace_id,
             span_id,
-            upstream_span: random_span_id(),
+            upstream_span: new_span_id(),
             continued: parent.is_some(),
             span,
         }
@@ -444,13 +444,9 @@ fn next_random() -> u64 {
     })
 }
 
-/// A new span id, for a child another child names as its parent.
+/// A random span id that is not zero (also for a child another child
+/// names as its parent).
 pub fn new_span_id() -> [u8; 8] {
-    random_span_id()
-}
-
-/// A random span id that is not zero.
-fn random_span_id() -> [u8; 8] {
     loop {
         let id = next_random();
         if id != 0 {
@@ -463,7 +459,7 @@ fn random_span_id() -> [u8; 8] {
 fn random_trace_id() -> [u8; 16] {
     let mut id = [0u8; 16];
     id[..8].copy_from_slice(&next_random().to_be_bytes());
-    id[8..].copy_from_slice(&random_span_id());
+    id[8..].copy_from_slice(&new_span_id());
     id
 }
 
