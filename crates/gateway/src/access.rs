@@ -151,7 +151,7 @@ impl Pending {
         })
     }
 
-    /// When the request came in (the chain's notes count from it).
+    /// When the request came in (its route's latency counts from it).
     pub fn started(&self) -> Instant {
         self.started
     }
