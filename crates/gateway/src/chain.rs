@@ -88,8 +88,8 @@ struct FilterNote {
     /// Its callbacks' time.
     nanos: AtomicU64,
     /// When its first callback began and its last one ended, in
-    /// nanoseconds since the notes were made (as the request was routed) (+1, so 0 is "not yet"): its
-    /// trace span.
+    /// nanoseconds since the notes were made, as the request was routed
+    /// (+1, so 0 is "not yet"): its trace span.
     first: AtomicU64,
     last: AtomicU64,
 }
