@@ -1,26 +1,20 @@
-//! Outbound HTTP for plugins: the allow-list, and one pooled async client
-//! shared by every plugin in the process (keep-alive connections are reused
-//! across calls and instances), set up as the gateway's upstream clients
-//! are: a connect timeout, `TCP_NODELAY`, idle connections closed after 30 s.
-//! A request is bounded by the call's deadline, and by
-//! [`DEFAULT_REQUEST_TIMEOUT`] for a call without one, so none hangs.
+//! Extism's `http_request`: the PDK's JSON request sent, if its host is
+//! allowed, with the client every ABI shares
+//! (`wasmgate_services::outbound_http`). A request is bounded by the call's
+//! deadline, and by [`DEFAULT_REQUEST_TIMEOUT`] for a call without one, so
+//! none hangs.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
+pub(crate) use wasmgate_services::outbound_http::AllowedHosts;
+use wasmgate_services::outbound_http::{client, OutboundBody};
 
 /// Default cap on a response body, as in the reference runtime.
 pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 50 * 1024 * 1024;
-/// How long a connection may take to open (the gateway's upstream default).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The bound of a request made by a call that has no deadline of its own.
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -54,51 +48,6 @@ pub(crate) enum HttpError {
     Failed { url: String, reason: String },
 }
 
-/// Host globs a plugin may reach (`*.example.com`, `localhost`, `*`).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct AllowedHosts {
-    patterns: Vec<(String, Option<glob::Pattern>)>,
-}
-
-impl AllowedHosts {
-    pub fn new(hosts: &[String]) -> AllowedHosts {
-        AllowedHosts {
-            patterns: hosts
-                .iter()
-                .map(|h| (h.clone(), glob::Pattern::new(h).ok()))
-                .collect(),
-        }
-    }
-
-    pub fn allows(&self, host: &str) -> bool {
-        self.patterns.iter().any(|(text, pattern)| match pattern {
-            Some(p) => p.matches(host),
-            None => text == host,
-        })
-    }
-}
-
-type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-fn client() -> &'static HttpsClient {
-    static CLIENT: OnceLock<HttpsClient> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .expect("the ring provider supports the default protocol versions")
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector)
-    })
-}
-
 /// Sends a plugin's request if its host is allowed, within `timeout`, and reads
 /// at most `max_body` bytes of the response.
 pub(crate) async fn send(
@@ -124,7 +73,9 @@ pub(crate) async fn send(
         builder = builder.header(name, value);
     }
     let http_request = builder
-        .body(Full::new(Bytes::from(body)))
+        .body(OutboundBody::new(
+            Full::new(Bytes::from(body)).map_err(|never| match never {}),
+        ))
         .map_err(|e| failed(e.to_string()))?;
 
     let exchange = async {
@@ -158,22 +109,4 @@ pub(crate) async fn send(
     tokio::time::timeout(timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT), exchange)
         .await
         .unwrap_or(Err(HttpError::Timeout))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn allow_list_globs() {
-        let allowed = AllowedHosts::new(&["*.example.com".into(), "127.0.0.1".into()]);
-        assert!(allowed.allows("api.example.com"));
-        assert!(allowed.allows("127.0.0.1"));
-        assert!(!allowed.allows("example.org"));
-        assert!(
-            !AllowedHosts::default().allows("127.0.0.1"),
-            "no list, no hosts"
-        );
-        assert!(AllowedHosts::new(&["*".into()]).allows("anything"));
-    }
 }

@@ -21,9 +21,12 @@
 //! - [`redis`], [`postgres`]: the pools and the operations.
 //! - [`stats`]: calls, errors, latency and pool gauges per service.
 //! - [`calls`]: each call of a traced request, for its trace's spans.
+//! - [`outbound_http`]: the hosts a plugin may reach over HTTP, and the
+//!   pooled client every ABI sends plugins' requests with.
 
 pub mod calls;
 pub mod config;
+pub mod outbound_http;
 mod pg_values;
 pub mod postgres;
 pub mod redis;
