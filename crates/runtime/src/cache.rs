@@ -1,4 +1,4 @@
-//! Precompiled modules cached on disk.
+//! Precompiled modules and components cached on disk.
 //!
 //! An entry is named by the SHA-256 of the wasm and a hash of the engine's
 //! compatibility settings (wasmtime version, target, compiler flags), so a
@@ -22,7 +22,45 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
 use wasmtime::{Engine, Module};
+
+/// What the cache holds: core modules (Extism, Proxy-Wasm) and components
+/// (`wasi:http`), each compiled by the engine and loaded back from its
+/// artifact.
+pub trait Compiled: Sized {
+    fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>>;
+
+    /// # Safety
+    /// `artifact` must be what [`Compiled::precompile`] made on this host
+    /// (wasmtime maps it as native code without verifying it).
+    #[allow(unsafe_code)]
+    unsafe fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Self>;
+}
+
+impl Compiled for Module {
+    fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        engine.precompile_module(wasm)
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { Module::deserialize(engine, artifact) }
+    }
+}
+
+impl Compiled for Component {
+    fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        engine.precompile_component(wasm)
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { Component::deserialize(engine, artifact) }
+    }
+}
 
 const MAGIC: &[u8; 8] = b"WGCACHE2";
 const HEADER_LEN: usize = MAGIC.len() + 32;
@@ -96,15 +134,15 @@ impl ModuleCache {
             .join(format!("{content}-{:016x}.cwasm", hasher.finish()))
     }
 
-    pub fn load_or_compile(&self, engine: &Engine, wasm: &[u8]) -> Result<Module> {
+    pub fn load_or_compile<C: Compiled>(&self, engine: &Engine, wasm: &[u8]) -> Result<C> {
         self.load_or_compile_traced(engine, wasm).map(|(m, _)| m)
     }
 
-    pub fn load_or_compile_traced(
+    pub fn load_or_compile_traced<C: Compiled>(
         &self,
         engine: &Engine,
         wasm: &[u8],
-    ) -> Result<(Module, CacheOutcome)> {
+    ) -> Result<(C, CacheOutcome)> {
         let path = self.entry_path(engine, wasm);
         let mut outcome = CacheOutcome::Miss;
         if let Ok(entry) = std::fs::read(&path) {
@@ -116,12 +154,11 @@ impl ModuleCache {
                 }
             }
         }
-        let artifact = engine
-            .precompile_module(wasm)
+        let artifact = C::precompile(engine, wasm)
             .map_err(|e| anyhow::Error::from(e).context("invalid WebAssembly module"))?;
         // SAFETY: the artifact was produced by this engine a moment ago.
         #[allow(unsafe_code)]
-        let module = unsafe { Module::deserialize(engine, &artifact) };
+        let module = unsafe { C::deserialize(engine, &artifact) };
         let module = module
             .map_err(anyhow::Error::from)
             .context("loading a freshly compiled module")?;
@@ -143,7 +180,7 @@ impl ModuleCache {
     }
 }
 
-fn load_entry(engine: &Engine, key: &[u8; 32], entry: &[u8]) -> Result<Module> {
+fn load_entry<C: Compiled>(engine: &Engine, key: &[u8; 32], entry: &[u8]) -> Result<C> {
     anyhow::ensure!(
         entry.len() > HEADER_LEN && entry.starts_with(MAGIC),
         "not a wasmgate cache entry"
@@ -158,7 +195,7 @@ fn load_entry(engine: &Engine, key: &[u8; 32], entry: &[u8]) -> Result<Module> {
     // compiling it (its HMAC, under a secret only this user can read, is
     // verified), and wasmtime re-checks engine compatibility while loading.
     #[allow(unsafe_code)]
-    let module = unsafe { Module::deserialize(engine, payload) };
+    let module = unsafe { C::deserialize(engine, payload) };
     Ok(module?)
 }
 
@@ -237,9 +274,13 @@ mod tests {
         let engine = engine();
         let wasm = wat_to_wasm(WAT);
 
-        let (_, first) = cache.load_or_compile_traced(&engine, &wasm).unwrap();
+        let (_, first) = cache
+            .load_or_compile_traced::<Module>(&engine, &wasm)
+            .unwrap();
         assert_eq!(first, CacheOutcome::Miss);
-        let (module, second) = cache.load_or_compile_traced(&engine, &wasm).unwrap();
+        let (module, second) = cache
+            .load_or_compile_traced::<Module>(&engine, &wasm)
+            .unwrap();
         assert_eq!(second, CacheOutcome::Hit);
         assert!(module.get_export("answer").is_some());
 
@@ -249,9 +290,13 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
-        let (_, third) = cache.load_or_compile_traced(&engine, &wasm).unwrap();
+        let (_, third) = cache
+            .load_or_compile_traced::<Module>(&engine, &wasm)
+            .unwrap();
         assert_eq!(third, CacheOutcome::Replaced);
-        let (_, fourth) = cache.load_or_compile_traced(&engine, &wasm).unwrap();
+        let (_, fourth) = cache
+            .load_or_compile_traced::<Module>(&engine, &wasm)
+            .unwrap();
         assert_eq!(fourth, CacheOutcome::Hit);
     }
 
@@ -279,12 +324,16 @@ mod tests {
         foreign.extend_from_slice(&planted);
         for entry in [unkeyed, foreign] {
             std::fs::write(&path, entry).unwrap();
-            let (module, outcome) = cache.load_or_compile_traced(&engine, &wasm).unwrap();
+            let (module, outcome) = cache
+                .load_or_compile_traced::<Module>(&engine, &wasm)
+                .unwrap();
             assert_eq!(outcome, CacheOutcome::Replaced);
             assert!(module.get_export("answer").is_some());
             assert!(module.get_export("planted").is_none());
         }
-        let (_, outcome) = cache.load_or_compile_traced(&engine, &wasm).unwrap();
+        let (_, outcome) = cache
+            .load_or_compile_traced::<Module>(&engine, &wasm)
+            .unwrap();
         assert_eq!(outcome, CacheOutcome::Hit);
     }
 
@@ -315,10 +364,12 @@ mod tests {
         let cache = ModuleCache::open(dir.path().join("cache")).unwrap();
         let engine = engine();
         let wasm = wat_to_wasm(WAT);
-        cache.load_or_compile(&engine, &wasm).unwrap();
+        cache.load_or_compile::<Module>(&engine, &wasm).unwrap();
         let path = cache.entry_path(&engine, &wasm);
         std::fs::write(&path, &std::fs::read(&path).unwrap()[..20]).unwrap();
-        let (_, outcome) = cache.load_or_compile_traced(&engine, &wasm).unwrap();
+        let (_, outcome) = cache
+            .load_or_compile_traced::<Module>(&engine, &wasm)
+            .unwrap();
         assert_eq!(outcome, CacheOutcome::Replaced);
     }
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use wasmtime::component::Component;
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, Module, OptLevel, PoolingAllocationConfig,
     Precompiled as ArtifactKind, WasmBacktraceDetails,
@@ -93,6 +94,9 @@ struct RuntimeInner {
     /// (docs/benchmarks.md, "Scale").
     loading: Mutex<HashSet<[u8; 32]>>,
     load_done: Condvar,
+    /// Components loaded so far, as `loaded` keeps modules (and for the
+    /// same reason).
+    loaded_components: Mutex<HashMap<[u8; 32], (Component, u64)>>,
 }
 
 impl Runtime {
@@ -113,6 +117,7 @@ impl Runtime {
                 load_stamp: AtomicU64::new(0),
                 loading: Mutex::new(HashSet::new()),
                 load_done: Condvar::new(),
+                loaded_components: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -297,6 +302,64 @@ impl Runtime {
             .lock()
             .unwrap()
             .retain(|_, (_, used)| *used > stamp);
+        self.inner
+            .loaded_components
+            .lock()
+            .unwrap()
+            .retain(|_, (_, used)| *used > stamp);
+    }
+
+    /// Compiles (or finds in the cache) the component in file `path`, and
+    /// returns it with the SHA-256 of its bytes. A component loaded before
+    /// from the same bytes is returned again. A precompiled component loads
+    /// only when `precompiled` allows it, as a module's does.
+    pub fn load_component_file(
+        &self,
+        path: &Path,
+        precompiled: PrecompiledPolicy,
+    ) -> Result<(Component, [u8; 32])> {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let key = sha256(&bytes);
+        let stamp = self.next_load_stamp();
+        if let Some((component, used)) = self.inner.loaded_components.lock().unwrap().get_mut(&key)
+        {
+            *used = stamp;
+            return Ok((component.clone(), key));
+        }
+        let _turn = self.load_turn(key);
+        let component = self
+            .compile_component(&bytes, precompiled)
+            .with_context(|| path.display().to_string())?;
+        self.inner
+            .loaded_components
+            .lock()
+            .unwrap()
+            .insert(key, (component.clone(), stamp));
+        Ok((component, key))
+    }
+
+    fn compile_component(&self, bytes: &[u8], precompiled: PrecompiledPolicy) -> Result<Component> {
+        refuse_artifact(bytes, precompiled)?;
+        if let Some(kind) = Engine::detect_precompiled(bytes) {
+            anyhow::ensure!(
+                kind == ArtifactKind::Component,
+                "this precompiled artifact is a core module, not a component"
+            );
+            // SAFETY: `refuse_artifact` let it through, so the operator named
+            // this file and allowed precompiled code (PrecompiledPolicy).
+            #[allow(unsafe_code)]
+            let component = unsafe { Component::deserialize(self.engine(), bytes) };
+            return component.map_err(anyhow::Error::from).context(
+                "loading a precompiled component (was it compiled by this wasmgate version?)",
+            );
+        }
+        anyhow::ensure!(is_component(bytes), "not a WebAssembly component");
+        match &self.inner.cache {
+            Some(cache) => cache.load_or_compile(self.engine(), bytes),
+            None => Component::new(self.engine(), bytes)
+                .map_err(|e| anyhow::Error::from(e).context("invalid WebAssembly component")),
+        }
     }
 
     fn compile_or_deserialize(
@@ -325,12 +388,16 @@ impl Runtime {
         }
     }
 
-    /// Ahead-of-time compile wasm into an artifact for [`Runtime::load_module`].
+    /// Ahead-of-time compile wasm (a module or a component) into an
+    /// artifact for [`Runtime::load_module_file`] or
+    /// [`Runtime::load_component_file`].
     pub fn precompile(&self, bytes: &[u8]) -> Result<Vec<u8>> {
         validate_magic(bytes)?;
-        self.engine()
-            .precompile_module(bytes)
-            .map_err(explain_compile_error)
+        let artifact = match is_component(bytes) {
+            true => self.engine().precompile_component(bytes),
+            false => self.engine().precompile_module(bytes),
+        };
+        artifact.map_err(explain_compile_error)
     }
 }
 
@@ -362,6 +429,13 @@ fn refuse_artifact(start: &[u8], policy: PrecompiledPolicy) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether `bytes` (the first 8 are enough) begin a component rather than a
+/// core module: after the `\0asm` magic, a binary's version is followed by
+/// its layer, 0 for modules and 1 for components.
+pub fn is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes.starts_with(b"\0asm") && bytes[6..8] == [1, 0]
 }
 
 /// A quick, specific error for files that are not wasm at all (a common mistake:

@@ -1,4 +1,5 @@
-//! The wasmtime side of wasmgate, shared by every plugin ABI (Extism, Proxy-Wasm).
+//! The wasmtime side of wasmgate, shared by every plugin ABI (Extism,
+//! Proxy-Wasm, `wasi:http` components).
 //!
 //! One [`Runtime`] owns one wasmtime [`Engine`](wasmtime::Engine): Cranelift,
 //! epoch interruption driven by a single ticker thread, and the pooling
@@ -34,7 +35,7 @@ pub mod stats;
 pub mod wasi;
 
 pub use crash::{CrashReport, FailureKind, Frame};
-pub use engine::{PrecompiledPolicy, Runtime, RuntimeConfig};
+pub use engine::{is_component, PrecompiledPolicy, Runtime, RuntimeConfig};
 pub use limits::{CallBudget, MemoryLimiter};
 pub use pool::{AcquireError, InstancePool, Lease, PoolConfig, PoolStats};
 pub use stats::{HistogramSnapshot, LastCrash, LatencyHistogram, PluginStats, StatsSnapshot};
