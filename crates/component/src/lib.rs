@@ -1,0 +1,32 @@
+//! The third plugin kind: components of the `wasi:http/proxy` world (what
+//! `wasmtime serve`, Spin and wasmCloud run), beside Extism plugins and
+//! Proxy-Wasm filters, on the same runtime.
+//!
+//! The WASI HTTP implementation is wasmtime's own (`wasmtime-wasi-http`, at
+//! the runtime's version); this crate is the host around it, and it shares
+//! what the other ABIs share: the engine, its pooling allocator and compile
+//! cache, epochs for deadlines, the slow lane for long calls, instance
+//! pools (bounded, with crash-loop backoff), memory caps, statistics and
+//! crash reports (`wasmgate-runtime`), and the outbound HTTP client and
+//! allow-list (`wasmgate-services`).
+//!
+//! - [`ComponentPlugin`] (`plugin.rs`): a loaded component, pre-linked once;
+//!   each request gets a fresh instance (the `wasi:http` contract: nothing
+//!   of one request is seen by another), made from the pool's
+//!   copy-on-write memory images.
+//! - `state.rs`: what one request's store holds (WASI, HTTP, limits).
+//! - `outgoing.rs`: `wasi:http/outgoing-handler` through the host's client,
+//!   with the plugin's allow-list.
+
+mod outgoing;
+mod plugin;
+mod state;
+
+pub use plugin::{ComponentError, ComponentOptions, ComponentPlugin, Preopen, ResponseBody};
+pub use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+
+/// Whether `bytes` (a file's first bytes are enough) are a component rather
+/// than a core module: the binary format's layer field (bytes 6-7) is 1.
+pub fn is_component(bytes: &[u8]) -> bool {
+    wasmgate_runtime::is_component(bytes)
+}
