@@ -38,7 +38,8 @@ pub use node::{
 };
 pub use plugins::{conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind};
 pub use routes::{
-    FixedResponse, FunctionEndpoint, PathMatch, Redirect, RouteConfig, Scheme, UpgradeConfig,
+    ComponentEndpoint, FixedResponse, FunctionEndpoint, PathMatch, Redirect, RouteConfig, Scheme,
+    UpgradeConfig,
 };
 pub use tls::{
     CertificateConfig, ClientAuth, ListenerConfig, TlsListener, UnknownSni, UpstreamTls,

@@ -162,6 +162,9 @@ pub fn references_to(config: &GatewayConfig, kind: &str, name: &str) -> Vec<Stri
                 if r.function.as_ref().is_some_and(|f| f.plugin == name) {
                     found.push(format!("{at}.function"));
                 }
+                if r.component.as_ref().is_some_and(|c| c.plugin == name) {
+                    found.push(format!("{at}.component"));
+                }
             }
         }
         "service" => {

@@ -55,12 +55,17 @@ pub struct PluginConfig {
     /// Extism: the manifest's `config` map.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
-    /// Extism: hosts `extism_http_request` may reach.
+    /// Extism and components: hosts `extism_http_request` or
+    /// `wasi:http/outgoing-handler` may reach (globs; none by default).
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
-    /// Extism: host directory -> guest path.
+    /// Extism and components: host directory -> guest path (`ro:` before
+    /// the host directory: read-only).
     #[serde(default)]
     pub allowed_paths: BTreeMap<String, String>,
+    /// Components: environment variables the guest reads (none by default).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
     /// Services (by name, from `services`) this plugin may use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<String>,
@@ -88,6 +93,8 @@ pub enum PluginKind {
     Auto,
     ProxyWasm,
     Extism,
+    /// A `wasi:http` component (told from the binary itself under `auto`).
+    Component,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]

@@ -40,6 +40,11 @@ pub struct RouteConfig {
     /// ... or an Extism function ...
     #[serde(default)]
     pub function: Option<FunctionEndpoint>,
+    /// ... or a `wasi:http` component, which answers the request as
+    /// `wasmtime serve` would (every path, method and header; bodies
+    /// streamed) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<ComponentEndpoint>,
     /// ... or a fixed answer ...
     #[serde(default)]
     pub respond: Option<FixedResponse>,
@@ -144,6 +149,13 @@ pub struct FunctionEndpoint {
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct ComponentEndpoint {
+    /// A component (`wasi:http/proxy` world) declared in `plugins`.
+    pub plugin: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FixedResponse {
     #[serde(default = "default_status")]
     pub status: u16,
@@ -217,13 +229,14 @@ fn check_endpoint(
     let endpoints = [
         r.upstream.is_some(),
         r.function.is_some(),
+        r.component.is_some(),
         r.respond.is_some(),
         r.redirect.is_some(),
     ];
     if endpoints.iter().filter(|&&e| e).count() != 1 {
         problem(
             at.to_string(),
-            "a route needs exactly one endpoint: upstream, function, respond or redirect".into(),
+            "a route needs exactly one endpoint: upstream, function, component, respond or redirect".into(),
         );
     }
     if let Some(redirect) = &r.redirect {
@@ -264,6 +277,14 @@ fn check_endpoint(
             problem(
                 format!("{at}.function.plugin"),
                 format!("no plugin named `{}` in `plugins`", function.plugin),
+            );
+        }
+    }
+    if let Some(component) = &r.component {
+        if !declared.plugins.contains(component.plugin.as_str()) {
+            problem(
+                format!("{at}.component.plugin"),
+                format!("no plugin named `{}` in `plugins`", component.plugin),
             );
         }
     }

@@ -30,7 +30,12 @@ use wasmgate_extism::CallError;
 use wasmgate_runtime::AcquireError;
 
 pub fn status_for(error: &CallError) -> StatusCode {
-    match error.kind() {
+    status_for_kind(error.kind())
+}
+
+/// The status of a failure class (the table above).
+pub fn status_for_kind(kind: &str) -> StatusCode {
+    match kind {
         "timeout" => StatusCode::GATEWAY_TIMEOUT,
         "overloaded" | "backing_off" | "instantiate_failed" => StatusCode::SERVICE_UNAVAILABLE,
         "function_not_found" => StatusCode::NOT_FOUND,
@@ -49,14 +54,43 @@ pub fn call_failed(
     request_id: u64,
     details: bool,
 ) -> Response<Full<Bytes>> {
+    let failure = Failure {
+        kind: error.kind(),
+        message: error.to_string(),
+        crash: error.crash_report(),
+        unavailable: match error {
+            CallError::Unavailable(e) => Some(e),
+            _ => None,
+        },
+    };
+    plugin_failed(plugin, function, failure, request_id, details)
+}
+
+/// A failed plugin call, whatever its ABI: what [`plugin_failed`] answers.
+pub struct Failure<'a> {
+    pub kind: &'a str,
+    pub message: String,
+    pub crash: Option<&'a wasmgate_runtime::CrashReport>,
+    /// Why no instance could be had, if that is the failure.
+    pub unavailable: Option<&'a AcquireError>,
+}
+
+/// The response for a failed call (an Extism function's, a component's).
+pub fn plugin_failed(
+    plugin: &str,
+    function: &str,
+    failure: Failure<'_>,
+    request_id: u64,
+    details: bool,
+) -> Response<Full<Bytes>> {
     let mut body = json!({
-        "kind": error.kind(),
-        "message": error.to_string(),
+        "kind": failure.kind,
+        "message": failure.message,
         "plugin": plugin,
         "function": function,
         "request_id": request_id,
     });
-    if let Some(report) = error.crash_report() {
+    if let Some(report) = failure.crash {
         if details {
             body["message"] = json!(report.message);
             body["backtrace"] = json!(report.frames);
@@ -64,12 +98,10 @@ pub fn call_failed(
             body["message"] = json!(crash_summary(report, request_id));
         }
     }
-    let mut response = json_error(status_for(error), body);
-    let retry_after = match error {
-        CallError::Unavailable(AcquireError::BackingOff { retry_after, .. }) => {
-            Some(retry_after.as_secs().max(1))
-        }
-        CallError::Unavailable(AcquireError::Overloaded { .. }) => Some(1),
+    let mut response = json_error(status_for_kind(failure.kind), body);
+    let retry_after = match failure.unavailable {
+        Some(AcquireError::BackingOff { retry_after, .. }) => Some(retry_after.as_secs().max(1)),
+        Some(AcquireError::Overloaded { .. }) => Some(1),
         _ => None,
     };
     if let Some(seconds) = retry_after {

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
+use wasmgate_component::ComponentPlugin;
 use wasmgate_config::{GatewayConfig, PluginConfig};
 use wasmgate_extism::Plugin;
 use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats};
@@ -114,10 +115,12 @@ impl Gateway {
 
     /// Every plugin instance set serving: one per (filter, route) since
     /// each route configures its filters apart, one per Extism plugin used
-    /// as a function (shared by the routes that call it).
+    /// as a function and one per component (each shared by the routes
+    /// that call it).
     pub fn plugin_sets(&self) -> Vec<PluginSet<'_>> {
         let mut sets = Vec::new();
         let mut functions: Vec<&Arc<Plugin>> = Vec::new();
+        let mut components: Vec<&Arc<ComponentPlugin>> = Vec::new();
         for route in &self.routes {
             for filter in &route.filters {
                 sets.push(PluginSet {
@@ -135,6 +138,17 @@ impl Gateway {
                         route: None,
                         stats: plugin.stats(),
                         pool: plugin.status().pool,
+                    });
+                }
+            }
+            if let Endpoint::Component(plugin) = &route.endpoint {
+                if !components.iter().any(|p| Arc::ptr_eq(p, plugin)) {
+                    components.push(plugin);
+                    sets.push(PluginSet {
+                        name: plugin.name(),
+                        route: None,
+                        stats: plugin.stats(),
+                        pool: plugin.pool_stats(),
                     });
                 }
             }

@@ -2,9 +2,10 @@
 //!
 //! [`transport`] accepts connections (HTTP/1.1 and h2c) with graceful
 //! shutdown and keeps upstream connections; a [`Handler`] answers each
-//! request. Two handlers exist: [`FunctionRoute`] (`wasmgate serve`: one
+//! request. Three handlers exist: [`FunctionRoute`] (`wasmgate serve`: one
 //! Extism plugin, whose functions are called with the request body as
-//! input) and [`LiveGateway`] (`wasmgate run`: the [`Gateway`] built from a
+//! input), [`ComponentRoute`] (`wasmgate serve` for a `wasi:http`
+//! component, which answers every request) and [`LiveGateway`] (`wasmgate run`: the [`Gateway`] built from a
 //! `wasmgate_config::GatewayConfig` (`build/`), swapped whole by its one
 //! reload function). The gateway's request path is `proxy.rs`, in order;
 //! its endpoints are `endpoint/`, its upstreams `upstream/`. What
@@ -15,6 +16,7 @@ pub mod body;
 mod body_pump;
 mod build;
 mod chain;
+mod component_route;
 pub mod config_store;
 mod endpoint;
 pub mod error_response;
@@ -29,6 +31,7 @@ pub mod stats;
 pub mod transport;
 mod upstream;
 
+pub use component_route::{ComponentRoute, ComponentRouteConfig};
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
 pub use gateway::Gateway;
 pub use reload::{LiveGateway, ReloadStatus};

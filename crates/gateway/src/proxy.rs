@@ -2,9 +2,10 @@
 //!
 //! 1. match a route (404 when none does);
 //! 2. start the route's filter chain and run `on_request_headers`;
-//! 3. send the request to the endpoint (`endpoint/`: an upstream, which
-//!    takes the body as it streams through `on_request_body`, or an Extism
-//!    function or fixed answer, which take it whole);
+//! 3. send the request to the endpoint (`endpoint/`: an upstream or a
+//!    `wasi:http` component, which take the body as it streams through
+//!    `on_request_body`, or an Extism function or fixed answer, which take
+//!    it whole);
 //! 4. run `on_response_headers`, then stream the response body through
 //!    `on_response_body` after the headers have gone out;
 //! 5. `on_log` / `on_done` once the response body is over;
@@ -33,12 +34,14 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::mpsc;
+use wasmgate_component::ComponentPlugin;
 use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo, TraceIds};
 
 use crate::access::{self, logged, Pending};
 use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::body_pump::{channel_body, channel_body_after, BodyPump};
 use crate::chain::{Chain, ChainNotes, Direction, Stop};
+use crate::endpoint::component;
 use crate::endpoint::tunnel::{self, UpgradeRequest};
 use crate::endpoint::upstream::{
     self, exchange_hash_key, path_and_query, request_authority, upstream_head,
@@ -226,6 +229,14 @@ impl Gateway {
                     Err(e) => upstream::upstream_failed(&route.name, e),
                 }
             }
+            Endpoint::Component(plugin) => {
+                let secure = connection.tls.is_some();
+                let head = component::head(parts, connection, host);
+                let request_id = request_id.unwrap_or_else(crate::request_id::next);
+                let body = OutboundBody::Streaming(body::boxed(body));
+                let details = self.config.error_details;
+                component::answer(plugin, head, body, secure, request_id, details).await
+            }
             endpoint => {
                 let input = match read_body(body, self.config.limits.max_body_bytes).await {
                     Ok(input) => input,
@@ -280,6 +291,10 @@ impl Gateway {
                     request_ends,
                 )
                 .await
+            }
+            Endpoint::Component(plugin) => {
+                self.send_component(plugin, &mut chain, &mut exchange, body, peer, request_ends)
+                    .await
             }
             endpoint => {
                 // Functions and fixed answers take the whole (filtered) body.
@@ -336,11 +351,7 @@ impl Gateway {
             .await
     }
 
-    /// Sends the filtered request upstream; its body is pumped through the
-    /// chain while the upstream reads it. When the upstream answers before
-    /// the request body is over (a bidirectional stream), the rest of the
-    /// request body comes back with the answer, to be pumped beside the
-    /// response body (`filter_response`).
+    /// Sends the filtered request upstream (`send_streaming`).
     async fn send_upstream(
         &self,
         upstream: &Upstream,
@@ -352,51 +363,10 @@ impl Gateway {
     ) -> Result<(Response<Body>, Option<RequestPump>), Stop> {
         let head = upstream_head(exchange, peer);
         let key = exchange_hash_key(upstream, exchange, peer);
-        let (result, rest) = if request_ends {
-            let body = OutboundBody::Replayable(Bytes::new());
-            (upstream.send(head, body, key).await, None)
-        } else {
-            let (tx, mut rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
-            let limit = self.config.limits.max_body_bytes;
-            let mut pump = Some(BodyPump::new(Direction::Request, body, tx, limit));
-            // The upstream hears of the request once the filters have let
-            // the first of its body through (or its end): a request a
-            // filter refuses while it buffers the body (a JSON or WAF check)
-            // never reaches the upstream, not even its head.
-            let send = async {
-                let first = rx.recv().await;
-                let body = OutboundBody::Streaming(channel_body_after(first, rx));
-                upstream.send(head, body, key).await
-            };
-            let mut send = std::pin::pin!(send);
-            loop {
-                tokio::select! {
-                    biased;
-                    result = &mut send => break (result, pump),
-                    next = async {
-                        match pump.as_mut() {
-                            Some(pump) => pump.next().await,
-                            None => std::future::pending().await,
-                        }
-                    } => {
-                        let body = pump.as_mut().expect("only polled while there");
-                        match chain.feed(body, exchange, next).await {
-                            // Dropping the sink ends the body the upstream reads.
-                            Ok(true) => pump = None,
-                            Ok(false) => {}
-                            Err(stop) => {
-                                // The upstream request, if it started, is
-                                // aborted: its body will not be complete.
-                                if let Some(pump) = pump {
-                                    pump.abort("stopped by a filter").await;
-                                }
-                                return Err(stop);
-                            }
-                        }
-                    }
-                }
-            }
-        };
+        let send = |body| upstream.send(head, body, key);
+        let (result, rest) = self
+            .send_streaming(chain, exchange, body, request_ends, send)
+            .await?;
         match result {
             Ok(response) => Ok((upstream::answer(response), rest)),
             Err(e) => {
@@ -405,6 +375,85 @@ impl Gateway {
                 }
                 tracing::warn!(upstream = %upstream.name, error = %e, "upstream request failed");
                 Ok((upstream::upstream_error_response(e), None))
+            }
+        }
+    }
+
+    /// Hands the filtered request to a component (`send_streaming`).
+    async fn send_component(
+        &self,
+        plugin: &ComponentPlugin,
+        chain: &mut Chain,
+        exchange: &mut Box<HttpExchange>,
+        body: ClientBody,
+        peer: SocketAddr,
+        request_ends: bool,
+    ) -> Result<(Response<Body>, Option<RequestPump>), Stop> {
+        let head = upstream_head(exchange, peer);
+        let secure = exchange.info.tls.is_some();
+        let (request_id, details) = (exchange.info.id, self.config.error_details);
+        let send = |body| component::answer(plugin, head, body, secure, request_id, details);
+        self.send_streaming(chain, exchange, body, request_ends, send)
+            .await
+    }
+
+    /// Sends the filtered request on with `send`, its body pumped through
+    /// the chain while the receiver reads it. When the receiver answers
+    /// before the request body is over (a bidirectional stream), the rest of
+    /// the request body comes back with the answer, to be pumped beside the
+    /// response body (`filter_response`).
+    async fn send_streaming<T, Sent>(
+        &self,
+        chain: &mut Chain,
+        exchange: &mut Box<HttpExchange>,
+        body: ClientBody,
+        request_ends: bool,
+        send: impl FnOnce(OutboundBody) -> Sent,
+    ) -> Result<(T, Option<RequestPump>), Stop>
+    where
+        Sent: std::future::Future<Output = T>,
+    {
+        if request_ends {
+            let body = OutboundBody::Replayable(Bytes::new());
+            return Ok((send(body).await, None));
+        }
+        let (tx, mut rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
+        let limit = self.config.limits.max_body_bytes;
+        let mut pump = Some(BodyPump::new(Direction::Request, body, tx, limit));
+        // The receiver hears of the request once the filters have let the
+        // first of its body through (or its end): a request a filter
+        // refuses while it buffers the body (a JSON or WAF check) never
+        // reaches the upstream, not even its head.
+        let send = async {
+            let first = rx.recv().await;
+            send(OutboundBody::Streaming(channel_body_after(first, rx))).await
+        };
+        let mut send = std::pin::pin!(send);
+        loop {
+            tokio::select! {
+                biased;
+                result = &mut send => return Ok((result, pump)),
+                next = async {
+                    match pump.as_mut() {
+                        Some(pump) => pump.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let body = pump.as_mut().expect("only polled while there");
+                    match chain.feed(body, exchange, next).await {
+                        // Dropping the sink ends the body the receiver reads.
+                        Ok(true) => pump = None,
+                        Ok(false) => {}
+                        Err(stop) => {
+                            // The request sent on, if it started, is
+                            // aborted: its body will not be complete.
+                            if let Some(pump) = pump {
+                                pump.abort("stopped by a filter").await;
+                            }
+                            return Err(stop);
+                        }
+                    }
+                }
             }
         }
     }

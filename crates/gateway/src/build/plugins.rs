@@ -1,13 +1,16 @@
 //! The plugins section: every module fetched (URLs, `fetch.rs`), compiled
 //! or found in the compile cache, its `sha256` checked and its ABI told from
-//! its exports. Proxy-Wasm modules are kept compiled (each route configures
-//! its own filter from one); Extism plugins are ready to call.
+//! the binary (a component) or its exports (Proxy-Wasm or Extism).
+//! Proxy-Wasm modules are kept compiled (each route configures its own
+//! filter from one); Extism plugins and components are ready to call.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
+use wasmgate_component::{ComponentOptions, ComponentPlugin, Preopen};
 use wasmgate_config::{conf_bytes, FilterRef, GatewayConfig, PluginConfig, PluginKind};
 use wasmgate_extism::{Manifest, Plugin, PluginOptions};
 use wasmgate_proxy_wasm::{AbiVersion, FilterConfig, HttpCaller, PoolConfig, Runtime};
@@ -26,6 +29,7 @@ pub(super) enum LoadedPlugin {
         unimplemented: Vec<String>,
     },
     Extism(Arc<Plugin>),
+    Component(Arc<ComponentPlugin>),
 }
 
 /// The plugins of a configuration, as loaded.
@@ -102,6 +106,7 @@ pub(super) async fn load(
                         format!("proxy-wasm {abi}")
                     }
                     LoadedPlugin::Extism(_) => "extism".to_string(),
+                    LoadedPlugin::Component(_) => "component (wasi:http)".to_string(),
                 };
                 plugins.kinds.push((p.name.clone(), kind));
                 plugins.by_name.insert(p.name.clone(), plugin);
@@ -156,17 +161,68 @@ fn load_plugin(
     grants: Grants,
     precompiled: PrecompiledPolicy,
 ) -> anyhow::Result<(LoadedPlugin, String)> {
-    let (module, hash) = runtime.load_module_file(&path, precompiled)?;
-    let hash = hex::encode(hash);
-    if let Some(expected) = &p.sha256 {
-        if !expected.eq_ignore_ascii_case(&hash) {
-            anyhow::bail!(
+    let check_hash = |hash: [u8; 32]| {
+        let hash = hex::encode(hash);
+        match &p.sha256 {
+            Some(expected) if !expected.eq_ignore_ascii_case(&hash) => Err(anyhow::anyhow!(
                 "{}: sha256 mismatch: the configuration expects {expected}, the module has {hash}",
                 path.display()
-            );
+            )),
+            _ => Ok(hash),
         }
+    };
+    if is_component_file(&path) || p.kind == PluginKind::Component {
+        let (component, hash) = runtime.load_component_file(&path, precompiled)?;
+        let hash = check_hash(hash)?;
+        let plugin = ComponentPlugin::new(runtime, &component, component_options(p)?)
+            .with_context(|| path.display().to_string())?;
+        return Ok((LoadedPlugin::Component(Arc::new(plugin)), hash));
     }
+    let (module, hash) = runtime.load_module_file(&path, precompiled)?;
+    let hash = check_hash(hash)?;
     load_module_as(p, &path, module, runtime, grants, precompiled).map(|plugin| (plugin, hash))
+}
+
+/// Whether the file holds a component (its first 8 bytes say; a file that
+/// cannot be read is left to the module loader's error).
+fn is_component_file(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut head))
+        .is_ok_and(|()| wasmgate_component::is_component(&head))
+}
+
+/// What a component gets: its limits and grants (nothing by default).
+fn component_options(p: &PluginConfig) -> anyhow::Result<ComponentOptions> {
+    anyhow::ensure!(
+        p.services.is_empty(),
+        "services are not available to components yet (only to Extism plugins and Proxy-Wasm filters)"
+    );
+    Ok(ComponentOptions {
+        name: p.name.clone(),
+        memory_limit: p.memory_limit_mb.map(|mib| (mib as usize) << 20),
+        timeout: Some(Duration::from_millis(p.timeout_ms.unwrap_or(30_000))),
+        allowed_hosts: p.allowed_hosts.clone(),
+        preopens: p
+            .allowed_paths
+            .iter()
+            .map(|(host, guest)| {
+                let (read_only, host) = match host.strip_prefix("ro:") {
+                    Some(host) => (true, host),
+                    None => (false, host.as_str()),
+                };
+                Preopen {
+                    host: PathBuf::from(host),
+                    guest: guest.clone(),
+                    read_only,
+                }
+            })
+            .collect(),
+        env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        pool: pool_config(p),
+        route: String::new(),
+    })
 }
 
 fn load_module_as(
@@ -181,6 +237,7 @@ fn load_module_as(
     let kind = match (p.kind, &abi) {
         (PluginKind::Auto, Ok(_)) | (PluginKind::ProxyWasm, _) => PluginKind::ProxyWasm,
         (PluginKind::Auto, Err(_)) | (PluginKind::Extism, _) => PluginKind::Extism,
+        (PluginKind::Component, _) => unreachable!("components are loaded by load_plugin"),
     };
     if kind == PluginKind::ProxyWasm {
         let abi = abi.map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?;

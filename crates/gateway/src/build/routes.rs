@@ -126,12 +126,22 @@ async fn build_filter(
     ) else {
         return None; // already reported
     };
-    let LoadedPlugin::ProxyWasm { module, .. } = plugin else {
-        problems.add(
-            format!("{field}.plugin"),
-            format!("`{}` is an Extism plugin: filters must be Proxy-Wasm plugins (use it as a route's `function`)", filter.plugin),
-        );
-        return None;
+    let module = match plugin {
+        LoadedPlugin::ProxyWasm { module, .. } => module,
+        LoadedPlugin::Extism(_) => {
+            problems.add(
+                format!("{field}.plugin"),
+                format!("`{}` is an Extism plugin: filters must be Proxy-Wasm plugins (use it as a route's `function`)", filter.plugin),
+            );
+            return None;
+        }
+        LoadedPlugin::Component(_) => {
+            problems.add(
+                format!("{field}.plugin"),
+                format!("`{}` is a wasi:http component: filters must be Proxy-Wasm plugins (use it as a route's `component`)", filter.plugin),
+            );
+            return None;
+        }
     };
     let filter_config = filter_config(
         settings,
@@ -155,7 +165,8 @@ async fn build_filter(
     }
 }
 
-/// The route's endpoint: an upstream, an Extism function or a fixed answer.
+/// The route's endpoint: an upstream, an Extism function, a component, a
+/// fixed answer or a redirect.
 fn build_endpoint(
     context: &Context<'_>,
     r: &RouteConfig,
@@ -164,6 +175,18 @@ fn build_endpoint(
 ) -> Option<Endpoint> {
     if let Some(name) = &r.upstream {
         return context.upstreams.get(name).cloned().map(Endpoint::Upstream);
+    }
+    if let Some(c) = &r.component {
+        return match context.plugins.by_name.get(&c.plugin)? {
+            LoadedPlugin::Component(plugin) => Some(Endpoint::Component(plugin.clone())),
+            _ => {
+                problems.add(
+                    format!("{at}.component.plugin"),
+                    format!("`{}` is not a wasi:http component (a component exports wasi:http/incoming-handler)", c.plugin),
+                );
+                None
+            }
+        };
     }
     if let Some(redirect) = &r.redirect {
         return Some(Endpoint::Redirect(redirect.clone()));
@@ -191,6 +214,16 @@ fn build_endpoint(
                 format!("{at}.function.plugin"),
                 format!(
                     "`{}` is a Proxy-Wasm filter, not an Extism plugin",
+                    f.plugin
+                ),
+            );
+            None
+        }
+        Some(LoadedPlugin::Component(_)) => {
+            problems.add(
+                format!("{at}.function.plugin"),
+                format!(
+                    "`{}` is a wasi:http component, not an Extism plugin (use it as the route's `component`)",
                     f.plugin
                 ),
             );

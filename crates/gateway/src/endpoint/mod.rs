@@ -1,10 +1,12 @@
-//! Where a route's requests end: an upstream, an Extism function or a fixed
-//! answer. One enum, one file per kind: the request path (`proxy.rs`) asks
-//! an endpoint whether it takes the body as a stream (an upstream does) or
-//! whole (the others), and hands it over; a new kind of endpoint is a
+//! Where a route's requests end: an upstream, an Extism function, a
+//! `wasi:http` component, a fixed answer or a redirect. One enum, one file
+//! per kind: the request path (`proxy.rs`) asks an endpoint whether it takes
+//! the body as a stream (an upstream and a component do) or whole (the
+//! others), and hands it over; a new kind of endpoint is a
 //! variant and a file here. (An enum, not a trait object: the request path
 //! awaits it without boxing a future per request.)
 
+pub(crate) mod component;
 pub(crate) mod function;
 pub(crate) mod redirect;
 pub(crate) mod respond;
@@ -25,6 +27,8 @@ pub(crate) enum Endpoint {
     Upstream(Arc<Upstream>),
     /// An Extism function called with the whole body (`function.rs`).
     Function(function::Function),
+    /// A `wasi:http` component, the body streamed (`component.rs`).
+    Component(Arc<wasmgate_component::ComponentPlugin>),
     /// A fixed answer (`respond.rs`).
     Respond(FixedResponse),
     /// A redirect to the request's URL changed (`redirect.rs`).
@@ -58,7 +62,9 @@ impl Endpoint {
             }
             Endpoint::Respond(fixed) => respond::answer(fixed),
             Endpoint::Redirect(redirect) => redirect::answer(redirect, target),
-            Endpoint::Upstream(_) => unreachable!("an upstream streams the body"),
+            Endpoint::Upstream(_) | Endpoint::Component(_) => {
+                unreachable!("upstreams and components stream the body")
+            }
         }
     }
 }
