@@ -4,6 +4,7 @@ mod access_log;
 mod call;
 mod cluster;
 mod compile;
+mod component;
 mod gateway;
 mod logging;
 mod plugin_args;
@@ -31,10 +32,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve an Extism plugin's functions over HTTP (POST body in, output out).
-    Serve(serve::ServeArgs),
+    /// Serve an Extism plugin's functions over HTTP (POST body in, output out),
+    /// or a wasi:http component (it answers every request).
+    Serve(Box<serve::ServeArgs>),
     /// Call an Extism plugin function once and print its output (like `extism call`).
-    Call(call::CallArgs),
+    Call(Box<call::CallArgs>),
     /// Compile a module ahead of time into a .cwasm for this wasmgate version.
     Compile(compile::CompileArgs),
     /// Run the gateway: routes, upstreams and Proxy-Wasm filter chains from a YAML file.
@@ -52,8 +54,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     logging::init(&cli.logging);
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
-        Command::Call(args) => call::run(args),
+        Command::Serve(args) => serve::run(*args),
+        Command::Call(args) => call::run(*args),
         Command::Compile(args) => compile::run(args),
         Command::Run(args) => gateway::run(args),
         Command::Check(args) => gateway::check(args),

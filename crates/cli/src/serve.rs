@@ -1,4 +1,5 @@
-//! `wasmgate serve`: one plugin's functions over HTTP.
+//! `wasmgate serve`: one Extism plugin's functions over HTTP, or one
+//! `wasi:http` component answering every request.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -8,7 +9,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use wasmgate_extism::PoolConfig;
-use wasmgate_gateway::{FunctionRoute, FunctionRouteConfig, Handler, ListenerConfig};
+use wasmgate_gateway::{
+    ComponentRoute, ComponentRouteConfig, FunctionRoute, FunctionRouteConfig, Handler,
+    ListenerConfig,
+};
 
 use crate::plugin_args::{millis, PluginArgs};
 
@@ -87,6 +91,10 @@ pub struct ServeArgs {
     /// `traceparent` is followed).
     #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
     trace_sample_ratio: f64,
+    /// Components: an environment variable the guest reads, `KEY=VALUE`
+    /// (repeatable; none by default).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
@@ -127,6 +135,9 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
         };
         crate::access_log::start_tracing(&config, Path::new("."))?;
     }
+    if crate::component::is_component_file(&args.plugin.plugin) {
+        return serve_component(args, threads).await;
+    }
     let mut manifest = args.plugin.manifest()?;
     manifest.timeout_ms.get_or_insert(DEFAULT_SERVE_TIMEOUT_MS);
     let runtime = args.plugin.runtime()?;
@@ -144,11 +155,7 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
             );
         }
     }
-    let address: SocketAddr = format!("{}:{}", args.address, args.port)
-        .parse()
-        .with_context(|| format!("invalid listen address {}:{}", args.address, args.port))?;
-    let listener =
-        std::net::TcpListener::bind(address).with_context(|| format!("binding {address}"))?;
+    let (address, listener) = bind(&args)?;
     tracing::info!(
         %address,
         plugin = plugin.name(),
@@ -164,6 +171,55 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
             default_function: args.function.clone(),
             max_body_bytes: args.max_body_bytes,
             content_type: args.content_type.clone(),
+            error_details: args.error_details,
+        },
+    ));
+    let config = ListenerConfig {
+        shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_secs),
+        ..ListenerConfig::default()
+    };
+    let listening = vec![wasmgate_gateway::Listening {
+        socket: listener,
+        tls: None,
+    }];
+    serve_until_signal(listening, threads, route, config, async {}).await?;
+    crate::access_log::drain();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn bind(args: &ServeArgs) -> Result<(SocketAddr, std::net::TcpListener)> {
+    let address: SocketAddr = format!("{}:{}", args.address, args.port)
+        .parse()
+        .with_context(|| format!("invalid listen address {}:{}", args.address, args.port))?;
+    let listener =
+        std::net::TcpListener::bind(address).with_context(|| format!("binding {address}"))?;
+    Ok((address, listener))
+}
+
+/// `serve` for a `wasi:http` component: every request is the component's.
+async fn serve_component(args: ServeArgs, threads: usize) -> Result<()> {
+    if let Some(function) = &args.function {
+        bail!("{} is a wasi:http component, which answers every path itself: drop the function name `{function}`", args.plugin.plugin.display());
+    }
+    let plugin = Arc::new(crate::component::load(
+        &args.plugin,
+        &args.env,
+        args.pool_size,
+        args.queue_timeout_ms,
+    )?);
+    let (address, listener) = bind(&args)?;
+    tracing::info!(
+        %address,
+        plugin = plugin.name(),
+        kind = "component (wasi:http)",
+        threads,
+        "serving"
+    );
+    let route = Arc::new(ComponentRoute::new(
+        plugin,
+        ComponentRouteConfig {
+            max_body_bytes: args.max_body_bytes,
             error_details: args.error_details,
         },
     ));

@@ -1,0 +1,102 @@
+//! `serve` with a `wasi:http` component: which of the shared plugin flags
+//! apply (outbound hosts, directories, memory cap, deadline, the cache), and
+//! which do not (an Extism manifest's config, vars, services).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use wasmgate_component::{ComponentOptions, ComponentPlugin, Preopen};
+use wasmgate_extism::PoolConfig;
+use wasmgate_runtime::PrecompiledPolicy;
+
+use crate::plugin_args::PluginArgs;
+
+/// Call deadline when --timeout-ms sets none (as for Extism plugins).
+const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+/// Whether the file holds a component (its first bytes say so).
+pub fn is_component_file(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut head))
+        .is_ok_and(|()| wasmgate_component::is_component(&head))
+}
+
+pub fn load(
+    args: &PluginArgs,
+    env: &[String],
+    pool_size: usize,
+    queue_timeout_ms: u64,
+) -> Result<ComponentPlugin> {
+    let not_for_components = [
+        ("--config", !args.config.is_empty()),
+        ("--service", !args.services.is_empty()),
+        ("--max-var-bytes", args.max_var_bytes.is_some()),
+        (
+            "--max-http-response-bytes",
+            args.max_http_response_bytes.is_some(),
+        ),
+    ];
+    if let Some((flag, _)) = not_for_components.iter().find(|(_, given)| *given) {
+        bail!(
+            "{flag} is for Extism plugins; {} is a wasi:http component",
+            args.plugin.display()
+        );
+    }
+    let mut preopens = Vec::new();
+    for mapping in &args.allowed_paths {
+        let (read_only, rest) = match mapping.strip_prefix("ro:") {
+            Some(rest) => (true, rest),
+            None => (false, mapping.as_str()),
+        };
+        let Some((host, guest)) = rest.split_once(':') else {
+            bail!("--allow-path {mapping:?}: expected [ro:]HOST_DIR:GUEST_DIR");
+        };
+        preopens.push(Preopen {
+            host: PathBuf::from(host),
+            guest: guest.to_string(),
+            read_only,
+        });
+    }
+    let env = env
+        .iter()
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("--env {pair:?}: expected KEY=VALUE"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.plugin
+            .file_stem()
+            .map_or_else(|| "component".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let runtime = args.runtime()?;
+    let precompiled = match args.allow_precompiled {
+        true => PrecompiledPolicy::Allowed,
+        false => PrecompiledPolicy::Refused,
+    };
+    let (component, _) = runtime
+        .load_component_file(&args.plugin, precompiled)
+        .context("loading the component")?;
+    let options = ComponentOptions {
+        name,
+        memory_limit: args.memory_limit.map(|mib| (mib as usize) << 20),
+        timeout: Some(Duration::from_millis(
+            args.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+        )),
+        allowed_hosts: args.allowed_hosts.clone(),
+        preopens,
+        env,
+        pool: PoolConfig {
+            max_instances: pool_size,
+            isolation: true,
+            acquire_timeout: Duration::from_millis(queue_timeout_ms),
+        },
+        route: String::new(),
+    };
+    ComponentPlugin::new(&runtime, &component, options)
+        .with_context(|| format!("loading {}", args.plugin.display()))
+}
