@@ -8,7 +8,7 @@ out="$here/../target/wasm"
 mkdir -p "$out"
 
 rustup target add --toolchain "$(sed -n 's/^channel = "\(.*\)"/\1/p' "$here/rust-toolchain.toml")" \
-  wasm32-unknown-unknown wasm32-wasip1 >/dev/null
+  wasm32-unknown-unknown wasm32-wasip1 wasm32-wasip2 >/dev/null
 
 cd "$here"
 # `plugins/build.sh --demo`: only the demos' plugins (make demo, make
@@ -55,6 +55,12 @@ for dir in "$here"/higress/*/; do
   (cd "$dir" && GOOS=wasip1 GOARCH=wasm GONOSUMDB='github.com/higress-group/*' \
     go build -mod=readonly -buildmode=c-shared -o "$out/$name.wasm" .)
 done
+
+# wasi:http/proxy components (WASI 0.2.12, exporting wasi:http/incoming-handler),
+# the same paths in Rust, Python and JavaScript. Rust: the wasip2 crate 1.0.4
+# (the `wasi` crate's successor) for wasm32-wasip2, where rustc links the component.
+cargo build --release --target wasm32-wasip2 -p http_handler
+cp target/wasm32-wasip2/release/http_handler.wasm "$out/component_rust.wasm"
 
 # Plugins from the other SDKs of docs/compatibility.md (tests:
 # crates/cli/tests/sdk_compat.rs). Toolchains from scripts/install-deps.sh:
@@ -114,5 +120,30 @@ if stale "$out/c_hello.wasm" "$here/extism/c" "$c_pdk"; then
   need clang "the C Extism plugin"
   clang --target=wasm32-unknown-unknown -O2 -mbulk-memory -nostdlib -Wl,--no-entry -Wall \
     -I"$c_pdk" "$here/extism/c/hello.c" -o "$out/c_hello.wasm"
+fi
+# wasi:http/proxy components, Python and JavaScript (the Rust one is above),
+# on the WIT of plugins/component/python/wit: wasi:http 0.2.12 from the
+# wasmtime-wasi-http 48.0.8 crate. Python: componentize-py 0.25.1 (pip, from
+# scripts/install-deps.sh), CPython in the component, about 10 s.
+component_check() { # component_check WASM: a component (not a core module) exporting the handler
+  [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 0061736d0d000100 ] && grep -qa 'wasi:http/incoming-handler@0.2' "$1" ||
+    { echo "error: $1 is not a wasi:http/proxy component" >&2; exit 1; }
+}
+component_check "$out/component_rust.wasm"
+py_component="$here/component/python"
+if stale "$out/component_python.wasm" "$py_component/app.py" "$py_component/wit"; then
+  need componentize-py "the Python component"
+  (cd "$py_component" && componentize-py -q -d wit -w python-handler componentize app -o "$out/component_python.wasm")
+  component_check "$out/component_python.wasm"
+fi
+# JavaScript: ComponentizeJS 0.23.0 (StarlingMonkey, wizer from npm; jco 1.35.0
+# for inspecting components), package-lock.json; no AOT (weval would be
+# downloaded from GitHub). About 25 s.
+js_component="$here/component/js"
+if stale "$out/component_js.wasm" "$js_component/app.js" "$js_component/package-lock.json" "$py_component/wit"; then
+  need npm "the JavaScript component"
+  npm_ci "$js_component"
+  (cd "$js_component" && npm run --silent build)
+  component_check "$out/component_js.wasm"
 fi
 ls -l "$out"

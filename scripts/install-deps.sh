@@ -16,7 +16,7 @@ toolchain="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
 
 rustup toolchain list | grep -q "^$toolchain" || rustup toolchain install "$toolchain" --profile minimal -c rustfmt -c clippy
 rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null
-rustup target add --toolchain "$toolchain" wasm32-unknown-unknown wasm32-wasip1 >/dev/null
+rustup target add --toolchain "$toolchain" wasm32-unknown-unknown wasm32-wasip1 wasm32-wasip2 >/dev/null
 
 apt_install() { # apt_install PACKAGE...
   local sudo=
@@ -119,6 +119,11 @@ python3 -c 'import playwright, importlib.metadata as m; assert m.version("playwr
 # (crates/cli/tests/protocols.rs), pinned.
 python3 -c 'import importlib.metadata as m; assert m.version("websockets") == "17.4" and m.version("grpcio") == "1.85.3"' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check websockets==17.4 grpcio==1.85.3
+
+# componentize-py, pinned: builds the Python wasi:http/proxy component
+# (plugins/component/python) with the CPython it carries.
+python3 -c 'import importlib.metadata as m; assert m.version("componentize-py") == "0.25.1"' 2>/dev/null ||
+  python3 -m pip install --quiet --disable-pip-version-check componentize-py==0.25.1
 
 if [ "${1:-}" = "--bench" ]; then
   need=()
