@@ -55,6 +55,20 @@ where
         self.source.frame().await
     }
 
+    /// [`BodyPump::next`], once the sink has room for what feeding that
+    /// frame sends on (a frame and the body's end). Where a pump is one
+    /// side of a `select!`, this keeps a full sink from stalling the other
+    /// side: a peer that answers as it reads (an echo, a bidirectional
+    /// stream) stops reading until its answer is read, and feeding into its
+    /// full channel would wait for it forever while its answer went unread.
+    /// Cancel-safe as `next` is (a cancelled wait only loses its turn).
+    pub async fn next_when_room(&mut self) -> Option<Result<Frame<Bytes>, B::Error>> {
+        // Only this pump sends into the sink: room seen now stays room.
+        // A closed sink has no room to wait for; feeding finds it closed.
+        let _ = self.sink.reserve_many(2).await;
+        self.next().await
+    }
+
     /// Ends the body as broken, so the peer reading it sees an aborted
     /// body, never a shorter one that looks whole.
     pub async fn abort(self, why: &'static str) {
@@ -192,7 +206,7 @@ impl Chain {
             tokio::select! {
                 next = async {
                     match request.as_mut() {
-                        Some(pump) => pump.next().await,
+                        Some(pump) => pump.next_when_room().await,
                         None => std::future::pending().await,
                     }
                 } => {

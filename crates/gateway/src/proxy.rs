@@ -435,7 +435,7 @@ impl Gateway {
                 result = &mut send => return Ok((result, pump)),
                 next = async {
                     match pump.as_mut() {
-                        Some(pump) => pump.next().await,
+                        Some(pump) => pump.next_when_room().await,
                         None => std::future::pending().await,
                     }
                 } => {
