@@ -131,6 +131,12 @@ class IncomingHandler(exports.IncomingHandler):
         elif get and path == "/state":
             state += 1
             respond(response_out, 200, str(state).encode())
+        elif get and path == "/header":
+            values = request.headers().get(query.get("name", ""))
+            if values:
+                respond(response_out, 200, values[0])
+            else:
+                respond(response_out, 404, b"not set")
         elif get and path == "/env":
             value = os.environ.get(query.get("name", ""))
             if value is None:

@@ -52,6 +52,14 @@ impl Guest for Handler {
                 let n = STATE.fetch_add(1, Ordering::SeqCst) + 1;
                 respond(out, 200, n.to_string().as_bytes())
             }
+            "/header" if get => {
+                let value = query_param(query, "name")
+                    .and_then(|name| request.headers().get(&name).into_iter().next());
+                match value {
+                    Some(value) => respond(out, 200, &value),
+                    None => respond(out, 404, b"not set"),
+                }
+            }
             "/env" if get => match query_param(query, "name").and_then(|n| std::env::var(n).ok()) {
                 Some(value) => respond(out, 200, value.as_bytes()),
                 None => respond(out, 404, b"not set"),
