@@ -26,25 +26,18 @@ fn big_body() -> Vec<u8> {
         .collect()
 }
 
-/// Whether an error text names `HTTP-request-denied`, as each language
-/// prints it (`ErrorCode::HttpRequestDenied`, `ErrorCode_HttpRequestDenied()`,
+/// Whether an error text names the `wasi:http` error code `code` (e.g.
+/// `HTTP-request-denied`) as any of the languages prints it
+/// (`ErrorCode::HttpRequestDenied`, `ErrorCode_HttpRequestDenied()`,
 /// `{"tag":"HTTP-request-denied"}`).
-fn names_denied(text: &str) -> bool {
-    let folded: String = text
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect::<String>()
-        .to_ascii_lowercase();
-    folded.contains("httprequestdenied")
-}
-
-fn names_refused(text: &str) -> bool {
-    let folded: String = text
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect::<String>()
-        .to_ascii_lowercase();
-    folded.contains("connectionrefused")
+fn names_error_code(text: &str, code: &str) -> bool {
+    let fold = |s: &str| -> String {
+        s.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase()
+    };
+    fold(text).contains(&fold(code))
 }
 
 /// Everything the contract promises, through `wasmgate serve`.
@@ -127,10 +120,23 @@ async fn serve_contract(lang: &str) {
         "{}",
         reply.text()
     );
-    assert!(names_denied(&reply.text()), "{}", reply.text());
+    assert!(
+        names_error_code(&reply.text(), "HTTP-request-denied"),
+        "{}",
+        reply.text()
+    );
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "a denied host is no hang"
+    );
+    // An allowed host that is down: the guest hears why, at once.
+    let dead = format!("http://127.0.0.1:{}/", common::free_port());
+    let reply = get(&c, &server.url(&format!("/fetch?url={}", encode(&dead)))).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert!(
+        names_error_code(&reply.text(), "connection-refused"),
+        "{}",
+        reply.text()
     );
     // Failures end only their own request, each as what it is.
     let reply = get(&c, &server.url("/trap")).await;
