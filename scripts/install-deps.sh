@@ -138,6 +138,13 @@ if [ "${1:-}" = "--bench" ]; then
     mv "$root/target/bench-bin/server" "$root/target/bench-bin/toxiproxy-server"
   fi
   (cd "$root/reference/go-pgx" && go mod download)
+  # bench/components.py: `wasmtime serve` of wasmtime-cli 48.0.8 (the runtime
+  # version wasmgate pins), from crates.io with its own lockfile, into
+  # target/bench-bin (about 12 minutes on two cores, in its own target dir).
+  if [ ! -x "$root/target/bench-bin/bin/wasmtime" ]; then
+    CARGO_TARGET_DIR="$root/target/wasmtime-cli-build" \
+      cargo install wasmtime-cli --version 48.0.8 --locked --root "$root/target/bench-bin"
+  fi
   # bench/protocols.py: the Go peers' modules; the plots of the bench scripts.
   (cd "$root/bench/protopeers" && go mod download)
   python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check matplotlib==3.10.7
