@@ -200,8 +200,10 @@ plugins:
   - {{name: tag, wasm: "{WASM}/add_header.wasm"}}
   - {{name: constructor, wasm: "{WASM}/add_header.wasm"}}
   - {{name: faults, wasm: "{WASM}/faults.wasm"}}
+  - {{name: handler, wasm: "{WASM}/component_rust.wasm"}}
 routes:
   - {{name: api, path: {{prefix: /api}}, plugins: [{{plugin: tag, conf: dashboard}}], upstream: backend}}
+  - {{name: app, path: {{prefix: /trap}}, component: {{plugin: handler}}}}
   - {{name: xss, path: {{prefix: "{XSS_PREFIX}"}}, respond: {{status: 200, body: x}}}}
   - {{name: constructor, path: {{prefix: /constructor}}, plugins: [{{plugin: constructor}}], respond: {{status: 200, body: c}}}}
   - {{name: functions, path: {{prefix: /f/}}, function: {{plugin: faults}}}}
@@ -213,6 +215,8 @@ routes:
             for _ in range(4):
                 self.assertEqual(gw.get("/constructor"), (200, "c"))
             status, _ = gw.get("/f/trap", method="POST")
+            self.assertEqual(status, 500)
+            status, _ = gw.get("/trap")  # the component's own trap
             self.assertEqual(status, 500)
             page = self.new_page()
 
@@ -266,6 +270,7 @@ routes:
             api = page.locator('#routes-table tr[data-route="api"]').text_content()
             self.assertIn("tag \"dashboard\"", api)
             self.assertIn("upstream backend", api)
+            self.assertIn("component handler", page.locator('#routes-table tr[data-route="app"]').text_content())
             upstream_row = page.locator("#upstreams-table tbody tr").first.text_content()
             self.assertIn(f"127.0.0.1:{self.upstream.server_port}", upstream_row)
             self.assertEqual(page.locator("#upstreams-table tbody tr").first.locator("td").nth(2).text_content(), "http1")
@@ -297,6 +302,15 @@ routes:
             self.assertIn("trap", crash)
             self.assertIn("explode_on_purpose", crash)
             self.assertRegex(crash, r"\.rs:\d+")
+            # A wasi:http component is a plugin like the others: its kind,
+            # its trap, its crash report with the guest's source line.
+            handler = page.locator('#plugins-table tr[data-plugin="handler"] td')
+            self.assertIn("component", handler.nth(1).text_content())
+            self.assertEqual(handler.nth(5).text_content(), "1")  # traps
+            handler.last.locator("button").click()
+            page.wait_for_function(
+                "() => document.getElementById('plugin-crash').textContent.includes('http_handler')")
+            self.assertRegex(page.locator("#plugin-crash").text_content(), r"http_handler/src/lib\.rs:\d+")
             page.locator('#plugins-table tr[data-plugin="tag"] button').click()
             stop = threading.Event()
 

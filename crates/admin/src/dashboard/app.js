@@ -318,6 +318,8 @@ function describeEndpoint(r) {
   if (r.upstream) return "upstream " + r.upstream;
   if (r.respond) return `respond ${r.respond.status ?? 200}`;
   if (r.function) return `function ${r.function.plugin}`;
+  if (r.component) return `component ${r.component.plugin}`;
+  if (r.redirect) return `redirect ${r.redirect.status ?? 301}`;
   return "-";
 }
 
