@@ -382,3 +382,28 @@ routes:
         "{text}"
     );
 }
+
+/// A component that is not a `wasi:http` handler, or not a component at
+/// all past its header, is refused with the reason, not served.
+#[test]
+fn serve_refuses_what_is_not_a_wasi_http_component() {
+    let dir = tempfile::tempdir().unwrap();
+    // The smallest valid component: its header and nothing else.
+    let empty = dir.path().join("empty.wasm");
+    std::fs::write(&empty, b"\0asm\x0d\x00\x01\x00").unwrap();
+    let truncated = dir.path().join("truncated.wasm");
+    let real = std::fs::read(common::plugin("component_rust")).unwrap();
+    std::fs::write(&truncated, &real[..real.len() / 2]).unwrap();
+    for (file, says) in [
+        (&empty, "does not export wasi:http/incoming-handler"),
+        (&truncated, "invalid WebAssembly component"),
+    ] {
+        let output = common::wasmgate()
+            .args(["serve", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{}: {stderr}", file.display());
+    }
+}

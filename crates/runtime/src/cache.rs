@@ -29,6 +29,9 @@ use wasmtime::{Engine, Module};
 /// (`wasi:http`), each compiled by the engine and loaded back from its
 /// artifact.
 pub trait Compiled: Sized {
+    /// What it is, in errors ("module", "component").
+    const WHAT: &'static str;
+
     fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>>;
 
     /// # Safety
@@ -39,6 +42,8 @@ pub trait Compiled: Sized {
 }
 
 impl Compiled for Module {
+    const WHAT: &'static str = "module";
+
     fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
         engine.precompile_module(wasm)
     }
@@ -51,6 +56,8 @@ impl Compiled for Module {
 }
 
 impl Compiled for Component {
+    const WHAT: &'static str = "component";
+
     fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
         engine.precompile_component(wasm)
     }
@@ -154,8 +161,9 @@ impl ModuleCache {
                 }
             }
         }
-        let artifact = C::precompile(engine, wasm)
-            .map_err(|e| anyhow::Error::from(e).context("invalid WebAssembly module"))?;
+        let artifact = C::precompile(engine, wasm).map_err(|e| {
+            anyhow::Error::from(e).context(format!("invalid WebAssembly {}", C::WHAT))
+        })?;
         // SAFETY: the artifact was produced by this engine a moment ago.
         #[allow(unsafe_code)]
         let module = unsafe { C::deserialize(engine, &artifact) };
