@@ -10,7 +10,10 @@ side in one run:
                      (the Rust component imports wasi:cli/environment)
   wasmgate-component `wasmgate serve component_rust.wasm`
   wasmgate-extism    `wasmgate serve hello.wasm hello`: wasmgate's own Extism
-                     hello, the issue's second yardstick
+                     hello, the issue's second yardstick (its instances are
+                     reused: no fresh instance per request)
+  extism-isolated    the same with `--isolation`: a fresh instance per
+                     request, the isolation components have
   gateway-component  `wasmgate run`, a route whose endpoint is the component
   gateway-filtered   the same behind one Proxy-Wasm filter (add_header, Rust
                      SDK): what a component route behind a filter costs
@@ -49,8 +52,9 @@ HELLO = os.path.join(ROOT, "target/wasm/hello.wasm")
 FILTER = os.path.join(ROOT, "target/wasm/add_header.wasm")
 POST_JOHN_DOE = os.path.join(HERE, "post-john-doe.lua")
 PORTS = {"wasmtime-serve": 18471, "wasmgate-component": 18472, "wasmgate-extism": 18473,
-         "gateway-component": 18474}
-SERVERS = ["wasmtime-serve", "wasmgate-component", "wasmgate-extism", "gateway-component", "gateway-filtered"]
+         "gateway-component": 18474, "extism-isolated": 18475}
+SERVERS = ["wasmtime-serve", "wasmgate-component", "wasmgate-extism", "extism-isolated", "gateway-component",
+           "gateway-filtered"]
 CONNECTIONS = [1, 100]
 
 
@@ -67,6 +71,9 @@ def start(tmp):
         "wasmgate-extism": subprocess.Popen(
             pinned + [WASMGATE, "serve", HELLO, "hello", "--port", str(PORTS["wasmgate-extism"]),
                       "--threads", "1", "--pool-size", "256", "--access-log", "off"], **quiet),
+        "extism-isolated": subprocess.Popen(
+            pinned + [WASMGATE, "serve", HELLO, "hello", "--port", str(PORTS["extism-isolated"]),
+                      "--threads", "1", "--pool-size", "256", "--isolation", "--access-log", "off"], **quiet),
     }
     config = f"{tmp}/wasmgate.yaml"
     with open(config, "w") as f:
@@ -92,9 +99,9 @@ def process_of(server):
 
 
 def wrk_args(server):
-    port = PORTS[process_of(server) if server != "gateway-filtered" else "gateway-component"]
+    port = PORTS["gateway-component" if server.startswith("gateway") else server]
     url = f"http://127.0.0.1:{port}/"
-    if server == "wasmgate-extism":
+    if server in ("wasmgate-extism", "extism-isolated"):
         return ["-s", POST_JOHN_DOE, url]
     if server == "gateway-filtered":
         return ["-H", "x-route: filtered", url]
@@ -106,9 +113,9 @@ def check(server):
     args = wrk_args(server)
     url = args[-1]
     curl = ["curl", "-sf", url]
-    if server == "wasmgate-extism":
+    if server in ("wasmgate-extism", "extism-isolated"):
         curl += ["-d", "John Doe"]
-        want = "Hello, John Doe"
+        want = "Hello John Doe"
     else:
         want = "hello from rust component"
     if server == "gateway-filtered":

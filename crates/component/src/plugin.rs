@@ -126,6 +126,9 @@ struct Shared {
     options: ComponentOptions,
     allowed: Arc<AllowedHosts>,
     stats: Arc<PluginStats>,
+    /// The guest's stdout and stderr, as log events under its name (made
+    /// once: each request's WASI context gets clones).
+    output: (LogStream, LogStream),
 }
 
 /// One request's instance and its store.
@@ -170,6 +173,7 @@ impl ComponentPlugin {
             pool,
             shared: Arc::new(Shared {
                 name: options.name.as_str().into(),
+                output: LogStream::pair(&options.name, &options.route),
                 pre,
                 allowed: Arc::new(AllowedHosts::new(&options.allowed_hosts)),
                 options,
@@ -278,7 +282,7 @@ impl Shared {
 
     fn request_state(&self) -> anyhow::Result<RequestState> {
         let mut wasi = WasiCtxBuilder::new();
-        let (stdout, stderr) = LogStream::pair(&self.name, &self.options.route);
+        let (stdout, stderr) = self.output.clone();
         wasi.stdout(stdout).stderr(stderr);
         wasi.envs(&self.options.env);
         for dir in &self.options.preopens {
