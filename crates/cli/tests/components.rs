@@ -301,6 +301,11 @@ async fn a_gateway_route_ends_in_a_component_behind_filters() {
         let reply = on_route(&c, &gw, route, "/header?name=x-forwarded-for").await;
         assert_eq!(reply.text(), "127.0.0.1", "{route}");
     }
+    // An answer the component wrote whole is filtered whole (its end is
+    // seen behind its first frame), so it goes out with its length.
+    let reply = on_route(&c, &gw, "filtered", "/").await;
+    assert_eq!(reply.text(), "hello from rust component");
+    assert_eq!(header(&reply, "content-length"), Some("25"));
     // A filter's local answer: the component never runs.
     let calls = "wasmgate_plugin_call_seconds_count{plugin=\"handler\",route=\"\"}";
     let calls_before = metric(&c, &gw, calls).await;

@@ -40,6 +40,62 @@ where
     body.map_err(Into::into).boxed_unsync()
 }
 
+/// What [`peek`] found.
+pub enum Peeked {
+    /// The body is over.
+    Ended,
+    /// Its next frame (or error), already there.
+    Next(Result<hyper::body::Frame<Bytes>, BoxError>),
+    /// Nothing yet.
+    NotYet,
+}
+
+/// The body's next frame if it is there without waiting. A body without a
+/// size (chunked, a component's) often has its end ready right behind its
+/// first frame; `is_end_stream` cannot tell without this.
+pub fn peek(body: &mut Body) -> Peeked {
+    use hyper::body::Body as _;
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match Pin::new(body).poll_frame(&mut cx) {
+        Poll::Ready(None) => Peeked::Ended,
+        Poll::Ready(Some(frame)) => Peeked::Next(frame),
+        Poll::Pending => Peeked::NotYet,
+    }
+}
+
+/// `rest` with `frame` in front of it (a frame [`peek`] took).
+pub fn prepended(frame: Result<hyper::body::Frame<Bytes>, BoxError>, rest: Body) -> Body {
+    Prepended {
+        first: Some(frame),
+        rest,
+    }
+    .boxed_unsync()
+}
+
+struct Prepended {
+    first: Option<Result<hyper::body::Frame<Bytes>, BoxError>>,
+    rest: Body,
+}
+
+impl hyper::body::Body for Prepended {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        match self.first.take() {
+            Some(frame) => Poll::Ready(Some(frame)),
+            None => Pin::new(&mut self.rest).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
+    }
+}
+
 /// A client's request body with an idle deadline: a client that stops
 /// sending mid-body for longer than `idle` ends the body with
 /// [`ClientBodyError::Stalled`] (408), and broken framing becomes

@@ -575,7 +575,17 @@ impl Gateway {
             None => body.frame().await,
             Some(_) => None,
         };
-        if request_rest.is_none() && body.is_end_stream() {
+        let mut ended = body.is_end_stream();
+        if request_rest.is_none() && !ended && first.as_ref().is_some_and(|f| f.is_ok()) {
+            // A body without a size (chunked, a component's) often has its
+            // end right behind its first frame: look, without waiting.
+            match body::peek(&mut body) {
+                body::Peeked::Ended => ended = true,
+                body::Peeked::Next(frame) => body = body::prepended(frame, body),
+                body::Peeked::NotYet => {}
+            }
+        }
+        if request_rest.is_none() && ended {
             if let Some(data) = first.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()) {
                 let data = data.to_vec();
                 let filtered = chain
