@@ -2,7 +2,6 @@
 //! apply (outbound hosts, directories, memory cap, deadline, the cache), and
 //! which do not (an Extism manifest's config, vars, services).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -14,15 +13,6 @@ use crate::plugin_args::PluginArgs;
 
 /// Call deadline when --timeout-ms sets none (as for Extism plugins).
 const DEFAULT_TIMEOUT_MS: u64 = 30_000;
-
-/// Whether the file holds a component (its first bytes say so).
-pub fn is_component_file(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut file| file.read_exact(&mut head))
-        .is_ok_and(|()| wasmgate_component::is_component(&head))
-}
 
 pub fn load(
     args: &PluginArgs,
@@ -45,21 +35,10 @@ pub fn load(
             args.plugin.display()
         );
     }
-    let mut preopens = Vec::new();
-    for mapping in &args.allowed_paths {
-        let (read_only, rest) = match mapping.strip_prefix("ro:") {
-            Some(rest) => (true, rest),
-            None => (false, mapping.as_str()),
-        };
-        let Some((host, guest)) = rest.split_once(':') else {
-            bail!("--allow-path {mapping:?}: expected [ro:]HOST_DIR:GUEST_DIR");
-        };
-        preopens.push(Preopen {
-            host: PathBuf::from(host),
-            guest: guest.to_string(),
-            read_only,
-        });
-    }
+    // `--allow-path` as an Extism manifest takes it (`ro:` kept on the host side).
+    let preopens = (args.manifest()?.allowed_paths.unwrap_or_default().iter())
+        .map(|(host, guest)| Preopen::new(host, &guest.to_string_lossy()))
+        .collect();
     let env = env
         .iter()
         .map(|pair| {

@@ -135,7 +135,7 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
         };
         crate::access_log::start_tracing(&config, Path::new("."))?;
     }
-    if crate::component::is_component_file(&args.plugin.plugin) {
+    if wasmgate_component::is_component_file(&args.plugin.plugin) {
         return serve_component(args, threads).await;
     }
     let mut manifest = args.plugin.manifest()?;
@@ -174,6 +174,25 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
             error_details: args.error_details,
         },
     ));
+    serve_one(&args, listener, threads, route).await
+}
+
+fn bind(args: &ServeArgs) -> Result<(SocketAddr, std::net::TcpListener)> {
+    let address: SocketAddr = format!("{}:{}", args.address, args.port)
+        .parse()
+        .with_context(|| format!("invalid listen address {}:{}", args.address, args.port))?;
+    let listener =
+        std::net::TcpListener::bind(address).with_context(|| format!("binding {address}"))?;
+    Ok((address, listener))
+}
+
+/// Serves `route` on `listener` until a signal, then drains the access log.
+async fn serve_one<H: Handler>(
+    args: &ServeArgs,
+    listener: std::net::TcpListener,
+    threads: usize,
+    route: Arc<H>,
+) -> Result<()> {
     let config = ListenerConfig {
         shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_secs),
         ..ListenerConfig::default()
@@ -186,15 +205,6 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
     crate::access_log::drain();
     tracing::info!("stopped");
     Ok(())
-}
-
-fn bind(args: &ServeArgs) -> Result<(SocketAddr, std::net::TcpListener)> {
-    let address: SocketAddr = format!("{}:{}", args.address, args.port)
-        .parse()
-        .with_context(|| format!("invalid listen address {}:{}", args.address, args.port))?;
-    let listener =
-        std::net::TcpListener::bind(address).with_context(|| format!("binding {address}"))?;
-    Ok((address, listener))
 }
 
 /// `serve` for a `wasi:http` component: every request is the component's.
@@ -223,18 +233,7 @@ async fn serve_component(args: ServeArgs, threads: usize) -> Result<()> {
             error_details: args.error_details,
         },
     ));
-    let config = ListenerConfig {
-        shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_secs),
-        ..ListenerConfig::default()
-    };
-    let listening = vec![wasmgate_gateway::Listening {
-        socket: listener,
-        tls: None,
-    }];
-    serve_until_signal(listening, threads, route, config, async {}).await?;
-    crate::access_log::drain();
-    tracing::info!("stopped");
-    Ok(())
+    serve_one(&args, listener, threads, route).await
 }
 
 /// Serves on worker threads until SIGTERM or SIGINT, then lets them finish

@@ -30,3 +30,13 @@ pub use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 pub fn is_component(bytes: &[u8]) -> bool {
     wasmgate_runtime::is_component(bytes)
 }
+
+/// Whether the file at `path` holds a component (its first 8 bytes say; a
+/// file that cannot be read is not, and its loader reports why).
+pub fn is_component_file(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut head))
+        .is_ok_and(|()| is_component(&head))
+}

@@ -76,6 +76,22 @@ pub struct Preopen {
     pub read_only: bool,
 }
 
+impl Preopen {
+    /// From the form Extism's `allowed_paths` use too: the host directory,
+    /// `ro:` in front for read-only, and the guest path.
+    pub fn new(host: &str, guest: &str) -> Preopen {
+        let (read_only, host) = match host.strip_prefix("ro:") {
+            Some(host) => (true, host),
+            None => (false, host),
+        };
+        Preopen {
+            host: PathBuf::from(host),
+            guest: guest.to_string(),
+            read_only,
+        }
+    }
+}
+
 /// Why a request got no answer from the component.
 #[derive(Debug, thiserror::Error)]
 pub enum ComponentError {

@@ -171,7 +171,7 @@ fn load_plugin(
             _ => Ok(hash),
         }
     };
-    if is_component_file(&path) || p.kind == PluginKind::Component {
+    if wasmgate_component::is_component_file(&path) || p.kind == PluginKind::Component {
         let (component, hash) = runtime.load_component_file(&path, precompiled)?;
         let hash = check_hash(hash)?;
         let plugin = ComponentPlugin::new(runtime, &component, component_options(p)?)
@@ -181,16 +181,6 @@ fn load_plugin(
     let (module, hash) = runtime.load_module_file(&path, precompiled)?;
     let hash = check_hash(hash)?;
     load_module_as(p, &path, module, runtime, grants, precompiled).map(|plugin| (plugin, hash))
-}
-
-/// Whether the file holds a component (its first 8 bytes say; a file that
-/// cannot be read is left to the module loader's error).
-fn is_component_file(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut file| file.read_exact(&mut head))
-        .is_ok_and(|()| wasmgate_component::is_component(&head))
 }
 
 /// What a component gets: its limits and grants (nothing by default).
@@ -204,20 +194,8 @@ fn component_options(p: &PluginConfig) -> anyhow::Result<ComponentOptions> {
         memory_limit: p.memory_limit_mb.map(|mib| (mib as usize) << 20),
         timeout: Some(Duration::from_millis(p.timeout_ms.unwrap_or(30_000))),
         allowed_hosts: p.allowed_hosts.clone(),
-        preopens: p
-            .allowed_paths
-            .iter()
-            .map(|(host, guest)| {
-                let (read_only, host) = match host.strip_prefix("ro:") {
-                    Some(host) => (true, host),
-                    None => (false, host.as_str()),
-                };
-                Preopen {
-                    host: PathBuf::from(host),
-                    guest: guest.clone(),
-                    read_only,
-                }
-            })
+        preopens: (p.allowed_paths.iter())
+            .map(|(host, guest)| Preopen::new(host, guest))
             .collect(),
         env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         pool: pool_config(p),
