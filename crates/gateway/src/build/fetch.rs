@@ -7,15 +7,11 @@
 //! a `sha256` is checked against it when loaded (`plugins.rs`).
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::{BodyExt, Limited};
 use sha2::{Digest, Sha256};
 
 use wasmgate_config::PluginConfig;
@@ -83,28 +79,11 @@ fn file_has_hash(file: &Path, expected: &str) -> bool {
     std::fs::read(file).is_ok_and(|bytes| hex::encode(Sha256::digest(&bytes)) == expected)
 }
 
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
-
-fn client() -> &'static HttpsClient {
-    static CLIENT: OnceLock<HttpsClient> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(Duration::from_secs(5)));
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .expect("the ring provider supports the default protocol versions")
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        Client::builder(TokioExecutor::new()).build(connector)
-    })
-}
-
 async fn fetch(url: &str) -> Result<Bytes> {
     let uri: hyper::Uri = url.parse().context("not a URL")?;
     let exchange = async {
-        let response = client().get(uri).await?;
+        // The client plugins' own requests go out with (the same timeouts, TLS roots).
+        let response = wasmgate_services::outbound_http::client().get(uri).await?;
         if !response.status().is_success() {
             bail!("answered {}", response.status());
         }
