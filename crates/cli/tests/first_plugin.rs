@@ -128,3 +128,27 @@ routes:
         "hello from my first filter"
     );
 }
+
+/// Section 5: the Rust component built with its toolchain, served, and
+/// answering every method and path with the environment the flag gave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_wasi_http_component() {
+    let dir = example("rust-component");
+    build(
+        &dir,
+        Command::new("cargo").args(["build", "--release", "--target", "wasm32-wasip2"]),
+    );
+    let wasm = dir.join("target/wasm32-wasip2/release/hello_component.wasm");
+    let server = common::Server::start(&[
+        wasm.to_str().unwrap(),
+        "--env",
+        "GREETING=Hi",
+        "--access-log",
+        "off",
+    ]);
+    let c = client();
+    let reply = get(&c, &server.url("/")).await;
+    assert_eq!(reply.text(), "Hi from a component: GET /\n");
+    let reply = common::gateway::send(&c, "POST", &server.url("/orders?id=7"), &[], "").await;
+    assert_eq!(reply.text(), "Hi from a component: POST /orders?id=7\n");
+}
