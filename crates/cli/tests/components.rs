@@ -412,3 +412,33 @@ fn serve_refuses_what_is_not_a_wasi_http_component() {
         assert!(stderr.contains(says), "{}: {stderr}", file.display());
     }
 }
+
+/// `wasmgate compile` makes a component's artifact too; `serve` runs it
+/// only when told it may load native code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_precompiled_component_serves_only_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let artifact = dir.path().join("handler.cwasm");
+    let plugin = common::plugin("component_rust");
+    let compiled = common::wasmgate()
+        .args(["compile", plugin.to_str().unwrap(), "-o"])
+        .arg(&artifact)
+        .output()
+        .unwrap();
+    assert!(compiled.status.success(), "{compiled:?}");
+    let refused = common::wasmgate()
+        .args(["serve", artifact.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("allow-precompiled"), "{stderr}");
+    let server = Server::start(&[
+        artifact.to_str().unwrap(),
+        "--allow-precompiled",
+        "--access-log",
+        "off",
+    ]);
+    let reply = get(&client(), &server.url("/")).await;
+    assert_eq!(reply.text(), "hello from rust component");
+}

@@ -31,12 +31,21 @@ pub fn is_component(bytes: &[u8]) -> bool {
     wasmgate_runtime::is_component(bytes)
 }
 
-/// Whether the file at `path` holds a component (its first 8 bytes say; a
-/// file that cannot be read is not, and its loader reports why).
+/// Whether the file at `path` holds a component: its first 8 bytes say so
+/// for wasm; a precompiled artifact (`wasmgate compile`, an ELF object) is
+/// asked of wasmtime. A file that cannot be read is not, and its loader
+/// reports why.
 pub fn is_component_file(path: &std::path::Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut file| file.read_exact(&mut head))
-        .is_ok_and(|()| is_component(&head))
+    let read = std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut head));
+    if read.is_err() {
+        return false;
+    }
+    if head.starts_with(b"\x7fELF") {
+        return std::fs::read(path).is_ok_and(|bytes| {
+            wasmtime::Engine::detect_precompiled(&bytes) == Some(wasmtime::Precompiled::Component)
+        });
+    }
+    is_component(&head)
 }
