@@ -74,7 +74,6 @@ pub fn load(
             isolation: true,
             acquire_timeout: Duration::from_millis(queue_timeout_ms),
         },
-        route: String::new(),
     };
     ComponentPlugin::new(&runtime, &component, options)
         .with_context(|| format!("loading {}", args.plugin.display()))

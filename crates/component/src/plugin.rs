@@ -63,9 +63,6 @@ pub struct ComponentOptions {
     /// Most requests handled at once, and how long one waits for a turn.
     /// Instances are never reused (`isolation` is forced on).
     pub pool: PoolConfig,
-    /// The route whose endpoint this is, in its log lines (empty outside
-    /// the gateway).
-    pub route: String,
 }
 
 /// A host directory a component may open, at `guest` in its file system.
@@ -189,7 +186,9 @@ impl ComponentPlugin {
             pool,
             shared: Arc::new(Shared {
                 name: options.name.as_str().into(),
-                output: LogStream::pair(&options.name, &options.route),
+                // A component is shared by the routes that end in it: its log
+                // lines name no route.
+                output: LogStream::pair(&options.name, ""),
                 pre,
                 allowed: Arc::new(AllowedHosts::new(&options.allowed_hosts)),
                 options,

@@ -199,7 +199,6 @@ fn component_options(p: &PluginConfig) -> anyhow::Result<ComponentOptions> {
             .collect(),
         env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         pool: pool_config(p),
-        route: String::new(),
     })
 }
 

@@ -49,6 +49,8 @@ pub(crate) async fn answer(
         OutboundBody::Streaming(body) => body,
         OutboundBody::Upgrade => body::empty(),
     };
+    // A filtered request's `Host` comes from its `:authority`, which a
+    // filter may have emptied; `wasi:http` refuses a request without one.
     if head.headers.get(header::HOST).is_none_or(|h| h.is_empty()) {
         head.headers
             .insert(header::HOST, HeaderValue::from_static("localhost"));
