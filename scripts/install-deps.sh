@@ -111,6 +111,18 @@ if [ ! -x "$root/target/test-bin/jaeger" ]; then
   (cd "$root/tools/jaeger" && go build -o "$root/target/test-bin/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger)
 fi
 
+# The OCI registry of CNCF distribution v3.1.2 and oras v1.3.6, for the OCI
+# plugin tests (crates/cli/tests/oci.rs): a real registry, with and without
+# htpasswd, and the client users push plugins with; built from the modules
+# pinned in tools/registry and tools/oras into target/test-bin.
+for tool in registry:github.com/distribution/distribution/v3/cmd/registry oras:oras.land/oras/cmd/oras; do
+  name=${tool%%:*}
+  if [ ! -x "$root/target/test-bin/$name" ]; then
+    mkdir -p "$root/target/test-bin"
+    (cd "$root/tools/$name" && go build -o "$root/target/test-bin/$name" "${tool#*:}")
+  fi
+done
+
 # Playwright for Python, pinned; only its driver is used (no browser download).
 python3 -c 'import playwright, importlib.metadata as m; assert m.version("playwright") == "1.65.2"' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check playwright==1.65.2

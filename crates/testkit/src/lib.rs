@@ -12,6 +12,9 @@
 //!   `app`, optionally with SCRAM-SHA-256 authentication and TLS.
 //!
 //! - [`EtcdServer`]: a single-member etcd (v3 API) for cluster tests.
+//! - [`RegistryServer`]: an OCI registry (distribution's, built from
+//!   source) with or without htpasswd or a token service, and `oras` to
+//!   push plugins to it, for the OCI tests.
 //! - [`JaegerServer`]: Jaeger, built from source, receiving OTLP traces and
 //!   answering its query API, for the tracing tests.
 //! - [`fuzz`]: the fuzzers' seeded randomness, log sink and settings.
@@ -42,11 +45,13 @@ pub mod load;
 pub mod pki;
 mod postgres;
 mod redis;
+mod registry;
 
 pub use etcd::EtcdServer;
 pub use jaeger::JaegerServer;
 pub use postgres::{PostgresOptions, PostgresServer};
 pub use redis::{RedisOptions, RedisReply, RedisServer};
+pub use registry::{Auth as RegistryAuth, RegistryOptions, RegistryServer, TokenService};
 
 use std::net::TcpListener;
 use std::path::Path;
