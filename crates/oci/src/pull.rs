@@ -1,0 +1,355 @@
+//! One pull: from the store when it has what the reference needs, else from
+//! the registry, keeping what was fetched. A tag is resolved to a digest
+//! once (logged), and from there on everything is fetched by digest and
+//! checked against it: the manifest (by oci-client), the layer (by
+//! oci-client's verifying stream), and everything read back from the store.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use futures_util::StreamExt;
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::errors::OciDistributionError;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, RegistryOperation};
+
+use crate::layout::{self, Manifest, ModuleLayer, Packing};
+use crate::reference::{digest_hex, OciReference};
+use crate::store::Store;
+use crate::Credentials;
+
+/// `imagePullPolicy`, as Kubernetes, Istio and Higress name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullPolicy {
+    /// A tag pulled before is not asked for again.
+    IfNotPresent,
+    /// A tag is resolved at the registry on every load (what it points to
+    /// is pulled only if the store does not have it already).
+    Always,
+}
+
+impl PullPolicy {
+    /// The default: `always` for `latest` (or no tag), else
+    /// `if_not_present`, as Istio and Higress have it.
+    pub fn default_for(reference: &OciReference) -> PullPolicy {
+        match (reference.digest(), reference.tag()) {
+            (None, Some("latest")) => PullPolicy::Always,
+            _ => PullPolicy::IfNotPresent,
+        }
+    }
+}
+
+/// How to pull.
+#[derive(Clone, Debug)]
+pub struct PullSettings {
+    /// `None`: [`PullPolicy::default_for`] the reference.
+    pub policy: Option<PullPolicy>,
+    pub credentials: Credentials,
+    /// Plain HTTP instead of HTTPS (a local registry); never implied.
+    pub plain_http: bool,
+    /// PEM file of CA certificates the registry's certificate may chain to,
+    /// besides the system's.
+    pub ca_file: Option<PathBuf>,
+    /// SHA-256 the image must have: its manifest's digest (as Istio and
+    /// Higress check it) or the module's own.
+    pub expected_sha256: Option<String>,
+    /// Largest layer pulled and module extracted.
+    pub max_bytes: u64,
+    /// Deadline of the whole pull.
+    pub timeout: Duration,
+}
+
+impl Default for PullSettings {
+    fn default() -> Self {
+        PullSettings {
+            policy: None,
+            credentials: Credentials::default(),
+            plain_http: false,
+            ca_file: None,
+            expected_sha256: None,
+            max_bytes: crate::DEFAULT_MAX_BYTES,
+            timeout: crate::DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// A pulled module, ready to load.
+#[derive(Clone, Debug)]
+pub struct Pulled {
+    /// The module's file (in the store).
+    pub file: PathBuf,
+    /// The module's SHA-256 (hex).
+    pub module_sha256: String,
+    /// The digest the reference resolved to (what a tag pointed to).
+    pub digest: String,
+    /// The reference pinned to that digest.
+    pub pinned: OciReference,
+    /// Whether the registry was asked (false: all from the store).
+    pub asked_registry: bool,
+}
+
+/// Pulls `reference` into the store at `root`.
+pub async fn pull(
+    reference: &OciReference,
+    settings: &PullSettings,
+    root: PathBuf,
+) -> Result<Pulled> {
+    let store = Store::new(root);
+    let pull = pull_into(reference, settings, &store);
+    let pulled = tokio::time::timeout(settings.timeout, pull)
+        .await
+        .map_err(|_| anyhow!("no answer from the registry in {:?}", settings.timeout))??;
+    if let Some(expected) = &settings.expected_sha256 {
+        ensure!(
+            matches_sha256(&pulled, expected),
+            "sha256 mismatch: the configuration expects {expected}; the image is {} and its module sha256:{}",
+            pulled.digest,
+            pulled.module_sha256
+        );
+    }
+    Ok(pulled)
+}
+
+fn matches_sha256(pulled: &Pulled, expected: &str) -> bool {
+    let expected = expected.strip_prefix("sha256:").unwrap_or(expected);
+    digest_hex(&pulled.digest).is_ok_and(|hex| hex.eq_ignore_ascii_case(expected))
+        || pulled.module_sha256.eq_ignore_ascii_case(expected)
+}
+
+async fn pull_into(
+    reference: &OciReference,
+    settings: &PullSettings,
+    store: &Store,
+) -> Result<Pulled> {
+    let policy = settings
+        .policy
+        .unwrap_or_else(|| PullPolicy::default_for(reference));
+    let known = match (reference.digest(), policy) {
+        (Some(digest), _) => Some(digest.to_string()),
+        (None, PullPolicy::IfNotPresent) => store.tag(reference),
+        (None, PullPolicy::Always) => None,
+    };
+    if let Some(digest) = &known {
+        if let Some(pulled) = from_store(reference, digest, store)? {
+            let wanted = settings.expected_sha256.as_deref();
+            if wanted.is_none_or(|w| matches_sha256(&pulled, w)) {
+                return Ok(pulled);
+            }
+        }
+    }
+    let registry = Registry::connect(reference, settings).await?;
+    let digest = match reference.digest() {
+        Some(digest) => digest.to_string(),
+        None => {
+            let digest = registry.resolve().await?;
+            tracing::info!(reference = %reference, %digest, "resolved the tag to a digest");
+            digest
+        }
+    };
+    let pulled = match from_store(reference, &digest, store)? {
+        Some(pulled) => pulled,
+        None => registry.fetch(&digest, store, settings.max_bytes).await?,
+    };
+    store.keep_tag(reference, &digest)?;
+    Ok(Pulled {
+        asked_registry: true,
+        ..pulled
+    })
+}
+
+/// The module of `digest` from the store alone, if it has all of it.
+fn from_store(reference: &OciReference, digest: &str, store: &Store) -> Result<Option<Pulled>> {
+    let Some(layer) = stored_layer(digest, store)? else {
+        return Ok(None);
+    };
+    let module = match layer.packing {
+        Packing::Wasm => match store.module_file(digest_hex(&layer.descriptor.digest)?) {
+            Some(file) => file,
+            None => return Ok(None),
+        },
+        packing => match store.layer(&layer.descriptor.digest) {
+            Some(bytes) => {
+                let module = layout::extract(&bytes, packing, u64::MAX)?;
+                store.keep_module(&module)?.0
+            }
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(pulled(reference, digest, module)))
+}
+
+fn stored_layer(digest: &str, store: &Store) -> Result<Option<ModuleLayer>> {
+    let Some(bytes) = store.manifest(digest) else {
+        return Ok(None);
+    };
+    match Manifest::parse(&bytes)? {
+        Manifest::Image(image) => layout::module_layer(&image).map(Some),
+        Manifest::Index(index) => stored_layer(&layout::choose_from_index(&index)?, store),
+    }
+}
+
+fn pulled(reference: &OciReference, digest: &str, file: PathBuf) -> Pulled {
+    let module_sha256 = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Pulled {
+        file,
+        module_sha256,
+        digest: digest.to_string(),
+        pinned: reference.pinned(digest),
+        asked_registry: false,
+    }
+}
+
+/// A registry, authenticated for pulling one repository.
+struct Registry<'a> {
+    client: Client,
+    auth: RegistryAuth,
+    reference: &'a OciReference,
+}
+
+impl<'a> Registry<'a> {
+    async fn connect(reference: &'a OciReference, settings: &PullSettings) -> Result<Registry<'a>> {
+        // reqwest's rustls takes the process's provider (ring, as for every
+        // other TLS connection wasmgate makes); installed once.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = ClientConfig {
+            protocol: if settings.plain_http {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(30)),
+            user_agent: concat!("wasmgate/", env!("CARGO_PKG_VERSION")),
+            platform_resolver: None,
+            ..ClientConfig::default()
+        };
+        if let Some(ca_file) = &settings.ca_file {
+            let data = std::fs::read(ca_file)
+                .with_context(|| format!("reading the registry CA file {}", ca_file.display()))?;
+            config.extra_root_certificates.push(Certificate {
+                encoding: CertificateEncoding::Pem,
+                data,
+            });
+        }
+        // A client per pull: oci-client keeps the first credentials it is
+        // given per registry, and plugins may use different ones.
+        let client = Client::new(config);
+        let (auth, from) = settings
+            .credentials
+            .for_registry(reference.registry())
+            .await?;
+        tracing::debug!(reference = %reference, credentials = %from, "pulling");
+        // Authenticate first: oci-client's later requests drop a failed
+        // token exchange silently, which would surface as a bare 401.
+        if !matches!(auth, RegistryAuth::Anonymous) {
+            client
+                .auth(reference.client_reference(), &auth, RegistryOperation::Pull)
+                .await
+                .map_err(|e| explain(e, reference, &from))?;
+        }
+        Ok(Registry {
+            client,
+            auth,
+            reference,
+        })
+    }
+
+    /// The digest the reference's tag points to now.
+    async fn resolve(&self) -> Result<String> {
+        let digest = self
+            .client
+            .fetch_manifest_digest(self.reference.client_reference(), &self.auth)
+            .await
+            .map_err(|e| explain(e, self.reference, "the given credentials"))?;
+        digest_hex(&digest).context("the registry's digest for the tag")?;
+        Ok(digest)
+    }
+
+    /// Fetches the manifest of `digest` (following an index), then the
+    /// layer holding the module, and keeps them.
+    async fn fetch(&self, digest: &str, store: &Store, max_bytes: u64) -> Result<Pulled> {
+        let mut manifest_digest = digest.to_string();
+        let image = loop {
+            let at = self.reference.at_digest(&manifest_digest);
+            let (bytes, _) = self
+                .client
+                .pull_manifest_raw(&at, &self.auth, &layout::MANIFEST_TYPES)
+                .await
+                .map_err(|e| explain(e, self.reference, "the given credentials"))?;
+            let parsed = Manifest::parse(&bytes)?;
+            store.keep_manifest(&manifest_digest, &bytes)?;
+            match parsed {
+                Manifest::Image(image) => break image,
+                Manifest::Index(index) if manifest_digest == digest => {
+                    manifest_digest = layout::choose_from_index(&index)?;
+                }
+                Manifest::Index(_) => bail!("an image index that points to another index"),
+            }
+        };
+        let layer = layout::module_layer(&image)?;
+        let size = u64::try_from(layer.descriptor.size).unwrap_or(u64::MAX);
+        ensure!(
+            size <= max_bytes,
+            "the module's layer is {size} bytes, larger than the limit of {max_bytes} bytes"
+        );
+        let bytes = self.layer(&layer, max_bytes).await?;
+        let module = layout::extract(&bytes, layer.packing, max_bytes)?;
+        if layer.packing != Packing::Wasm {
+            store.keep_layer(&layer.descriptor.digest, &bytes)?;
+        }
+        let (file, _) = store.keep_module(&module)?;
+        Ok(pulled(self.reference, digest, file))
+    }
+
+    /// The layer's bytes, at most `max_bytes` whatever its descriptor said,
+    /// checked against its digest by oci-client as they arrive.
+    async fn layer(&self, layer: &ModuleLayer, max_bytes: u64) -> Result<Vec<u8>> {
+        let at = self.reference.at_digest(&layer.descriptor.digest);
+        let mut stream = self
+            .client
+            .pull_blob_stream(&at, &layer.descriptor)
+            .await
+            .map_err(|e| explain(e, self.reference, "the given credentials"))?
+            .stream;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.context("reading the module's layer")?;
+            bytes.extend_from_slice(&chunk);
+            ensure!(
+                bytes.len() as u64 <= max_bytes,
+                "the module's layer is larger than the limit of {max_bytes} bytes"
+            );
+        }
+        Ok(bytes)
+    }
+}
+
+/// oci-client's error, with what it means for the user.
+fn explain(e: OciDistributionError, reference: &OciReference, credentials: &str) -> anyhow::Error {
+    let text = format!("{:#}", anyhow::Error::from(e));
+    let lower = text.to_ascii_lowercase();
+    let says = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    let hint = if says(&["401", "unauthorized", "not authorized", "authentication"]) {
+        format!("the registry refused {credentials}")
+    } else if says(&["403", "denied"]) {
+        format!("the registry denies {credentials} access to the repository")
+    } else if says(&[
+        "manifest unknown",
+        "manifest_unknown",
+        "name unknown",
+        "name_unknown",
+        "404",
+        "not found",
+    ]) {
+        "no such tag, digest or repository in the registry".to_string()
+    } else if says(&["error sending request", "connect"]) {
+        "the registry cannot be reached".to_string()
+    } else {
+        return anyhow!("{reference}: {text}");
+    };
+    anyhow!("{reference}: {hint} ({text})")
+}
