@@ -33,6 +33,7 @@ pub(super) async fn handle(
                 config.admin_token = Some("<redacted>".into());
             }
             config.services = config.services.iter().map(NamedEntry::redacted).collect();
+            config.plugins = config.plugins.iter().map(NamedEntry::redacted).collect();
             config.certificates = config
                 .certificates
                 .iter()

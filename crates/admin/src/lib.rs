@@ -328,7 +328,7 @@ impl Admin {
         let plugins: Vec<Value> = gateway
             .plugin_kinds
             .iter()
-            .map(|(name, kind)| json!({"name": name, "kind": kind, "sha256": gateway.plugin_hash(name)}))
+            .map(|(name, kind)| json!({"name": name, "kind": kind, "sha256": gateway.plugin_hash(name), "image": gateway.plugin_image(name)}))
             .collect();
         let config = match self.live.store() {
             Some(store) => store.describe(),
@@ -382,6 +382,7 @@ impl Admin {
                 "name": name,
                 "kind": kind,
                 "sha256": gateway.plugin_hash(name),
+                "image": gateway.plugin_image(name),
                 "generation": self.live.status().generation,
                 "instance_sets": sets,
             }),

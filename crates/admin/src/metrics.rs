@@ -241,6 +241,18 @@ fn upstream_metrics(gateway: &Gateway, out: &mut String) {
 /// Per plugin instance set: a filter on a route (`route` label) or an
 /// Extism function plugin (`route=""`, shared by the routes calling it).
 fn plugin_metrics(gateway: &Gateway, out: &mut String) {
+    let name = "wasmgate_plugin_module_info";
+    family(out, name, "gauge", "1 per plugin: the SHA-256 of the module serving, and the image (pinned to its digest) it was pulled from, if from an OCI registry.");
+    for (plugin, kind) in &gateway.plugin_kinds {
+        let _ = writeln!(
+            out,
+            "{name}{{plugin=\"{}\",kind=\"{}\",sha256=\"{}\",image=\"{}\"}} 1",
+            escape(plugin),
+            escape(kind),
+            gateway.plugin_hash(plugin).unwrap_or(""),
+            escape(gateway.plugin_image(plugin).unwrap_or(""))
+        );
+    }
     let sets = gateway.plugin_sets();
     let labels: Vec<String> = sets
         .iter()

@@ -35,7 +35,8 @@ pub struct CallArgs {
     json: bool,
 }
 
-pub fn run(args: CallArgs) -> Result<ExitCode> {
+pub fn run(mut args: CallArgs) -> Result<ExitCode> {
+    args.plugin.pull_if_in_registry()?;
     let input = match (&args.input, &args.input_file) {
         (Some(text), _) => text.clone().into_bytes(),
         (None, Some(path)) if path.as_os_str() == "-" => {

@@ -54,7 +54,13 @@ fn push(args: PushArgs) -> Result<ExitCode> {
     } else {
         tokio
             .block_on(crate::gateway::build(&args.config))
-            .map(|(gateway, _)| gateway.config().clone())
+            .map(|(gateway, _)| {
+                // Tags are published pinned to the digests they resolved
+                // to here: every node pulls the same bytes.
+                let mut config = gateway.config().clone();
+                gateway.pin_images(&mut config.plugins);
+                config
+            })
     };
     let mut config = match checked {
         Ok(config) => config,

@@ -128,7 +128,10 @@ pub fn check(
                 config.plugins.len()
             )?;
             for (name, kind) in &gateway.plugin_kinds {
-                writeln!(out, "  plugin {name}: {kind}")?;
+                match gateway.plugin_image(name) {
+                    Some(image) => writeln!(out, "  plugin {name}: {kind}, from {image}")?,
+                    None => writeln!(out, "  plugin {name}: {kind}")?,
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -8,6 +8,7 @@ mod component;
 mod gateway;
 mod logging;
 mod plugin_args;
+mod registry_args;
 mod serve;
 
 use clap::{Parser, Subcommand};

@@ -13,8 +13,10 @@ use wasmgate_services::{ServiceConfig, Services};
 
 #[derive(Args, Clone, Debug)]
 pub struct PluginArgs {
-    /// Plugin: a .wasm/.wat module, a .cwasm from `wasmgate compile` (with --allow-precompiled), or an Extism manifest (.json).
+    /// Plugin: a .wasm/.wat module, a .cwasm from `wasmgate compile` (with --allow-precompiled), an Extism manifest (.json), or an image in an OCI registry, oci://registry/repository:tag (or @sha256:...).
     pub plugin: PathBuf,
+    #[command(flatten)]
+    pub registry: crate::registry_args::RegistryArgs,
     /// Load a precompiled module (.cwasm from `wasmgate compile`) named by
     /// this plugin or its manifest's `path` entries. It is native code that
     /// runs without the sandbox's checks: only for files you compiled.
@@ -67,6 +69,36 @@ pub struct PluginArgs {
 }
 
 impl PluginArgs {
+    /// An `oci://` plugin is pulled (into the cache directory) and named
+    /// after its repository; any other is left as it is.
+    pub fn pull_if_in_registry(&mut self) -> Result<()> {
+        let text = self.plugin.to_string_lossy().into_owned();
+        if !wasmgate_oci::is_oci(&text) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            !self.allow_precompiled,
+            "--allow-precompiled: a module from a registry is never loaded precompiled (it would be native code from the network); push the .wasm"
+        );
+        self.plugin = self
+            .registry
+            .local_file(&self.plugin, self.cache_dir().as_deref())?;
+        if self.name.is_none() {
+            let repository = text.rsplit('/').next().unwrap_or(&text);
+            let name = repository.split(['@', ':']).next().unwrap_or(repository);
+            self.name = Some(name.to_string());
+        }
+        Ok(())
+    }
+
+    fn cache_dir(&self) -> Option<PathBuf> {
+        if self.no_cache {
+            None
+        } else {
+            self.cache_dir.clone().or_else(default_cache_dir)
+        }
+    }
+
     /// The manifest the flags describe.
     pub fn manifest(&self) -> Result<Manifest> {
         let mut manifest = if self.plugin.extension().is_some_and(|e| e == "json") {
@@ -115,13 +147,8 @@ impl PluginArgs {
     }
 
     pub fn runtime(&self) -> Result<Runtime> {
-        let cache_dir = if self.no_cache {
-            None
-        } else {
-            self.cache_dir.clone().or_else(default_cache_dir)
-        };
         Runtime::new(RuntimeConfig {
-            cache_dir,
+            cache_dir: self.cache_dir(),
             ..RuntimeConfig::default()
         })
     }

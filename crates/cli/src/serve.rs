@@ -97,7 +97,8 @@ pub struct ServeArgs {
     env: Vec<String>,
 }
 
-pub fn run(args: ServeArgs) -> Result<ExitCode> {
+pub fn run(mut args: ServeArgs) -> Result<ExitCode> {
+    args.plugin.pull_if_in_registry()?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

@@ -36,7 +36,9 @@ pub use node::{
     check_tracing, AccessLogConfig, AccessLogFormat, ConfigSource, Limits, OtlpProtocol,
     TracingConfig, ADMIN_TOKEN_ENV,
 };
-pub use plugins::{conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind};
+pub use plugins::{
+    conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind, PullPolicy, RegistryConfig,
+};
 pub use routes::{
     ComponentEndpoint, FixedResponse, FunctionEndpoint, PathMatch, Redirect, RouteConfig, Scheme,
     UpgradeConfig,

@@ -92,6 +92,12 @@ impl NamedEntry for PluginConfig {
     fn name(&self) -> &str {
         &self.name
     }
+    /// The registry's password and token are never shown back.
+    fn redacted(&self) -> Self {
+        let mut shown = self.clone();
+        shown.registry = shown.registry.as_ref().map(|r| r.redacted());
+        shown
+    }
     fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
         &mut config.plugins
     }

@@ -14,14 +14,24 @@ pub struct PluginConfig {
     /// 1-64 letters, digits, `.`, `_` and `-`, beginning with a letter or digit.
     #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
     pub name: String,
-    /// Where the module is: a path (relative to the configuration file) or
+    /// Where the module is: a path (relative to the configuration file),
     /// an `http://` / `https://` URL (then `sha256` is required), fetched
-    /// once and kept in the compile cache's directory.
+    /// once and kept in the compile cache's directory, or an image in an
+    /// OCI registry, `oci://registry[:port]/repository[:tag][@sha256:...]`
+    /// (docs/plugins.md).
     pub wasm: PathBuf,
     /// SHA-256 (hex) the module must have; a module with another is refused
-    /// (the change is rejected whole).
+    /// (the change is rejected whole). For an `oci://` module, the image's
+    /// digest (as Higress and Istio check it) or the module's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// `oci://` modules: when the registry is asked what a tag points to
+    /// (default `if_not_present`; `always` for `latest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<PullPolicy>,
+    /// `oci://` modules: how to reach the registry and who to say we are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistryConfig>,
     /// `auto` tells the ABI from the module's exports.
     #[serde(default)]
     pub kind: PluginKind,
@@ -76,6 +86,73 @@ pub struct PluginConfig {
     #[serde(skip)]
     #[schemars(skip)]
     pub from_operator_file: bool,
+}
+
+/// `imagePullPolicy` of Kubernetes, Istio and Higress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PullPolicy {
+    /// A tag pulled before is served from this node's store.
+    IfNotPresent,
+    /// A tag is resolved at the registry on every load of the configuration.
+    Always,
+}
+
+/// How an `oci://` module's registry is reached. Credentials, when none are
+/// given, come from Docker's `config.json` (`docker login`, `oras login`),
+/// else none are sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Plain HTTP instead of HTTPS: only for a registry on a trusted
+    /// network (a local one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plain_http: bool,
+    /// PEM file of CA certificates the registry's certificate may chain to
+    /// (a private CA), besides the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// Basic auth (or the token flow's credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// Secret: never shown back by the admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// The environment variable that holds the password instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
+    /// A registry access token sent as `Bearer` as is. Secret: never shown
+    /// back by the admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The environment variable that holds the token instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
+    /// Largest module (and layer) pulled, in MiB (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_mb: Option<u64>,
+    /// Deadline of a pull, in milliseconds (default 60000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl RegistryConfig {
+    /// The settings with secrets replaced, as the admin API shows them.
+    pub fn redacted(&self) -> RegistryConfig {
+        let hide = |secret: &Option<String>| secret.as_ref().map(|_| "<redacted>".to_string());
+        RegistryConfig {
+            password: hide(&self.password),
+            token: hide(&self.token),
+            ..self.clone()
+        }
+    }
+}
+
+impl PluginConfig {
+    /// Whether the module is in an OCI registry.
+    pub fn is_oci(&self) -> bool {
+        self.wasm.to_str().is_some_and(|w| w.starts_with("oci://"))
+    }
 }
 
 fn default_pool_size() -> usize {
@@ -137,6 +214,7 @@ pub(crate) fn check(
         if p.pool_size == 0 {
             problem(format!("{at}.pool_size"), "must be at least 1".into());
         }
+        check_registry(p, &at, problem);
         for (j, name) in p.services.iter().enumerate() {
             if !services.contains(name.as_str()) {
                 problem(
@@ -145,6 +223,53 @@ pub(crate) fn check(
                 );
             }
         }
+    }
+}
+
+/// `pull` and `registry` belong to `oci://` modules; credentials are one
+/// kind at a time, each given once.
+fn check_registry(p: &PluginConfig, at: &str, problem: &mut dyn FnMut(String, String)) {
+    if !p.is_oci() {
+        for (field, given) in [
+            ("pull", p.pull.is_some()),
+            ("registry", p.registry.is_some()),
+        ] {
+            if given {
+                problem(
+                    format!("{at}.{field}"),
+                    "only for a module in an OCI registry (`wasm: oci://...`)".into(),
+                );
+            }
+        }
+        return;
+    }
+    let Some(r) = &p.registry else { return };
+    let at = format!("{at}.registry");
+    if r.password.is_some() && r.password_env.is_some() {
+        problem(
+            at.clone(),
+            "give `password` or `password_env`, not both".into(),
+        );
+    }
+    if r.token.is_some() && r.token_env.is_some() {
+        problem(at.clone(), "give `token` or `token_env`, not both".into());
+    }
+    let has_password = r.password.is_some() || r.password_env.is_some();
+    let has_token = r.token.is_some() || r.token_env.is_some();
+    if r.username.is_some() != has_password {
+        problem(
+            at.clone(),
+            "`username` and `password` (or `password_env`) go together".into(),
+        );
+    }
+    if has_token && r.username.is_some() {
+        problem(
+            at.clone(),
+            "give a `token` or a `username`, not both".into(),
+        );
+    }
+    if r.max_mb == Some(0) || r.timeout_ms == Some(0) {
+        problem(at, "`max_mb` and `timeout_ms` must be at least 1".into());
     }
 }
 

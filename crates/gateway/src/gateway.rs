@@ -32,6 +32,9 @@ pub struct Gateway {
     pub plugin_kinds: Vec<(String, String)>,
     /// SHA-256 (hex) of each plugin's module: which binary is serving.
     pub(crate) plugin_hashes: HashMap<String, String>,
+    /// The image each `oci://` plugin was pulled from, pinned to the digest
+    /// its tag resolved to.
+    pub(crate) plugin_images: HashMap<String, String>,
     /// Host functions a plugin imports that wasmgate does not implement
     /// (calls to them fail), by plugin: what `wasmgate check` warns about.
     pub unimplemented_imports: Vec<(String, Vec<String>)>,
@@ -111,6 +114,23 @@ impl Gateway {
     /// SHA-256 of the module plugin `name` was loaded from.
     pub fn plugin_hash(&self, name: &str) -> Option<&str> {
         self.plugin_hashes.get(name).map(String::as_str)
+    }
+
+    /// The image plugin `name` was pulled from, pinned to its digest
+    /// (`oci://registry/repository:tag@sha256:...`), if it is from a registry.
+    pub fn plugin_image(&self, name: &str) -> Option<&str> {
+        self.plugin_images.get(name).map(String::as_str)
+    }
+
+    /// Pins each `oci://` module of `plugins` to the digest its tag
+    /// resolved to when this gateway was built: what a cluster publishes,
+    /// so that every node pulls the same bytes even if the tag moves.
+    pub fn pin_images(&self, plugins: &mut [wasmgate_config::PluginConfig]) {
+        for p in plugins.iter_mut().filter(|p| p.is_oci()) {
+            if let Some(image) = self.plugin_images.get(&p.name) {
+                p.wasm = image.into();
+            }
+        }
     }
 
     /// Every plugin instance set serving: one per (filter, route) since

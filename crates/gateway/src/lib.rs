@@ -31,6 +31,7 @@ pub mod stats;
 pub mod transport;
 mod upstream;
 
+pub use build::fetch::pulled_plugins_dir;
 pub use component_route::{ComponentRoute, ComponentRouteConfig};
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
 pub use gateway::Gateway;

@@ -356,8 +356,15 @@ impl LiveGateway {
                         EditError::Invalid(format!("writing {}: {e}", self.admin_file.display()))
                     })
                     .map(|()| gateway),
-                Some((changes, Persist::Store)) => {
+                Some((mut changes, Persist::Store)) => {
                     let store = self.store.get().expect("Persist::Store comes with a store");
+                    // Nodes get plugins pinned to what their tags resolved
+                    // to here; this node serves the same.
+                    let mut gateway = gateway;
+                    gateway.pin_images(&mut changes.plugins);
+                    let mut serving = std::mem::take(&mut gateway.config.plugins);
+                    gateway.pin_images(&mut serving);
+                    gateway.config.plugins = serving;
                     store.write(changes).await.map(|()| gateway)
                 }
                 None => Ok(gateway),
@@ -492,7 +499,12 @@ impl LiveGateway {
             }
         };
         let mut files = vec![self.file.clone(), self.admin_file.clone()];
-        files.extend(config.plugins.iter().map(|p| plugin_path(base, p)));
+        // Modules pulled from a registry change by a reload, not on disk.
+        files.extend(
+            (config.plugins.iter())
+                .filter(|p| !p.is_oci())
+                .map(|p| plugin_path(base, p)),
+        );
         files.extend(crate::transport::tls::certificate_files(
             &config.certificates,
             base,

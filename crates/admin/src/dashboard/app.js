@@ -223,7 +223,8 @@ const pages = {
         sum((s) => s.stats.host_errors + s.stats.out_of_memory),
         sum((s) => s.stats.traps), sum((s) => s.stats.timeouts),
         fmt(sum((s) => s.stats.cpu_seconds), 3),
-        (sum((s) => s.stats.memory_bytes) / 1048576).toFixed(1) + " MiB", button]);
+        (sum((s) => s.stats.memory_bytes) / 1048576).toFixed(1) + " MiB",
+        d.image || `sha256:${(d.sha256 || "").slice(0, 12)}`, button]);
       tr.dataset.plugin = d.name;
       return tr;
     }));

@@ -4,7 +4,10 @@
 //! `<cache dir>/plugins/<sha256>.wasm` and read from there afterwards. A URL
 //! needs the module's `sha256`, checked before the copy is kept, so a
 //! changed or tampered file at the URL is refused, not run; any module with
-//! a `sha256` is checked against it when loaded (`plugins.rs`).
+//! a `sha256` is checked against it when loaded (`plugins.rs`). An
+//! `oci://` reference is pulled from its registry by `wasmgate-oci` into
+//! the same directory (its `sha256`, the image's digest or the module's, is
+//! checked there).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -27,12 +30,103 @@ pub(crate) fn is_url(p: &PluginConfig) -> bool {
         .is_some_and(|w| w.starts_with("http://") || w.starts_with("https://"))
 }
 
-/// The local file `p`'s module is read from, fetching it first if it is a URL.
+/// Where a module was found.
+pub(crate) struct ModuleFile {
+    pub path: PathBuf,
+    /// An `oci://` module: the image it was pulled from, pinned to its
+    /// digest (its `sha256` was checked by the pull).
+    pub image: Option<String>,
+}
+
+/// The local file `p`'s module is read from, fetching it first if it is a
+/// URL, pulling it if it is in an OCI registry.
 pub(crate) async fn module_file(
     p: &PluginConfig,
     base: &Path,
     cache_dir: Option<&Path>,
-) -> Result<PathBuf> {
+) -> Result<ModuleFile> {
+    if p.is_oci() {
+        let reference = wasmgate_oci::OciReference::parse(&p.wasm.to_string_lossy())?;
+        let settings = pull_settings(p, base)?;
+        let pulled =
+            wasmgate_oci::pull(&reference, &settings, pulled_plugins_dir(cache_dir)?).await?;
+        tracing::info!(
+            plugin = %p.name,
+            image = %pulled.pinned,
+            module_sha256 = %pulled.module_sha256,
+            from = if pulled.asked_registry { "registry" } else { "this node's store" },
+            "plugin module pulled"
+        );
+        return Ok(ModuleFile {
+            path: pulled.file,
+            image: Some(pulled.pinned.to_string()),
+        });
+    }
+    let path = url_or_path(p, base, cache_dir).await?;
+    Ok(ModuleFile { path, image: None })
+}
+
+/// How `p`'s registry is reached, from its `pull` and `registry` settings.
+pub(crate) fn pull_settings(p: &PluginConfig, base: &Path) -> Result<wasmgate_oci::PullSettings> {
+    let registry = p.registry.clone().unwrap_or_default();
+    let from_env = |name: &str| {
+        std::env::var(name).with_context(|| {
+            format!("the registry's secret is to come from ${name}, which is not set")
+        })
+    };
+    let password = match (&registry.password, &registry.password_env) {
+        (Some(password), _) => Some(password.clone()),
+        (None, Some(name)) => Some(from_env(name)?),
+        (None, None) => None,
+    };
+    let token = match (&registry.token, &registry.token_env) {
+        (Some(token), _) => Some(token.clone()),
+        (None, Some(name)) => Some(from_env(name)?),
+        (None, None) => None,
+    };
+    let credentials = match (registry.username, password, token) {
+        (Some(username), Some(password), _) => {
+            wasmgate_oci::Credentials::Basic { username, password }
+        }
+        (_, _, Some(token)) => wasmgate_oci::Credentials::Token(token),
+        _ => wasmgate_oci::Credentials::FromDockerConfig,
+    };
+    Ok(wasmgate_oci::PullSettings {
+        policy: p.pull.map(|policy| match policy {
+            wasmgate_config::PullPolicy::IfNotPresent => wasmgate_oci::PullPolicy::IfNotPresent,
+            wasmgate_config::PullPolicy::Always => wasmgate_oci::PullPolicy::Always,
+        }),
+        credentials,
+        plain_http: registry.plain_http,
+        ca_file: registry.ca_file.map(|f| base.join(f)),
+        expected_sha256: p.sha256.clone(),
+        max_bytes: registry
+            .max_mb
+            .map_or(wasmgate_oci::DEFAULT_MAX_BYTES, |mib| mib << 20),
+        timeout: registry
+            .timeout_ms
+            .map_or(wasmgate_oci::DEFAULT_TIMEOUT, Duration::from_millis),
+    })
+}
+
+/// Where pulled images are kept: the compile cache's directory (private to
+/// this user), else a private directory of this process.
+pub fn pulled_plugins_dir(cache_dir: Option<&Path>) -> Result<PathBuf> {
+    static PRIVATE: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    if let Some(dir) = cache_dir {
+        return Ok(dir.to_path_buf());
+    }
+    if let Some(dir) = PRIVATE.get() {
+        return Ok(dir.path().to_path_buf());
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("wasmgate-pulled-")
+        .tempdir()
+        .context("creating a directory for pulled plugins")?;
+    Ok(PRIVATE.get_or_init(|| dir).path().to_path_buf())
+}
+
+async fn url_or_path(p: &PluginConfig, base: &Path, cache_dir: Option<&Path>) -> Result<PathBuf> {
     if !is_url(p) {
         let path = crate::gateway::plugin_path(base, p);
         if p.wasm.is_relative() && !path.exists() {

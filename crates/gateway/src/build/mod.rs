@@ -5,7 +5,7 @@
 //! all-or-nothing: every error is collected with the field it comes from,
 //! and a gateway that builds is one that can serve.
 
-mod fetch;
+pub(crate) mod fetch;
 pub(crate) mod plugins;
 mod routes;
 
@@ -79,6 +79,7 @@ impl Gateway {
             config,
             plugin_kinds: plugins.kinds,
             plugin_hashes: plugins.hashes,
+            plugin_images: plugins.images,
             unimplemented_imports: plugins.unimplemented,
             services,
             tls,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use futures_util::future::join_all;
 use wasmgate_component::{ComponentOptions, ComponentPlugin, Preopen};
 use wasmgate_config::{conf_bytes, FilterRef, GatewayConfig, PluginConfig, PluginKind};
 use wasmgate_extism::{Manifest, Plugin, PluginOptions};
@@ -39,6 +40,8 @@ pub(super) struct Plugins {
     pub kinds: Vec<(String, String)>,
     /// SHA-256 (hex) of each one's module.
     pub hashes: HashMap<String, String>,
+    /// The image each `oci://` module was pulled from, pinned to its digest.
+    pub images: HashMap<String, String>,
     /// Host functions each imports that wasmgate does not implement.
     pub unimplemented: Vec<(String, Vec<String>)>,
 }
@@ -61,10 +64,23 @@ pub(super) async fn load(
     services: &Services,
     problems: &mut Problems,
 ) -> Plugins {
-    // Modules given by URL are fetched first (once; then from the cache).
+    // Modules given by URL or in a registry are fetched first (once; then
+    // from the cache), all at once.
+    let fetches = config
+        .plugins
+        .iter()
+        .map(|p| super::fetch::module_file(p, base, runtime.cache_dir()));
     let mut files = Vec::with_capacity(config.plugins.len());
-    for p in &config.plugins {
-        files.push(super::fetch::module_file(p, base, runtime.cache_dir()).await);
+    let mut images = HashMap::new();
+    for (p, file) in config.plugins.iter().zip(join_all(fetches).await) {
+        files.push(file.map(|file| {
+            if let Some(image) = file.image {
+                images.insert(p.name.clone(), image);
+                (file.path, true)
+            } else {
+                (file.path, false)
+            }
+        }));
     }
     // Compiling is the slow part of building (seconds for a Go module):
     // do it on the blocking pool, all plugins at once, so that neither
@@ -77,7 +93,8 @@ pub(super) async fn load(
             let (p, runtime, grants) = (p.clone(), runtime.clone(), grants(p, services));
             let precompiled = precompiled_policy(config, &p);
             tokio::task::spawn_blocking(move || {
-                load_plugin(&p, file?, &runtime, grants, precompiled)
+                let (file, hash_checked) = file?;
+                load_plugin(&p, file, hash_checked, &runtime, grants, precompiled)
             })
         })
         .collect();
@@ -85,6 +102,7 @@ pub(super) async fn load(
         by_name: HashMap::new(),
         kinds: Vec::new(),
         hashes: HashMap::new(),
+        images,
         unimplemented: Vec::new(),
     };
     for ((i, p), load) in config.plugins.iter().enumerate().zip(loads) {
@@ -145,18 +163,22 @@ pub fn warn_unimplemented_imports(gateway: &crate::Gateway) {
 
 /// Precompiled modules (native code) only for plugins the operator's own
 /// file declares, when it says `allow_precompiled: true`; never for entries
-/// from the admin API or etcd, nor for modules fetched from a URL.
+/// from the admin API or etcd, nor for modules fetched from a URL or pulled
+/// from a registry.
 fn precompiled_policy(config: &GatewayConfig, p: &PluginConfig) -> PrecompiledPolicy {
-    if config.allow_precompiled && p.from_operator_file && !super::fetch::is_url(p) {
+    if config.allow_precompiled && p.from_operator_file && !super::fetch::is_url(p) && !p.is_oci() {
         PrecompiledPolicy::Allowed
     } else {
         PrecompiledPolicy::Refused
     }
 }
 
+/// Loads `p` from `path`; `hash_checked`: its `sha256` was checked when it
+/// was pulled (against the image's digest or the module's).
 fn load_plugin(
     p: &PluginConfig,
     path: PathBuf,
+    hash_checked: bool,
     runtime: &Runtime,
     grants: Grants,
     precompiled: PrecompiledPolicy,
@@ -164,10 +186,12 @@ fn load_plugin(
     let check_hash = |hash: [u8; 32]| {
         let hash = hex::encode(hash);
         match &p.sha256 {
-            Some(expected) if !expected.eq_ignore_ascii_case(&hash) => Err(anyhow::anyhow!(
+            Some(expected) if !hash_checked && !expected.eq_ignore_ascii_case(&hash) => {
+                Err(anyhow::anyhow!(
                 "{}: sha256 mismatch: the configuration expects {expected}, the module has {hash}",
                 path.display()
-            )),
+            ))
+            }
             _ => Ok(hash),
         }
     };
