@@ -450,7 +450,7 @@ routes:
         (format!(r#"{{"ca_file": "{ca}"}}"#), "the registry refused"),
         (
             r#"{"username": "ci", "password": "s3cret-pass"}"#.to_string(),
-            "certificate",
+            "certificate is not trusted",
         ),
     ] {
         let body = format!(

@@ -346,6 +346,8 @@ fn explain(e: OciDistributionError, reference: &OciReference, credentials: &str)
         "not found",
     ]) {
         "no such tag, digest or repository in the registry".to_string()
+    } else if says(&["certificate"]) {
+        "the registry's TLS certificate is not trusted: give the CA that issued it (`registry.ca_file`, `--registry-ca-file`)".to_string()
     } else if says(&["error sending request", "connect"]) {
         "the registry cannot be reached".to_string()
     } else {
