@@ -98,6 +98,30 @@ fn call_serve_and_compile_pull_by_tag_and_digest_in_every_layout() {
         );
     }
 
+    // A config.json whose credential helper is not installed here (a
+    // laptop's, copied to a server) does not stop an anonymous pull.
+    let docker = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docker.path().join("config.json"),
+        r#"{"credsStore": "wasmgate-test-missing-helper"}"#,
+    )
+    .unwrap();
+    let out = common::wasmgate()
+        .env("DOCKER_CONFIG", docker.path())
+        .env("WASMGATE_CACHE_DIR", tempfile::tempdir().unwrap().path())
+        .args([
+            "call",
+            &format!("oci://{host}/plugins/hello:1.0"),
+            "hello",
+            "--input",
+            "helper",
+            "--plain-http",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("pulling anonymously"), "{}", text(&out));
+
     // The store has them now: a tag pulled before (if_not_present, the
     // default for a tag other than latest) and a digest need no registry.
     let mut registry = registry;

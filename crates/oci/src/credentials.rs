@@ -76,9 +76,13 @@ impl Credentials {
                     | Err(CredentialRetrievalError::NoCredentialConfigured) => {
                         (RegistryAuth::Anonymous, "anonymous".into())
                     }
-                    Err(e) => anyhow::bail!(
-                        "reading {registry}'s credentials from Docker's config.json: {e}"
-                    ),
+                    // A `credsStore` whose helper is not installed here (a
+                    // laptop's config.json on a server) must not stop pulls
+                    // from a public registry: anonymous, and say why.
+                    Err(e) => {
+                        tracing::warn!(registry, error = %e, "Docker's config.json gives no usable credentials for the registry; pulling anonymously");
+                        (RegistryAuth::Anonymous, "anonymous (config.json unusable)".into())
+                    }
                 }
             }
         })
