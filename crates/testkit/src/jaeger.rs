@@ -8,9 +8,8 @@
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Instant;
 
-use crate::{free_port, read_log, START_TIMEOUT};
+use crate::{free_port, read_log};
 
 pub struct JaegerServer {
     otlp_port: u16,
@@ -142,27 +141,10 @@ exporters:
     }
 
     fn wait_until_listening(&mut self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                panic!(
-                    "Jaeger exited with {status} while starting:\n{}",
-                    self.log()
-                );
-            }
-            let listening = [self.otlp_port, self.otlp_http_port, self.query_port]
-                .iter()
-                .all(|port| std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
-            if listening {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Jaeger did not start within {START_TIMEOUT:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        let ports = [self.otlp_port, self.otlp_http_port, self.query_port];
+        let log = self.dir.path().join("jaeger.log");
+        let child = self.child.as_mut().expect("started");
+        crate::wait_listening(child, &ports, "Jaeger", || read_log(&log));
     }
 }
 

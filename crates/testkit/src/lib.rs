@@ -126,6 +126,33 @@ pub(crate) fn stop_child(child: &mut Child, graceful: Signal) {
     }
 }
 
+/// Waits until `child` listens on every one of `ports`; panics with `log()`
+/// if it exits first or does not within [`START_TIMEOUT`].
+pub(crate) fn wait_listening(
+    child: &mut Child,
+    ports: &[u16],
+    name: &str,
+    log: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{name} exited with {status} while starting:\n{}", log());
+        }
+        let listening =
+            (ports.iter()).all(|port| std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
+        if listening {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} did not start within {START_TIMEOUT:?}:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The contents of a log file, for panic messages.
 pub(crate) fn read_log(path: &Path) -> String {
     match std::fs::read(path) {

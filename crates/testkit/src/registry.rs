@@ -12,9 +12,8 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Instant;
 
-use crate::{free_port, read_log, START_TIMEOUT};
+use crate::{free_port, read_log};
 
 #[derive(Default)]
 pub struct RegistryOptions {
@@ -235,28 +234,13 @@ impl RegistryServer {
     }
 
     fn wait_until_listening(&mut self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                panic!(
-                    "the registry exited with {status} while starting:\n{}",
-                    self.log()
-                );
-            }
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the registry did not start within {START_TIMEOUT:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let ports = [self.port];
+        let log = self.dir.path().join("registry.log");
+        let child = self.child.as_mut().expect("started");
+        crate::wait_listening(child, &ports, "the registry", || read_log(&log));
     }
 
-    /// Stops the registry (a registry that is down); `start_again` brings
-    /// it back on the same port and storage.
+    /// Stops the registry: a registry that is down.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
