@@ -12,7 +12,9 @@ a route added through the edit form is served by the gateway; an invalid
 change shows the gateway's reason next to the editor and changes nothing; a
 plugin's last crash shows its stack; a CPU profile's flame graph appears in
 the page; with an admin token, the page asks for it, refuses a wrong one and
-works with the right one.
+works with the right one; a plugin pulled from an OCI registry (a real one,
+built by scripts/install-deps.sh) shows the image it runs, pinned to its
+digest.
 
 DASHBOARD_SCREENSHOTS=docs/img saves docs/img/dashboard-*.png (the
 screenshots of docs/dashboard.md); otherwise they go to a temporary directory.
@@ -516,6 +518,53 @@ routes:
             page.screenshot(path=os.path.join(SHOTS, "dashboard-requests.png"), full_page=True)
         finally:
             gw.stop()
+
+    def test_a_plugin_from_a_registry_shows_its_pinned_image(self):
+        work = tempfile.mkdtemp(prefix="wasmgate-dashboard-oci-")
+        port = free_port()
+        with open(os.path.join(work, "config.yml"), "w") as f:
+            f.write(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {work}/data\n"
+                    f"http:\n  addr: 127.0.0.1:{port}\n")
+        registry = subprocess.Popen([os.path.join(ROOT, "target/test-bin/registry"), "serve", "config.yml"], cwd=work,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
+        gw = None
+        try:
+            deadline = time.time() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.2).close()
+                    break
+                except OSError:
+                    self.assertLess(time.time(), deadline, "the registry did not start")
+                    time.sleep(0.05)
+            shutil.copy(os.path.join(WASM, "add_header.wasm"), os.path.join(work, "plugin.wasm"))
+            pushed = subprocess.run([os.path.join(ROOT, "target/test-bin/oras"), "push", "--plain-http", "--format",
+                                     "go-template={{.digest}}", f"127.0.0.1:{port}/filters/tag:1",
+                                     "plugin.wasm:application/vnd.wasm.content.layer.v1+wasm"],
+                                    cwd=work, capture_output=True, text=True, env={**os.environ, "HOME": work})
+            self.assertEqual(pushed.returncode, 0, pushed.stderr)
+            image = f"oci://127.0.0.1:{port}/filters/tag:1@{pushed.stdout.strip()}"
+            gw = Gateway(f"""
+plugins:
+  - {{name: pulled, wasm: "oci://127.0.0.1:{port}/filters/tag:1", pull: always, registry: {{plain_http: true}}}}
+routes:
+  - {{name: api, path: {{prefix: /api}}, plugins: [{{plugin: pulled}}], respond: {{status: 200, body: ok}}}}
+""")
+            self.assertEqual(gw.get("/api"), (200, "ok"))
+            page = self.new_page()
+            self.open(page, gw, "plugins")
+            cells = page.locator('#plugins-table tr[data-plugin="pulled"] td')
+            self.assertEqual(cells.nth(cells.count() - 2).text_content(), image)
+            _, status = gw.admin_get("/status")
+            self.assertEqual(json.loads(status)["plugins"][0]["image"], image)
+            self.assertEqual(self.page_errors, [])
+        finally:
+            if gw:
+                gw.stop()
+            registry.terminate()
+            registry.wait(10)
+            shutil.rmtree(work, ignore_errors=True)
 
     def test_assets_carry_a_strict_policy(self):
         gw = Gateway("routes: []\n")
