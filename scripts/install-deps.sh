@@ -123,6 +123,24 @@ for tool in registry:github.com/distribution/distribution/v3/cmd/registry oras:o
   fi
 done
 
+# kube-apiserver v1.34.2 (the Kubernetes tests, crates/cli/tests/kubernetes.rs,
+# run it on a local etcd as envtest does), built from the module pinned in
+# tools/kube-apiserver (about 3 minutes on two cores); and the Gateway API
+# v1.5.1 CRDs (standard channel), from the Go module sigs.k8s.io/gateway-api.
+if [ ! -x "$root/target/test-bin/kube-apiserver" ]; then
+  mkdir -p "$root/target/test-bin"
+  (cd "$root/tools/kube-apiserver" && CGO_ENABLED=0 go build -o "$root/target/test-bin/kube-apiserver" \
+    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v1.34.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
+    k8s.io/kubernetes/cmd/kube-apiserver)
+fi
+crds="$root/target/test-bin/gateway-api-crds"
+if [ ! -f "$crds/gateway.networking.k8s.io_httproutes.yaml" ]; then
+  module=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json sigs.k8s.io/gateway-api@v1.5.1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$crds"
+  cp "$module"/config/crd/standard/gateway.networking.k8s.io_*.yaml "$crds/"
+  chmod u+w "$crds"/*.yaml
+fi
+
 # Playwright for Python, pinned; only its driver is used (no browser download).
 python3 -c 'import playwright, importlib.metadata as m; assert m.version("playwright") == "1.65.2"' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check playwright==1.65.2

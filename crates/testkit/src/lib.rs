@@ -15,6 +15,8 @@
 //! - [`RegistryServer`]: an OCI registry (distribution's, built from
 //!   source) with or without htpasswd or a token service, and `oras` to
 //!   push plugins to it, for the OCI tests.
+//! - [`KubeApiServer`]: kube-apiserver (built from source) on an etcd of its
+//!   own, envtest-style, with the Gateway API CRDs beside it.
 //! - [`JaegerServer`]: Jaeger, built from source, receiving OTLP traces and
 //!   answering its query API, for the tracing tests.
 //! - [`fuzz`]: the fuzzers' seeded randomness, log sink and settings.
@@ -41,6 +43,7 @@ pub(crate) use rustix::process::Signal;
 mod etcd;
 pub mod fuzz;
 mod jaeger;
+mod kubernetes;
 pub mod load;
 pub mod pki;
 mod postgres;
@@ -49,6 +52,7 @@ mod registry;
 
 pub use etcd::EtcdServer;
 pub use jaeger::JaegerServer;
+pub use kubernetes::{gateway_api_crd, KubeApiServer};
 pub use postgres::{PostgresOptions, PostgresServer};
 pub use redis::{RedisOptions, RedisReply, RedisServer};
 pub use registry::{Auth as RegistryAuth, RegistryOptions, RegistryServer, TokenService};
