@@ -210,8 +210,14 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         crate::access_log::start_tracing(tracing, base)
             .with_context(|| args.config.config.display().to_string())?;
     }
-    let clustered = node.config.is_some();
-    let started = if clustered {
+    let from_kubernetes = node.config.as_ref().is_some_and(|c| c.kubernetes.is_some());
+    let started = if from_kubernetes {
+        let runtime = runtime(&args.config)?;
+        match check_kubernetes_node_file(&node) {
+            Ok(()) => wasmgate_kubernetes::start(node, &args.config.config, runtime).await,
+            Err(e) => Err(e),
+        }
+    } else if node.config.is_some() {
         let runtime = runtime(&args.config)?;
         crate::cluster::start(node, &args.config.config, runtime).await
     } else {
@@ -260,7 +266,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     // Reloads: SIGHUP, and changes to the configuration or a plugin's module
     // (with etcd, the node follows etcd instead of its file).
     tokio::spawn(reload_on_sighup(live.clone()));
-    if !args.no_watch && !clustered {
+    if !args.no_watch && live.store().is_none() {
         tokio::spawn(live.clone().watch(WATCH_INTERVAL));
     }
     let addresses: Vec<String> = config
@@ -352,4 +358,13 @@ async fn reload_on_sighup(live: Arc<LiveGateway>) {
     while hangup.recv().await.is_some() {
         let _ = live.reload("SIGHUP").await;
     }
+}
+
+/// A node following Kubernetes takes its routes and upstreams from the API
+/// server; its file may still declare plugins, services and global filters.
+fn check_kubernetes_node_file(node: &wasmgate_config::GatewayConfig) -> Result<(), String> {
+    if node.routes.is_empty() && node.upstreams.is_empty() {
+        return Ok(());
+    }
+    Err("this node's routes and upstreams come from Kubernetes (`config.kubernetes`): its file may not declare `routes` or `upstreams` (plugins, services and global_plugins stay in the file)".into())
 }

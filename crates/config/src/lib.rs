@@ -33,8 +33,8 @@ pub use errors::{ConfigError, ConfigErrors};
 use names::unique_names;
 pub use names::{check_name, NamedEntry};
 pub use node::{
-    check_tracing, AccessLogConfig, AccessLogFormat, ConfigSource, Limits, OtlpProtocol,
-    TracingConfig, ADMIN_TOKEN_ENV,
+    check_tracing, AccessLogConfig, AccessLogFormat, ConfigSource, KubernetesSource, Limits,
+    OtlpProtocol, TracingConfig, ADMIN_TOKEN_ENV,
 };
 pub use plugins::{
     conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind, PullPolicy, RegistryConfig,
@@ -238,6 +238,9 @@ impl GatewayConfig {
             "certificates",
             &mut problem,
         );
+        if let Some(source) = &self.config {
+            source.check(&mut problem);
+        }
         tls::check(
             self.config.is_some(),
             self.listen.as_deref(),

@@ -15,7 +15,12 @@ use crate::GatewayConfig;
 #[serde(deny_unknown_fields)]
 pub struct ConfigSource {
     /// etcd endpoints (`http://127.0.0.1:2379`), v3 API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub etcd: Vec<String>,
+    /// Or a Kubernetes API server: the node serves the Gateway API
+    /// resources of its GatewayClass (docs/kubernetes.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesSource>,
     /// The key prefix every object lives under.
     #[serde(default = "default_prefix")]
     pub prefix: String,
@@ -30,6 +35,42 @@ pub struct ConfigSource {
 
 fn default_prefix() -> String {
     "/wasmgate".into()
+}
+
+/// How a node reaches its Kubernetes API server and which resources it
+/// serves.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesSource {
+    /// A kubeconfig file (relative to this file); absent: `$KUBECONFIG`,
+    /// `~/.kube/config`, else the pod's service account (in-cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The GatewayClasses whose `spec.controllerName` is this are the
+    /// node's; their Gateways and the routes attached to them are served.
+    #[serde(default = "default_controller_name")]
+    pub controller_name: String,
+}
+
+fn default_controller_name() -> String {
+    "wasmgate.io/gateway-controller".into()
+}
+
+impl ConfigSource {
+    /// `config` names exactly one source.
+    pub(crate) fn check(&self, problem: &mut dyn FnMut(String, String)) {
+        match (self.etcd.is_empty(), &self.kubernetes) {
+            (true, None) => problem(
+                "config".into(),
+                "name a source: `etcd: [endpoints]` or `kubernetes: {...}`".into(),
+            ),
+            (false, Some(_)) => problem(
+                "config".into(),
+                "`etcd` and `kubernetes` are two sources; name one".into(),
+            ),
+            _ => {}
+        }
+    }
 }
 
 /// Command-line overrides of the node's own addresses (`wasmgate run

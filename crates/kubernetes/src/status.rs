@@ -1,0 +1,183 @@
+//! Status written back as the Gateway API asks, so that `kubectl get
+//! httproute -o yaml` says why a route is or is not served: GatewayClass
+//! `Accepted`; Gateway `Accepted` and `Programmed`, each listener's
+//! `attachedRoutes` and conditions; each HTTPRoute's `parents` entry for
+//! every parent of ours, `Accepted` and `ResolvedRefs` with their reasons.
+//! A status is written only when what it says changed (the watch sees the
+//! node's own writes too).
+
+use std::collections::HashMap;
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use crate::translate::{Condition, Translation};
+
+/// What was last written, per object, without the timestamps.
+#[derive(Default)]
+pub struct Written {
+    last: HashMap<String, Value>,
+}
+
+fn conditions(list: &[Condition], generation: Option<i64>, now: &str) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|c| {
+                json!({
+                    "type": c.kind,
+                    "status": if c.ok { "True" } else { "False" },
+                    "reason": c.reason,
+                    "message": c.message,
+                    "observedGeneration": generation.unwrap_or(0),
+                    "lastTransitionTime": now,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Writes what changed since the last call; errors are logged (the next
+/// change writes again).
+pub async fn write(
+    client: &Client,
+    controller: &str,
+    translation: &Translation,
+    generations: &HashMap<String, Option<i64>>,
+    written: &mut Written,
+) {
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let now = serde_json::to_value(&now).unwrap_or_default();
+    let now = now.as_str().unwrap_or_default().to_string();
+    for class in &translation.classes {
+        let key = format!("gatewayclass/{class}");
+        let accepted = [Condition {
+            kind: "Accepted",
+            ok: true,
+            reason: "Accepted",
+            message: format!("handled by {controller}"),
+        }];
+        let status =
+            json!({"conditions": conditions(&accepted, generation(generations, &key), "")});
+        if changed(written, &key, &status) {
+            let patch = json!({"status": {"conditions": conditions(&accepted, generation(generations, &key), &now)}});
+            let api: Api<GatewayClass> = Api::all(client.clone());
+            let result = api
+                .patch_status(class, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            report(written, &key, result.map(drop));
+        }
+    }
+    for ((namespace, name), listeners) in &translation.gateways {
+        let key = format!("gateway/{namespace}/{name}");
+        let gen = generation(generations, &key);
+        let ok = [
+            Condition {
+                kind: "Accepted",
+                ok: true,
+                reason: "Accepted",
+                message: "accepted by wasmgate".into(),
+            },
+            Condition {
+                kind: "Programmed",
+                ok: true,
+                reason: "Programmed",
+                message: "served by every wasmgate node of the class".into(),
+            },
+        ];
+        let listener_ok = [
+            Condition {
+                kind: "Accepted",
+                ok: true,
+                reason: "Accepted",
+                message: String::new(),
+            },
+            Condition {
+                kind: "Programmed",
+                ok: true,
+                reason: "Programmed",
+                message: String::new(),
+            },
+            Condition {
+                kind: "ResolvedRefs",
+                ok: true,
+                reason: "ResolvedRefs",
+                message: String::new(),
+            },
+        ];
+        let body = |time: &str| {
+            json!({
+                "conditions": conditions(&ok, gen, time),
+                "listeners": listeners.iter().map(|(listener, attached)| json!({
+                    "name": listener,
+                    "attachedRoutes": attached,
+                    "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
+                    "conditions": conditions(&listener_ok, gen, time),
+                })).collect::<Vec<_>>(),
+            })
+        };
+        if changed(written, &key, &body("")) {
+            let api: Api<Gateway> = Api::namespaced(client.clone(), namespace);
+            let patch = json!({"status": body(&now)});
+            let result = api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            report(written, &key, result.map(drop));
+        }
+    }
+    for ((namespace, name), (gen, parents)) in &translation.route_status {
+        let key = format!("httproute/{namespace}/{name}");
+        let body = |time: &str| {
+            json!({"parents": parents.iter().map(|p| {
+                let mut parent_ref = json!({
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "Gateway",
+                    "namespace": p.gateway_namespace,
+                    "name": p.gateway,
+                });
+                if let Some(section) = &p.section_name {
+                    parent_ref["sectionName"] = json!(section);
+                }
+                json!({
+                    "parentRef": parent_ref,
+                    "controllerName": controller,
+                    "conditions": conditions(&p.conditions, *gen, time),
+                })
+            }).collect::<Vec<_>>()})
+        };
+        if changed(written, &key, &body("")) {
+            let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
+            let patch = json!({"status": body(&now)});
+            let result = api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            report(written, &key, result.map(drop));
+        }
+    }
+}
+
+fn generation(generations: &HashMap<String, Option<i64>>, key: &str) -> Option<i64> {
+    generations.get(key).copied().flatten()
+}
+
+/// Whether `status` differs from what was last written for `key` (and
+/// remembers it).
+fn changed(written: &mut Written, key: &str, status: &Value) -> bool {
+    if written.last.get(key) == Some(status) {
+        return false;
+    }
+    written.last.insert(key.to_string(), status.clone());
+    true
+}
+
+/// Logs a failed write and forgets it was made, so the next pass retries.
+fn report(written: &mut Written, key: &str, result: Result<(), kube::Error>) {
+    if let Err(e) = result {
+        written.last.remove(key);
+        tracing::warn!(object = key, error = %e, "writing the status failed; the next change writes it again");
+    }
+}

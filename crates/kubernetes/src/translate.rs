@@ -1,0 +1,762 @@
+//! Gateway API resources to the gateway's own configuration: a pure
+//! function of what the API server holds, so it is tested without one.
+//!
+//! - The GatewayClasses whose `controllerName` is this node's are its own,
+//!   and so the Gateways of those classes.
+//! - Each HTTPRoute attached (`parentRefs`) to one of those Gateways, and
+//!   allowed by a listener of it (namespaces, hostnames), becomes routes:
+//!   one per match of each rule (a rule without matches matches every
+//!   path), ordered by the Gateway API's precedence, since the gateway takes
+//!   the first route that matches.
+//! - A rule's `backendRefs` (Services, by port) become one upstream whose
+//!   nodes are the ready endpoints of the Services' EndpointSlices, each
+//!   Service's share of the traffic its `weight`.
+//! - Whatever is not served is said in the status (`status.rs`): the
+//!   conditions the Gateway API defines, with their reasons.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::{
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
+};
+use gateway_api::httproutes::{
+    HttpRoute, HttpRouteRules, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
+    HttpRouteRulesMatchesPathType,
+};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use wasmgate_config::{FixedResponse, NodeConfig, PathMatch, RouteConfig, UpstreamConfig};
+
+/// What the API server holds, as this node last saw it.
+#[derive(Default)]
+pub struct Snapshot {
+    pub classes: Vec<GatewayClass>,
+    pub gateways: Vec<Gateway>,
+    pub routes: Vec<HttpRoute>,
+    pub services: Vec<Service>,
+    pub slices: Vec<EndpointSlice>,
+}
+
+/// A condition to write: `type`, `status`, `reason`, `message`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Condition {
+    pub kind: &'static str,
+    pub ok: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Condition {
+    fn yes(kind: &'static str, reason: &'static str, message: impl Into<String>) -> Condition {
+        Condition {
+            kind,
+            ok: true,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn no(kind: &'static str, reason: &'static str, message: impl Into<String>) -> Condition {
+        Condition {
+            kind,
+            ok: false,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The status of one HTTPRoute toward one of its parents.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteParentStatus {
+    pub gateway_namespace: String,
+    pub gateway: String,
+    pub section_name: Option<String>,
+    pub conditions: Vec<Condition>,
+}
+
+/// What the node serves, and what it says about each resource.
+#[derive(Default)]
+pub struct Translation {
+    pub routes: Vec<RouteConfig>,
+    pub upstreams: Vec<UpstreamConfig>,
+    /// GatewayClasses of this controller, by name.
+    pub classes: Vec<String>,
+    /// Gateways served: (namespace, name) -> routes attached per listener.
+    pub gateways: BTreeMap<(String, String), Vec<(String, i32)>>,
+    /// HTTPRoutes with a parent of ours: (namespace, name, generation) ->
+    /// one status per such parent.
+    pub route_status: BTreeMap<(String, String), (Option<i64>, Vec<RouteParentStatus>)>,
+}
+
+const GROUP: &str = "gateway.networking.k8s.io";
+
+pub fn translate(controller: &str, snapshot: &Snapshot) -> Translation {
+    let mut out = Translation {
+        classes: (snapshot.classes.iter())
+            .filter(|c| c.spec.controller_name == controller)
+            .map(|c| c.name_any())
+            .collect(),
+        ..Translation::default()
+    };
+    let ours: Vec<&Gateway> = (snapshot.gateways.iter())
+        .filter(|g| out.classes.contains(&g.spec.gateway_class_name))
+        .collect();
+    let mut attached: HashMap<(String, String, String), i32> = HashMap::new();
+    let mut served = Vec::new();
+    for route in &snapshot.routes {
+        let namespace = route.namespace().unwrap_or_default();
+        let mut parents = Vec::new();
+        let mut hosts_by_parent = Vec::new();
+        for parent in route.spec.parent_refs.iter().flatten() {
+            let group = parent.group.as_deref().unwrap_or(GROUP);
+            let kind = parent.kind.as_deref().unwrap_or("Gateway");
+            let gateway_namespace = parent
+                .namespace
+                .clone()
+                .unwrap_or_else(|| namespace.clone());
+            let Some(gateway) = ours.iter().find(|g| {
+                group == GROUP
+                    && kind == "Gateway"
+                    && g.name_any() == parent.name
+                    && g.namespace().unwrap_or_default() == gateway_namespace
+            }) else {
+                continue; // another controller's parent: not ours to speak for
+            };
+            let listeners: Vec<&GatewayListeners> = (gateway.spec.listeners.iter())
+                .filter(|l| parent.section_name.as_ref().is_none_or(|s| *s == l.name))
+                .filter(|l| parent.port.is_none_or(|p| p == l.port))
+                .collect();
+            let mut status = RouteParentStatus {
+                gateway_namespace: gateway_namespace.clone(),
+                gateway: parent.name.clone(),
+                section_name: parent.section_name.clone(),
+                conditions: Vec::new(),
+            };
+            let allowed: Vec<&&GatewayListeners> = (listeners.iter())
+                .filter(|l| allows_namespace(l, &gateway_namespace, &namespace))
+                .collect();
+            let hosts = route_hosts(
+                route.spec.hostnames.as_deref().unwrap_or_default(),
+                &allowed,
+            );
+            let accepted = if listeners.is_empty() {
+                Condition::no(
+                    "Accepted",
+                    "NoMatchingParent",
+                    "no listener of the Gateway matches the parentRef's sectionName and port",
+                )
+            } else if allowed.is_empty() {
+                Condition::no(
+                    "Accepted",
+                    "NotAllowedByListeners",
+                    format!(
+                        "the Gateway's listeners do not allow routes from namespace `{namespace}`"
+                    ),
+                )
+            } else if hosts.is_none() {
+                Condition::no(
+                    "Accepted",
+                    "NoMatchingListenerHostname",
+                    "none of the route's hostnames matches a listener's hostname",
+                )
+            } else if let Some(problem) = unsupported(route) {
+                Condition::no("Accepted", "UnsupportedValue", problem)
+            } else {
+                for l in &allowed {
+                    *attached
+                        .entry((
+                            gateway_namespace.clone(),
+                            parent.name.clone(),
+                            l.name.clone(),
+                        ))
+                        .or_default() += 1;
+                }
+                hosts_by_parent.push(hosts.clone().unwrap_or_default());
+                Condition::yes("Accepted", "Accepted", "served by wasmgate")
+            };
+            status.conditions.push(accepted);
+            parents.push(status);
+        }
+        if parents.is_empty() {
+            continue;
+        }
+        let resolved = if hosts_by_parent.is_empty() {
+            None
+        } else {
+            // The hosts of every parent that accepted it (empty: any).
+            let mut hosts: Vec<String> = hosts_by_parent.concat();
+            if hosts_by_parent.iter().any(Vec::is_empty) {
+                hosts.clear();
+            }
+            hosts.sort();
+            hosts.dedup();
+            Some(route_config(
+                route,
+                &namespace,
+                hosts,
+                snapshot,
+                &mut out,
+                &mut served,
+            ))
+        };
+        let resolved_refs = match resolved {
+            Some(Err(problem)) => problem,
+            _ => Condition::yes("ResolvedRefs", "ResolvedRefs", "every backendRef resolved"),
+        };
+        for parent in &mut parents {
+            parent.conditions.push(resolved_refs.clone());
+        }
+        out.route_status.insert(
+            (namespace, route.name_any()),
+            (route.metadata.generation, parents),
+        );
+    }
+    served.sort_by(|a: &Ranked, b: &Ranked| a.rank.cmp(&b.rank));
+    out.routes = served.into_iter().map(|r| r.route).collect();
+    for gateway in ours {
+        let key = (gateway.namespace().unwrap_or_default(), gateway.name_any());
+        let listeners = (gateway.spec.listeners.iter())
+            .map(|l| {
+                let n = attached
+                    .get(&(key.0.clone(), key.1.clone(), l.name.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                (l.name.clone(), n)
+            })
+            .collect();
+        out.gateways.insert(key, listeners);
+    }
+    out
+}
+
+fn allows_namespace(listener: &GatewayListeners, gateway_ns: &str, route_ns: &str) -> bool {
+    let from = (listener.allowed_routes.as_ref())
+        .and_then(|a| a.namespaces.as_ref())
+        .and_then(|n| n.from.clone());
+    match from {
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
+        // Selector needs the namespaces' labels, not watched yet.
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => false,
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) | None => gateway_ns == route_ns,
+    }
+}
+
+/// The hosts the route serves under these listeners (empty: any host), or
+/// None when its hostnames and the listeners' have nothing in common.
+fn route_hosts(route_hosts: &[String], listeners: &[&&GatewayListeners]) -> Option<Vec<String>> {
+    let listener_hosts: Vec<&str> = listeners
+        .iter()
+        .filter_map(|l| l.hostname.as_deref())
+        .collect();
+    if listener_hosts.len() < listeners.len() {
+        // A listener without a hostname takes any: the route's own.
+        return Some(route_hosts.to_vec());
+    }
+    if route_hosts.is_empty() {
+        return Some(listener_hosts.iter().map(|h| h.to_string()).collect());
+    }
+    let matching: Vec<String> = (route_hosts.iter())
+        .filter(|h| {
+            listener_hosts
+                .iter()
+                .any(|l| host_matches(l, h) || host_matches(h, l))
+        })
+        .cloned()
+        .collect();
+    (!matching.is_empty()).then_some(matching)
+}
+
+/// Whether `pattern` (a name or `*.suffix`) covers `host`.
+fn host_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
+        None => pattern.eq_ignore_ascii_case(host),
+    }
+}
+
+/// What of the route this node cannot serve yet, said as the reason.
+fn unsupported(route: &HttpRoute) -> Option<String> {
+    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
+        if rule.filters.as_ref().is_some_and(|f| !f.is_empty()) {
+            return Some(format!(
+                "rules[{i}].filters: filters are not supported by wasmgate yet"
+            ));
+        }
+        for backend in rule.backend_refs.iter().flatten() {
+            if backend.filters.as_ref().is_some_and(|f| !f.is_empty()) {
+                return Some(format!(
+                    "rules[{i}].backendRefs[].filters: not supported by wasmgate yet"
+                ));
+            }
+        }
+        for (j, m) in rule.matches.iter().flatten().enumerate() {
+            if m.query_params.as_ref().is_some_and(|q| !q.is_empty()) {
+                return Some(format!(
+                    "rules[{i}].matches[{j}].queryParams: not supported by wasmgate yet"
+                ));
+            }
+            if (m.headers.iter().flatten())
+                .any(|h| h.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression))
+            {
+                return Some(format!("rules[{i}].matches[{j}].headers: RegularExpression is not supported by wasmgate yet"));
+            }
+        }
+    }
+    None
+}
+
+/// A route with the key the Gateway API orders matches by.
+struct Ranked {
+    rank: (u8, u8, i64, i64, u8, String, String),
+    route: RouteConfig,
+}
+
+/// The routes and upstream of `route`'s rules (into `out` and `served`), or
+/// the ResolvedRefs condition that says what did not resolve (the rules are
+/// served all the same: an unresolved backend answers 500, as the Gateway
+/// API asks).
+fn route_config(
+    route: &HttpRoute,
+    namespace: &str,
+    hosts: Vec<String>,
+    snapshot: &Snapshot,
+    out: &mut Translation,
+    served: &mut Vec<Ranked>,
+) -> Result<(), Condition> {
+    let name = route.name_any();
+    let created = (route.metadata.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second());
+    let mut problem = None;
+    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
+        let base = entry_name(&format!("{namespace}.{name}.r{i}"));
+        let endpoint = match backend(rule, namespace, snapshot) {
+            Ok(nodes) if nodes.is_empty() => {
+                Endpoint::Respond(503, "no ready endpoints for this route's backends".into())
+            }
+            Ok(nodes) => {
+                out.upstreams.push(UpstreamConfig {
+                    name: base.clone(),
+                    ..upstream(nodes)
+                });
+                Endpoint::Upstream(base.clone())
+            }
+            Err(condition) => {
+                let message = condition.message.clone();
+                problem.get_or_insert(condition);
+                Endpoint::Respond(500, message)
+            }
+        };
+        let default_match = [HttpRouteRulesMatches::default()];
+        let matches = match rule.matches.as_deref() {
+            Some(m) if !m.is_empty() => m,
+            _ => &default_match,
+        };
+        for (j, m) in matches.iter().enumerate() {
+            let (path, path_rank, length) = path_match(m);
+            let headers: BTreeMap<String, String> = (m.headers.iter().flatten())
+                .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
+                .collect();
+            let methods: Vec<String> = m
+                .method
+                .as_ref()
+                .and_then(|method| serde_json::to_value(method).ok())
+                .and_then(|v| v.as_str().map(str::to_string))
+                .into_iter()
+                .collect();
+            let host_rank = match hosts.first() {
+                None => 2,
+                Some(h) if h.starts_with("*.") => 1,
+                Some(_) => 0,
+            };
+            let mut config: RouteConfig = serde_json::from_value(
+                serde_json::json!({"name": entry_name(&format!("{base}.m{j}"))}),
+            )
+            .expect("a route with defaults");
+            config.hosts = hosts.clone();
+            config.path = path;
+            config.methods = methods.clone();
+            config.headers = headers.clone();
+            match &endpoint {
+                Endpoint::Upstream(upstream) => config.upstream = Some(upstream.clone()),
+                Endpoint::Respond(status, body) => {
+                    config.respond = Some(FixedResponse {
+                        status: *status,
+                        body: format!("{body}\n"),
+                        headers: BTreeMap::new(),
+                    })
+                }
+            }
+            served.push(Ranked {
+                rank: (
+                    host_rank,
+                    path_rank,
+                    -length,
+                    -(headers.len() as i64),
+                    u8::from(methods.is_empty()),
+                    format!("{created:020}"),
+                    format!("{namespace}/{name}"),
+                ),
+                route: config,
+            });
+        }
+    }
+    match problem {
+        Some(condition) => Err(condition),
+        None => Ok(()),
+    }
+}
+
+enum Endpoint {
+    Upstream(String),
+    Respond(u16, String),
+}
+
+fn upstream(nodes: Vec<NodeConfig>) -> UpstreamConfig {
+    let yaml = serde_json::json!({"name": "x", "nodes": nodes});
+    serde_json::from_value(yaml).expect("an upstream with defaults")
+}
+
+/// The path part of a match: the config, its rank (Exact, then prefixes by
+/// length, then expressions) and length.
+fn path_match(m: &HttpRouteRulesMatches) -> (PathMatch, u8, i64) {
+    let value = (m.path.as_ref())
+        .and_then(|p| p.value.clone())
+        .unwrap_or_else(|| "/".into());
+    let kind = (m.path.as_ref())
+        .and_then(|p| p.r#type.clone())
+        .unwrap_or(HttpRouteRulesMatchesPathType::PathPrefix);
+    let length = value.len() as i64;
+    match kind {
+        HttpRouteRulesMatchesPathType::Exact => (
+            PathMatch {
+                exact: Some(value),
+                ..PathMatch::default()
+            },
+            0,
+            length,
+        ),
+        HttpRouteRulesMatchesPathType::PathPrefix if value == "/" => (PathMatch::default(), 1, 1),
+        HttpRouteRulesMatchesPathType::PathPrefix => {
+            // A Gateway API prefix matches whole segments: `/api` matches
+            // `/api` and `/api/x`, not `/apix`.
+            let trimmed = value.trim_end_matches('/');
+            let regex = format!("^{}(/.*)?$", regex_escape(trimmed));
+            (
+                PathMatch {
+                    regex: Some(regex),
+                    ..PathMatch::default()
+                },
+                1,
+                length,
+            )
+        }
+        HttpRouteRulesMatchesPathType::RegularExpression => (
+            PathMatch {
+                regex: Some(value),
+                ..PathMatch::default()
+            },
+            2,
+            length,
+        ),
+    }
+}
+
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The nodes of a rule's backendRefs, each Service's weight shared among
+/// its ready endpoints.
+fn backend(
+    rule: &HttpRouteRules,
+    namespace: &str,
+    snapshot: &Snapshot,
+) -> Result<Vec<NodeConfig>, Condition> {
+    let mut nodes = Vec::new();
+    for backend in rule.backend_refs.iter().flatten() {
+        let group = backend.group.as_deref().unwrap_or("");
+        let kind = backend.kind.as_deref().unwrap_or("Service");
+        if !group.is_empty() || kind != "Service" {
+            return Err(Condition::no(
+                "ResolvedRefs",
+                "InvalidKind",
+                format!(
+                    "backendRef {}: only Services are supported, not {group}/{kind}",
+                    backend.name
+                ),
+            ));
+        }
+        if backend.namespace.as_deref().is_some_and(|n| n != namespace) {
+            return Err(Condition::no("ResolvedRefs", "RefNotPermitted", format!("backendRef {}: another namespace's Service needs a ReferenceGrant, which wasmgate does not read yet", backend.name)));
+        }
+        let weight = backend.weight.unwrap_or(1);
+        if weight == 0 {
+            continue;
+        }
+        let Some(service) = (snapshot.services.iter())
+            .find(|s| s.name_any() == backend.name && s.namespace().as_deref() == Some(namespace))
+        else {
+            return Err(Condition::no(
+                "ResolvedRefs",
+                "BackendNotFound",
+                format!(
+                    "backendRef {}: no Service `{}` in namespace `{namespace}`",
+                    backend.name, backend.name
+                ),
+            ));
+        };
+        let Some(port) = backend.port else {
+            return Err(Condition::no(
+                "ResolvedRefs",
+                "UnsupportedValue",
+                format!(
+                    "backendRef {}: a Service backend needs its `port`",
+                    backend.name
+                ),
+            ));
+        };
+        let Some(service_port) = (service.spec.iter())
+            .flat_map(|s| s.ports.iter().flatten())
+            .find(|p| p.port == port)
+        else {
+            return Err(Condition::no(
+                "ResolvedRefs",
+                "BackendNotFound",
+                format!(
+                    "backendRef {}: the Service has no port {port}",
+                    backend.name
+                ),
+            ));
+        };
+        let endpoints = ready_endpoints(
+            snapshot,
+            namespace,
+            &backend.name,
+            service_port.name.as_deref(),
+        );
+        // The Service's share split among its endpoints (weights are whole
+        // numbers: scaled by 1000 so that shares stay close).
+        let n = endpoints.len().max(1) as u32;
+        for address in endpoints {
+            nodes.push(NodeConfig {
+                address,
+                weight: ((weight as u32) * 1000 / n).max(1),
+            });
+        }
+    }
+    Ok(nodes)
+}
+
+/// `address:port` of every ready endpoint of Service `service`'s port named
+/// `port_name`, from all its EndpointSlices.
+fn ready_endpoints(
+    snapshot: &Snapshot,
+    namespace: &str,
+    service: &str,
+    port_name: Option<&str>,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for slice in &snapshot.slices {
+        let of_service = slice.namespace().as_deref() == Some(namespace)
+            && slice
+                .labels()
+                .get("kubernetes.io/service-name")
+                .map(String::as_str)
+                == Some(service);
+        if !of_service {
+            continue;
+        }
+        let Some(port) = (slice.ports.iter().flatten())
+            .find(|p| p.name.as_deref().unwrap_or("") == port_name.unwrap_or(""))
+            .and_then(|p| p.port)
+        else {
+            continue;
+        };
+        for endpoint in &slice.endpoints {
+            let ready = endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true);
+            if !ready {
+                continue;
+            }
+            for address in &endpoint.addresses {
+                found.push(if slice.address_type == "IPv6" {
+                    format!("[{address}]:{port}")
+                } else {
+                    format!("{address}:{port}")
+                });
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// A name within the configuration's rule (64 characters at most): long
+/// ones keep their start and a hash of the whole.
+fn entry_name(full: &str) -> String {
+    let clean: String = full
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if clean.len() <= 64 {
+        return clean;
+    }
+    use sha2::Digest;
+    let hash = hex::encode(&sha2::Sha256::digest(full.as_bytes())[..6]);
+    format!("{}-{hash}", &clean[..51])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn snapshot(routes: serde_json::Value) -> Snapshot {
+        Snapshot {
+            classes: vec![parse(
+                json!({"metadata": {"name": "c"}, "spec": {"controllerName": "me/x"}}),
+            )],
+            gateways: vec![parse(json!({"metadata": {"name": "g", "namespace": "ns"},
+                "spec": {"gatewayClassName": "c", "listeners": [{"name": "web", "port": 80, "protocol": "HTTP", "hostname": "*.example.com"}]}}))],
+            routes: routes
+                .as_array()
+                .unwrap()
+                .iter()
+                .cloned()
+                .map(parse)
+                .collect(),
+            services: vec![parse(
+                json!({"metadata": {"name": "s", "namespace": "ns"}, "spec": {"ports": [{"name": "http", "port": 80}]}}),
+            )],
+            slices: vec![parse(
+                json!({"metadata": {"name": "s-1", "namespace": "ns", "labels": {"kubernetes.io/service-name": "s"}},
+                "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}],
+                "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"], "conditions": {"ready": false}}]}),
+            )],
+        }
+    }
+
+    fn route(
+        name: &str,
+        hostnames: serde_json::Value,
+        rules: serde_json::Value,
+    ) -> serde_json::Value {
+        json!({"metadata": {"name": name, "namespace": "ns"},
+               "spec": {"parentRefs": [{"name": "g"}], "hostnames": hostnames, "rules": rules}})
+    }
+
+    #[test]
+    fn ready_endpoints_become_nodes_and_matches_are_ordered_by_precedence() {
+        let snap = snapshot(json!([route(
+            "a",
+            json!(["api.example.com"]),
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": [{"name": "s", "port": 80}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/v1/users"}}], "backendRefs": [{"name": "s", "port": 80}]},
+                {"matches": [{"path": {"type": "Exact", "value": "/v1"}}], "backendRefs": [{"name": "s", "port": 80}]}
+            ])
+        )]));
+        let t = translate("me/x", &snap);
+        let paths: Vec<String> = t
+            .routes
+            .iter()
+            .map(|r| format!("{:?}/{:?}", r.path.exact, r.path.regex))
+            .collect();
+        assert!(paths[0].starts_with("Some(\"/v1\")"), "{paths:?}");
+        assert!(paths[1].contains("v1/users"), "{paths:?}");
+        assert_eq!(t.routes[2].path, PathMatch::default(), "`/` matches last");
+        assert_eq!(t.routes[0].hosts, ["api.example.com"]);
+        assert_eq!(
+            t.upstreams[0].nodes.len(),
+            1,
+            "the endpoint that is not ready is left out"
+        );
+        assert_eq!(t.upstreams[0].nodes[0].address, "10.0.0.1:8080");
+        assert_eq!(
+            t.gateways[&("ns".into(), "g".into())],
+            [("web".to_string(), 1)]
+        );
+    }
+
+    #[test]
+    fn what_is_not_served_is_said_with_the_gateway_api_reasons() {
+        let snap = snapshot(json!([
+            route(
+                "other-host",
+                json!(["api.other.org"]),
+                json!([{"backendRefs": [{"name": "s", "port": 80}]}])
+            ),
+            route(
+                "no-service",
+                json!([]),
+                json!([{"backendRefs": [{"name": "gone", "port": 80}]}])
+            ),
+            route(
+                "wrong-port",
+                json!([]),
+                json!([{"backendRefs": [{"name": "s", "port": 81}]}])
+            )
+        ]));
+        let t = translate("me/x", &snap);
+        let reason = |name: &str, kind: &str| {
+            let (_, parents) = &t.route_status[&("ns".to_string(), name.to_string())];
+            let c = parents[0]
+                .conditions
+                .iter()
+                .find(|c| c.kind == kind)
+                .unwrap();
+            (c.ok, c.reason)
+        };
+        assert_eq!(
+            reason("other-host", "Accepted"),
+            (false, "NoMatchingListenerHostname")
+        );
+        assert_eq!(
+            reason("no-service", "ResolvedRefs"),
+            (false, "BackendNotFound")
+        );
+        assert_eq!(
+            reason("wrong-port", "ResolvedRefs"),
+            (false, "BackendNotFound")
+        );
+        // Unresolved backends still get their routes, answering 500.
+        assert!(t
+            .routes
+            .iter()
+            .all(|r| r.respond.as_ref().is_some_and(|f| f.status == 500)));
+        assert!(translate("someone/else", &snap).routes.is_empty());
+    }
+
+    #[test]
+    fn host_patterns_and_long_names() {
+        assert!(host_matches("*.example.com", "a.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert!(host_matches("API.example.com", "api.example.com"));
+        let long = entry_name(&"x".repeat(100));
+        assert_eq!(long.len(), 64);
+        assert_ne!(long, entry_name(&"x".repeat(101)));
+    }
+}
