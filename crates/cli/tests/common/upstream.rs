@@ -25,6 +25,7 @@ use hyper_util::rt::TokioIo;
 
 pub struct Upstream {
     pub port: u16,
+    ip: String,
     pub hits: Arc<AtomicUsize>,
     /// The last requests' paths and headers (at most [`KEPT`]).
     received: Received,
@@ -40,7 +41,13 @@ const KEPT: usize = 100;
 
 impl Upstream {
     pub async fn start(name: &str) -> Upstream {
-        Upstream::serve(name, None).await
+        Upstream::serve(name, None, "127.0.0.1").await
+    }
+
+    /// The same on address `ip` (an interface's, where a loopback address
+    /// will not do: Kubernetes EndpointSlices refuse 127.0.0.0/8).
+    pub async fn start_on(name: &str, ip: &str) -> Upstream {
+        Upstream::serve(name, None, ip).await
     }
 
     /// The same upstream over TLS (HTTP/1.1), serving the certificate
@@ -82,12 +89,13 @@ impl Upstream {
         Upstream::serve(
             name,
             Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+            "127.0.0.1",
         )
         .await
     }
 
-    async fn serve(name: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Upstream {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    async fn serve(name: &str, tls: Option<tokio_rustls::TlsAcceptor>, ip: &str) -> Upstream {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let hits = Arc::new(AtomicUsize::new(0));
         let received = Received::default();
@@ -131,6 +139,7 @@ impl Upstream {
         });
         Upstream {
             port,
+            ip: ip.to_string(),
             hits,
             received,
             task,
@@ -139,7 +148,7 @@ impl Upstream {
     }
 
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.ip, self.port)
     }
 
     pub fn hits(&self) -> usize {

@@ -1,0 +1,317 @@
+//! A wasmgate node following a real Kubernetes API server (docs/kubernetes.md):
+//! kube-apiserver v1.34.2 built from source on an etcd of its own, the
+//! Gateway API v1.5.1 CRDs installed, resources created through the API as
+//! `kubectl apply` would, and real HTTP through the node to upstream
+//! processes that Services' EndpointSlices point at. Routes appear, split
+//! by weight, answer 500 for a missing backend and go away; statuses say
+//! why; the API server killed under load fails no request.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::gateway::{send, GatewayProc};
+use common::upstream::Upstream;
+use common::{client, HttpClient};
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use wasmgate_testkit::{gateway_api_crd, KubeApiServer};
+
+/// An address of this machine that is not loopback: EndpointSlices refuse
+/// 127.0.0.0/8, so the upstreams listen here.
+fn interface_ip() -> String {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .expect("running ip");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|cidr| cidr.split('/').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no non-loopback IPv4 address on this machine:\n{text}"))
+}
+
+async fn kube_client(api: &KubeApiServer, dir: &std::path::Path) -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig(dir)).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Installs the Gateway API CRDs the node watches and waits until served.
+async fn install_crds(c: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
+    for plural in ["gatewayclasses", "gateways", "httproutes"] {
+        let text = std::fs::read_to_string(gateway_api_crd(plural)).unwrap();
+        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).unwrap();
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let routes: Api<HttpRoute> = Api::default_namespaced(c.clone());
+    until("the CRDs are served", || async {
+        routes.list(&Default::default()).await.is_ok()
+    })
+    .await;
+}
+
+async fn until<F, Fut>(what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within 30 s");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn create<K>(c: &Client, object: Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::default_namespaced(c.clone());
+    let object: K = serde_json::from_value(object).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap()
+}
+
+/// A Service `name` with port 80 (`http`) and an EndpointSlice whose ready
+/// endpoints are `upstreams`.
+async fn service(c: &Client, name: &str, upstreams: &[&Upstream]) {
+    create::<Service>(
+        c,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": upstreams[0].port}]}
+        }),
+    )
+    .await;
+    create::<EndpointSlice>(c, json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": upstreams[0].port, "protocol": "TCP"}],
+        "endpoints": upstreams.iter().map(|u| json!({
+            "addresses": [u.address().split(':').next().unwrap()],
+            "conditions": {"ready": true}
+        })).collect::<Vec<_>>()
+    }))
+    .await;
+}
+
+fn route(name: &str, rules: Value) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name},
+        "spec": {"parentRefs": [{"name": "edge"}], "rules": rules}
+    })
+}
+
+/// The condition `kind` of the route's first parent, once written.
+async fn route_condition(c: &Client, name: &str, kind: &str) -> Value {
+    let api: Api<HttpRoute> = Api::default_namespaced(c.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let route = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+        let found = route["status"]["parents"][0]["conditions"]
+            .as_array()
+            .and_then(|all| all.iter().find(|x| x["type"] == kind).cloned());
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {kind} condition on {name}: {route}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn until_status(c: &HttpClient, gw: &GatewayProc, path: &str, status: u16) -> common::Reply {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = send(c, "GET", &gw.url(path), &[], "").await;
+        if reply.status == status {
+            return reply;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} never answered {status} (last {}: {})",
+            reply.status,
+            reply.text()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The node serves the routes of its GatewayClass's Gateway, weighted,
+/// with statuses that say what is and is not served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() {
+    let mut api = KubeApiServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let k = kube_client(&api, dir.path()).await;
+    install_crds(&k).await;
+    let ip = interface_ip();
+    let (a, b) = (
+        Upstream::start_on("a", &ip).await,
+        Upstream::start_on("b", &ip).await,
+    );
+    service(&k, "app", &[&a]).await;
+    service(&k, "beta", &[&b]).await;
+    let classes: Api<GatewayClass> = Api::all(k.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                "metadata": {"name": "wasmgate"},
+                "spec": {"controllerName": "wasmgate.io/gateway-controller"}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    create::<Gateway>(&k, json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "edge"},
+        "spec": {"gatewayClassName": "wasmgate", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+    }))
+    .await;
+
+    let kubeconfig = dir.path().join("kubeconfig");
+    let gw = GatewayProc::start(&format!(
+        "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nconfig: {{kubernetes: {{kubeconfig: \"{}\"}}}}\n",
+        kubeconfig.display()
+    ));
+    let c = client();
+
+    // A route to one Service, and one split evenly between two.
+    create::<HttpRoute>(&k, route("app", json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/app"}}], "backendRefs": [{"name": "app", "port": 80}]},
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/split"}}],
+         "backendRefs": [{"name": "app", "port": 80, "weight": 1}, {"name": "beta", "port": 80, "weight": 1}]}
+    ])))
+    .await;
+    let reply = until_status(&c, &gw, "/app/x", 200).await;
+    assert_eq!(reply.json()["upstream"], "a", "{}", reply.text());
+    // A prefix matches whole segments.
+    assert_eq!(send(&c, "GET", &gw.url("/apps"), &[], "").await.status, 404);
+    let (before_a, before_b) = (a.hits(), b.hits());
+    for _ in 0..200 {
+        assert_eq!(
+            send(&c, "GET", &gw.url("/split"), &[], "").await.status,
+            200
+        );
+    }
+    let (to_a, to_b) = (a.hits() - before_a, b.hits() - before_b);
+    assert_eq!(to_a + to_b, 200);
+    assert!((60..=140).contains(&to_a), "weights 1:1 gave {to_a}:{to_b}");
+    let accepted = route_condition(&k, "app", "Accepted").await;
+    assert_eq!(accepted["status"], "True", "{accepted}");
+    assert_eq!(
+        route_condition(&k, "app", "ResolvedRefs").await["status"],
+        "True"
+    );
+    let gateways: Api<Gateway> = Api::default_namespaced(k.clone());
+    until("the Gateway's status counts the route", || async {
+        let g = serde_json::to_value(gateways.get("edge").await.unwrap()).unwrap();
+        g["status"]["listeners"][0]["attachedRoutes"] == 1
+            && g["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|x| x["type"] == "Programmed" && x["status"] == "True")
+            })
+    })
+    .await;
+    let class = serde_json::to_value(classes.get("wasmgate").await.unwrap()).unwrap();
+    assert_eq!(
+        class["status"]["conditions"][0]["status"], "True",
+        "{class}"
+    );
+
+    // A backend that does not exist: 500 and ResolvedRefs=False with the reason.
+    create::<HttpRoute>(&k, route("missing", json!([
+        {"matches": [{"path": {"type": "Exact", "value": "/missing"}}], "backendRefs": [{"name": "nowhere", "port": 80}]}
+    ])))
+    .await;
+    until_status(&c, &gw, "/missing", 500).await;
+    let resolved = route_condition(&k, "missing", "ResolvedRefs").await;
+    assert_eq!(
+        (resolved["status"].as_str(), resolved["reason"].as_str()),
+        (Some("False"), Some("BackendNotFound")),
+        "{resolved}"
+    );
+    // What is not supported yet says so, and is not served.
+    create::<HttpRoute>(&k, route("filtered", json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/filtered"}}],
+         "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "x-a", "value": "1"}]}}],
+         "backendRefs": [{"name": "app", "port": 80}]}
+    ])))
+    .await;
+    let accepted = route_condition(&k, "filtered", "Accepted").await;
+    assert_eq!(
+        (accepted["status"].as_str(), accepted["reason"].as_str()),
+        (Some("False"), Some("UnsupportedValue")),
+        "{accepted}"
+    );
+    assert_eq!(
+        send(&c, "GET", &gw.url("/filtered"), &[], "").await.status,
+        404
+    );
+    // The admin API does not write here: the resources are the truth.
+    let put = send(
+        &c,
+        "PUT",
+        &gw.admin_url("/routes/x"),
+        &[("x-wasmgate-admin", "1")],
+        r#"{"respond": {"status": 200}}"#,
+    )
+    .await;
+    assert!(put.status >= 400, "{}", put.text());
+    assert!(put.text().contains("kubectl"), "{}", put.text());
+
+    // A deleted route goes away.
+    let routes: Api<HttpRoute> = Api::default_namespaced(k.clone());
+    routes
+        .delete("missing", &DeleteParams::default())
+        .await
+        .unwrap();
+    until_status(&c, &gw, "/missing", 404).await;
+
+    // The API server killed under load: the node keeps serving what it has.
+    let load = {
+        let (c, url) = (c.clone(), gw.url("/app/x"));
+        tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            for _ in 0..300 {
+                statuses.push(send(&c, "GET", &url, &[], "").await.status);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            statuses
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    api.kill();
+    let statuses = load.await.unwrap();
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(
+        send(&c, "GET", &gw.url("/split"), &[], "").await.status,
+        200
+    );
+}
