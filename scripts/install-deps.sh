@@ -97,6 +97,8 @@ command -v wasm-ld >/dev/null || sdk_pkgs+=(lld)
 # curl (HTTP/2 by ALPN, --resolve for SNI) and Python's ssl module drive the
 # other TLS tests.
 command -v curl >/dev/null || apt_install curl
+# `ip` finds the address the Kubernetes tests' upstreams listen on.
+command -v ip >/dev/null || apt_install iproute2
 if [ ! -x "$root/target/test-bin/h2spec" ]; then
   mkdir -p "$root/target/test-bin"
   (cd "$root/tools/h2spec" && go build -o "$root/target/test-bin/h2spec" github.com/summerwind/h2spec/cmd/h2spec)

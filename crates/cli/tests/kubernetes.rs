@@ -25,19 +25,31 @@ use serde_json::{json, Value};
 use wasmgate_testkit::{gateway_api_crd, KubeApiServer};
 
 /// An address of this machine that is not loopback: EndpointSlices refuse
-/// 127.0.0.0/8, so the upstreams listen here.
+/// 127.0.0.0/8, so the upstreams listen here. A machine with none (a bare
+/// container) gets a documentation address (TEST-NET-2) on `lo`, which
+/// needs root, as CI runs.
 fn interface_ip() -> String {
-    let out = std::process::Command::new("ip")
-        .args(["-4", "-o", "addr", "show", "scope", "global"])
-        .output()
-        .expect("running ip");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .and_then(|cidr| cidr.split('/').next())
-        .map(str::to_string)
-        .unwrap_or_else(|| panic!("no non-loopback IPv4 address on this machine:\n{text}"))
+    let global = || {
+        let out = std::process::Command::new("ip")
+            .args(["-4", "-o", "addr", "show", "scope", "global"])
+            .output()
+            .expect("running ip");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split_whitespace()
+            .skip_while(|w| *w != "inet")
+            .nth(1)
+            .and_then(|cidr| cidr.split('/').next())
+            .map(str::to_string)
+    };
+    if let Some(ip) = global() {
+        return ip;
+    }
+    let _ = std::process::Command::new("ip")
+        .args(["addr", "add", "198.51.100.7/32", "dev", "lo"])
+        .status();
+    global().expect(
+        "no non-loopback IPv4 address on this machine, and none could be added to lo (not root?)",
+    )
 }
 
 async fn kube_client(api: &KubeApiServer, dir: &std::path::Path) -> Client {
