@@ -78,6 +78,12 @@ async fn jaeger_trace_at(
             }
         }
         if Instant::now() > deadline {
+            // What there was, for the failure's message.
+            eprintln!(
+                "trace {id} after {wait:?}: {} {}",
+                reply.status,
+                reply.text()
+            );
             return None;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
