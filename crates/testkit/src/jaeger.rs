@@ -5,9 +5,7 @@
 //! `/api/traces?service=...`) it asks over real HTTP, as a user's browser
 //! would.
 
-use std::fs::File;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use crate::{free_port, read_log};
 
@@ -19,11 +17,6 @@ pub struct JaegerServer {
     query_port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
-}
-
-/// Where install-deps.sh puts the binary.
-fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-bin/jaeger")
 }
 
 impl JaegerServer {
@@ -90,20 +83,12 @@ exporters:
 "#
         );
         std::fs::write(dir.path().join("jaeger.yaml"), config).expect("writing jaeger.yaml");
-        let log = File::create(dir.path().join("jaeger.log")).expect("creating jaeger.log");
-        let child = Command::new(binary())
-            .args(["--config", "jaeger.yaml"])
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("duplicating the log handle"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "starting {} (scripts/install-deps.sh builds it): {e}",
-                    binary().display()
-                )
-            });
+        let child = crate::spawn_logged(
+            Command::new(crate::test_bin("jaeger"))
+                .args(["--config", "jaeger.yaml"])
+                .current_dir(dir.path()),
+            &dir.path().join("jaeger.log"),
+        );
         let mut server = JaegerServer {
             otlp_port,
             otlp_http_port,

@@ -7,13 +7,12 @@
 //! EndpointSlices a Service would get. The Gateway API CRDs (v1.5.1,
 //! standard channel) are in `target/test-bin/gateway-api-crds`.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::pki::{KeyType, Pki};
-use crate::{free_port, read_log, EtcdServer, START_TIMEOUT};
+use crate::{free_port, read_log, test_bin, EtcdServer, START_TIMEOUT};
 
 pub struct KubeApiServer {
     port: u16,
@@ -22,12 +21,6 @@ pub struct KubeApiServer {
     dir: tempfile::TempDir,
     etcd: EtcdServer,
     child: Option<Child>,
-}
-
-fn test_bin(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/test-bin")
-        .join(name)
 }
 
 /// A Gateway API CRD file (`gatewayclasses`, `gateways`, `httproutes`, ...).
@@ -69,44 +62,36 @@ impl KubeApiServer {
         )
         .expect("writing tokens.csv");
         let port = free_port();
-        let log = File::create(dir.path().join("kube-apiserver.log")).expect("creating the log");
-        let child = Command::new(test_bin("kube-apiserver"))
-            .arg(format!("--etcd-servers={}", etcd.url()))
-            .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
-            .arg(format!("--secure-port={port}"))
-            .arg(format!("--cert-dir={}", dir.path().display()))
-            .arg(format!("--tls-cert-file={}", serving.cert.display()))
-            .arg(format!("--tls-private-key-file={}", serving.key.display()))
-            .arg(format!(
-                "--service-account-issuer=https://127.0.0.1:{port}/"
-            ))
-            .arg(format!("--service-account-key-file={}", sa_pub.display()))
-            .arg(format!(
-                "--service-account-signing-key-file={}",
-                sa_key.display()
-            ))
-            .arg(format!(
-                "--token-auth-file={}",
-                dir.path().join("tokens.csv").display()
-            ))
-            .args([
-                "--authorization-mode=RBAC",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--allow-privileged=true",
-                "--disable-admission-plugins=ServiceAccount",
-                "--enable-priority-and-fairness=false",
-                "--profiling=false",
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("duplicating the log handle"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "starting {} (scripts/install-deps.sh builds it): {e}",
-                    test_bin("kube-apiserver").display()
-                )
-            });
+        let child = crate::spawn_logged(
+            Command::new(test_bin("kube-apiserver"))
+                .arg(format!("--etcd-servers={}", etcd.url()))
+                .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+                .arg(format!("--secure-port={port}"))
+                .arg(format!("--cert-dir={}", dir.path().display()))
+                .arg(format!("--tls-cert-file={}", serving.cert.display()))
+                .arg(format!("--tls-private-key-file={}", serving.key.display()))
+                .arg(format!(
+                    "--service-account-issuer=https://127.0.0.1:{port}/"
+                ))
+                .arg(format!("--service-account-key-file={}", sa_pub.display()))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    sa_key.display()
+                ))
+                .arg(format!(
+                    "--token-auth-file={}",
+                    dir.path().join("tokens.csv").display()
+                ))
+                .args([
+                    "--authorization-mode=RBAC",
+                    "--service-cluster-ip-range=10.0.0.0/24",
+                    "--allow-privileged=true",
+                    "--disable-admission-plugins=ServiceAccount",
+                    "--enable-priority-and-fairness=false",
+                    "--profiling=false",
+                ]),
+            &dir.path().join("kube-apiserver.log"),
+        );
         let mut server = KubeApiServer {
             port,
             pki,

@@ -130,6 +130,31 @@ pub(crate) fn stop_child(child: &mut Child, graceful: Signal) {
     }
 }
 
+/// A tool `scripts/install-deps.sh` builds into `target/test-bin` (Jaeger,
+/// the OCI registry and oras, kube-apiserver).
+pub fn test_bin(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/test-bin")
+        .join(name)
+}
+
+/// Spawns `command` (a [`test_bin`] tool) with its output into `log`;
+/// panics saying where the tool comes from if it cannot start.
+pub(crate) fn spawn_logged(command: &mut std::process::Command, log: &Path) -> Child {
+    let file = std::fs::File::create(log).expect("creating the log");
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(file.try_clone().expect("duplicating the log handle"))
+        .stderr(file)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "starting {} (scripts/install-deps.sh builds it): {e}",
+                command.get_program().to_string_lossy()
+            )
+        })
+}
+
 /// Waits until `child` listens on every one of `ports`; panics with `log()`
 /// if it exits first or does not within [`START_TIMEOUT`].
 pub(crate) fn wait_listening(

@@ -9,11 +9,10 @@
 //! (distribution's `silly` access controller) challenges with a token realm
 //! the test serves itself.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
-use crate::{free_port, read_log};
+use crate::{free_port, read_log, test_bin};
 
 #[derive(Default)]
 pub struct RegistryOptions {
@@ -39,12 +38,6 @@ pub struct RegistryServer {
     options: RegistryOptions,
     dir: tempfile::TempDir,
     child: Option<Child>,
-}
-
-fn test_bin(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/test-bin")
-        .join(name)
 }
 
 impl RegistryServer {
@@ -86,22 +79,14 @@ impl RegistryServer {
             );
         }
         std::fs::write(dir.path().join("config.yml"), config).expect("writing config.yml");
-        let log = File::create(dir.path().join("registry.log")).expect("creating registry.log");
-        let child = Command::new(test_bin("registry"))
-            .args(["serve", "config.yml"])
-            .current_dir(dir.path())
-            // Its OpenTelemetry exporter would try to reach a collector.
-            .env("OTEL_TRACES_EXPORTER", "none")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("duplicating the log handle"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "starting {} (scripts/install-deps.sh builds it): {e}",
-                    test_bin("registry").display()
-                )
-            });
+        let child = crate::spawn_logged(
+            Command::new(test_bin("registry"))
+                .args(["serve", "config.yml"])
+                .current_dir(dir.path())
+                // Its OpenTelemetry exporter would try to reach a collector.
+                .env("OTEL_TRACES_EXPORTER", "none"),
+            &dir.path().join("registry.log"),
+        );
         let mut server = RegistryServer {
             port,
             options,
