@@ -4,7 +4,10 @@
 //! `kubectl apply` would, and real HTTP through the node to upstream
 //! processes that Services' EndpointSlices point at. Routes appear, split
 //! by weight, answer 500 for a missing backend and go away; statuses say
-//! why; the API server killed under load fails no request.
+//! why; the API server killed under load fails no request. WasmPlugins
+//! (a Higress-framework filter built from source) run on their routes with
+//! per-route and per-domain configuration; one that does not load fails
+//! only its own routes; two replicas agree on one status writer.
 
 mod common;
 
@@ -22,7 +25,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
-use wasmgate_testkit::{gateway_api_crd, KubeApiServer};
+use wasmgate_kubernetes::WasmPlugin;
+use wasmgate_testkit::{gateway_api_crd, KubeApiServer, RedisServer};
 
 /// An address of this machine that is not loopback: EndpointSlices refuse
 /// 127.0.0.0/8, so the upstreams listen here. A machine with none (a bare
@@ -61,19 +65,76 @@ async fn kube_client(api: &KubeApiServer, dir: &std::path::Path) -> Client {
     Client::try_from(config).unwrap()
 }
 
-/// Installs the Gateway API CRDs the node watches and waits until served.
+/// Installs the Gateway API CRDs the node watches and ours (WasmPlugin, as
+/// docs/kubernetes.md installs it) and waits until they are served.
 async fn install_crds(c: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
-    for plural in ["gatewayclasses", "gateways", "httproutes"] {
-        let text = std::fs::read_to_string(gateway_api_crd(plural)).unwrap();
+    let ours = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/kubernetes/wasmplugin-crd.yaml"
+    );
+    let files = ["gatewayclasses", "gateways", "httproutes"]
+        .map(gateway_api_crd)
+        .into_iter()
+        .chain([ours.into()]);
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
         let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).unwrap();
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
     let routes: Api<HttpRoute> = Api::default_namespaced(c.clone());
+    let plugins: Api<WasmPlugin> = Api::default_namespaced(c.clone());
     until("the CRDs are served", || async {
         routes.list(&Default::default()).await.is_ok()
+            && plugins.list(&Default::default()).await.is_ok()
     })
     .await;
+}
+
+/// An API server with the CRDs, a GatewayClass of wasmgate's controller
+/// and a Gateway `edge` (one HTTP listener) in `default`.
+struct Cluster {
+    api: KubeApiServer,
+    dir: tempfile::TempDir,
+    k: Client,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let api = KubeApiServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let k = kube_client(&api, dir.path()).await;
+        install_crds(&k).await;
+        let classes: Api<GatewayClass> = Api::all(k.clone());
+        classes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                    "metadata": {"name": "wasmgate"},
+                    "spec": {"controllerName": "wasmgate.io/gateway-controller"}
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        create::<Gateway>(&k, json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "edge"},
+            "spec": {"gatewayClassName": "wasmgate", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+        }))
+        .await;
+        Cluster { api, dir, k }
+    }
+
+    /// A node following this API server; `extra` is more of its file.
+    fn node(&self, extra: &str) -> GatewayProc {
+        let kubeconfig = self.dir.path().join("kubeconfig");
+        GatewayProc::start(&format!(
+            "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nconfig: {{kubernetes: {{kubeconfig: \"{}\"}}}}\n{extra}",
+            kubeconfig.display()
+        ))
+    }
 }
 
 async fn until<F, Fut>(what: &str, check: F)
@@ -176,10 +237,8 @@ async fn until_status(c: &HttpClient, gw: &GatewayProc, path: &str, status: u16)
 /// with statuses that say what is and is not served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() {
-    let mut api = KubeApiServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let k = kube_client(&api, dir.path()).await;
-    install_crds(&k).await;
+    let mut cluster = Cluster::start().await;
+    let k = cluster.k.clone();
     let ip = interface_ip();
     let (a, b) = (
         Upstream::start_on("a", &ip).await,
@@ -187,31 +246,7 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
     );
     service(&k, "app", &[&a]).await;
     service(&k, "beta", &[&b]).await;
-    let classes: Api<GatewayClass> = Api::all(k.clone());
-    classes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-                "metadata": {"name": "wasmgate"},
-                "spec": {"controllerName": "wasmgate.io/gateway-controller"}
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    create::<Gateway>(&k, json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "edge"},
-        "spec": {"gatewayClassName": "wasmgate", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
-    }))
-    .await;
-
-    let kubeconfig = dir.path().join("kubeconfig");
-    let gw = GatewayProc::start(&format!(
-        "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nconfig: {{kubernetes: {{kubeconfig: \"{}\"}}}}\n",
-        kubeconfig.display()
-    ));
+    let gw = cluster.node("");
     let c = client();
 
     // A route to one Service, and one split evenly between two.
@@ -251,6 +286,7 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
             })
     })
     .await;
+    let classes: Api<GatewayClass> = Api::all(k.clone());
     let class = serde_json::to_value(classes.get("wasmgate").await.unwrap()).unwrap();
     assert_eq!(
         class["status"]["conditions"][0]["status"], "True",
@@ -272,7 +308,7 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
     // What is not supported yet says so, and is not served.
     create::<HttpRoute>(&k, route("filtered", json!([
         {"matches": [{"path": {"type": "PathPrefix", "value": "/filtered"}}],
-         "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "x-a", "value": "1"}]}}],
+         "filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "beta", "port": 80}}}],
          "backendRefs": [{"name": "app", "port": 80}]}
     ])))
     .await;
@@ -285,6 +321,18 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
     assert_eq!(
         send(&c, "GET", &gw.url("/filtered"), &[], "").await.status,
         404
+    );
+    // A RequestRedirect filter answers the redirect itself (302 unless said).
+    create::<HttpRoute>(&k, route("moved", json!([
+        {"matches": [{"path": {"type": "Exact", "value": "/old"}}],
+         "filters": [{"type": "RequestRedirect", "requestRedirect": {"scheme": "https", "path": {"type": "ReplaceFullPath", "replaceFullPath": "/new"}}}]}
+    ])))
+    .await;
+    let moved = until_status(&c, &gw, "/old", 302).await;
+    let location = moved.headers["location"].to_str().unwrap();
+    assert!(
+        location.starts_with("https://") && location.ends_with("/new"),
+        "{location}"
     );
     // The admin API does not write here: the resources are the truth.
     let put = send(
@@ -319,11 +367,174 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    api.kill();
+    cluster.api.kill();
     let statuses = load.await.unwrap();
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(
         send(&c, "GET", &gw.url("/split"), &[], "").await.status,
         200
+    );
+}
+
+/// The value of response header `name`, or "".
+fn header(reply: &common::Reply, name: &str) -> String {
+    (reply.headers.get(name))
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+async fn get_host(c: &HttpClient, gw: &GatewayProc, path: &str, host: &str) -> common::Reply {
+    send(c, "GET", &gw.url(path), &[("host", host)], "").await
+}
+
+/// WasmPlugins run on the routes of their Gateway with the configuration
+/// their match rules give each route and domain: a Higress-framework filter
+/// built from source, unchanged. One that does not load fails only its own
+/// routes, and says why in its status. Of two replicas, one writes status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasmplugins_run_on_their_routes_with_per_route_config_and_one_replica_writes_status() {
+    let cluster = Cluster::start().await;
+    let k = cluster.k.clone();
+    let ip = interface_ip();
+    let redis = RedisServer::start();
+    let app = Upstream::start_on("app", &ip).await;
+    service(&k, "app", &[&app]).await;
+    for (name, prefix) in [("orders", "/orders"), ("shop", "/shop")] {
+        create::<HttpRoute>(&k, route(name, json!([
+            {"matches": [{"path": {"type": "PathPrefix", "value": prefix}}], "backendRefs": [{"name": "app", "port": 80}]}
+        ])))
+        .await;
+    }
+    let services = format!(
+        "services:\n  - {{name: redis, redis: \"{}\"}}\n",
+        redis.url()
+    );
+    let mut first = cluster.node(&services);
+    let c = client();
+    until_status(&c, &first, "/shop", 200).await;
+
+    let redis_conf = json!({"service_name": "redis.dns"});
+    create::<WasmPlugin>(&k, json!({
+        "apiVersion": "wasmgate.io/v1alpha1", "kind": "WasmPlugin",
+        "metadata": {"name": "rules"},
+        "spec": {
+            "url": format!("file://{}", common::plugin("higress_rules_counter").display()),
+            "services": ["redis"],
+            "defaultConfig": {"redis": redis_conf, "tag": "default"},
+            "matchRules": [
+                {"route": ["orders"], "config": {"redis": redis_conf, "tag": "orders-route"}},
+                {"domain": ["api.example.com"], "config": {"redis": redis_conf, "tag": "api-domain"}},
+                {"domain": ["quiet.example.com"], "configDisable": true}
+            ]
+        }
+    }))
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while header(&get_host(&c, &first, "/shop", "x").await, "x-rule-tag") != "default" {
+        assert!(
+            Instant::now() < deadline,
+            "the WasmPlugin never ran on /shop"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let orders = get_host(&c, &first, "/orders/1", "x").await;
+    assert_eq!(
+        (orders.status, header(&orders, "x-rule-tag")),
+        (200, "orders-route".into())
+    );
+    // The count is per host, in Redis: the filter reached it.
+    let count: u32 = header(&orders, "x-rule-count").parse().unwrap_or(0);
+    assert!(count >= 1, "{:?}", orders.headers);
+    let api = get_host(&c, &first, "/shop", "api.example.com").await;
+    assert_eq!(header(&api, "x-rule-tag"), "api-domain");
+    let quiet = get_host(&c, &first, "/shop", "quiet.example.com").await;
+    assert_eq!(
+        (quiet.status, header(&quiet, "x-rule-tag")),
+        (200, String::new())
+    );
+    let plugins: Api<WasmPlugin> = Api::default_namespaced(k.clone());
+    until("the WasmPlugin's status says where it runs", || async {
+        let p = serde_json::to_value(plugins.get("rules").await.unwrap()).unwrap();
+        p["status"]["attachedRoutes"] == 2 && p["status"]["conditions"][0]["status"] == "True"
+    })
+    .await;
+
+    // A plugin that does not load: only the route it targets fails (500,
+    // FAIL_CLOSE), its status says why, the rest is served and changes go on.
+    create::<WasmPlugin>(
+        &k,
+        json!({
+            "apiVersion": "wasmgate.io/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": "missing"},
+            "spec": {"url": "file:///nonexistent/plugin.wasm", "phase": "AUTHN",
+                     "targetRefs": [{"kind": "HTTPRoute", "name": "shop"}]}
+        }),
+    )
+    .await;
+    let failing = until_status(&c, &first, "/shop", 500).await;
+    assert!(
+        failing.text().contains("default/missing"),
+        "{}",
+        failing.text()
+    );
+    let orders = get_host(&c, &first, "/orders/2", "x").await;
+    assert_eq!(
+        (orders.status, header(&orders, "x-rule-tag")),
+        (200, "orders-route".into())
+    );
+    until("the broken WasmPlugin's status says why", || async {
+        let p = serde_json::to_value(plugins.get("missing").await.unwrap()).unwrap();
+        let condition = &p["status"]["conditions"][0];
+        condition["status"] == "False"
+            && condition["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("/nonexistent/plugin.wasm"))
+    })
+    .await;
+    plugins
+        .delete("missing", &DeleteParams::default())
+        .await
+        .unwrap();
+    until_status(&c, &first, "/shop", 200).await;
+
+    // A second replica serves the same routes; exactly one writes status,
+    // and when it stops the other takes over.
+    let second = cluster.node(&services);
+    let api = get_host(&c, &second, "/shop", "api.example.com");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut reply = api.await;
+    while header(&reply, "x-rule-tag") != "api-domain" {
+        assert!(
+            Instant::now() < deadline,
+            "the second replica never served the plugin"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        reply = get_host(&c, &second, "/shop", "api.example.com").await;
+    }
+    let writer = |gw: &GatewayProc| {
+        let (c, url) = (c.clone(), gw.admin_url("/status"));
+        async move {
+            let status = send(&c, "GET", &url, &[], "").await.json();
+            status["config"]["kubernetes"]["status_writer"] == true
+        }
+    };
+    until("one replica holds the Lease", || async {
+        writer(&first).await != writer(&second).await
+    })
+    .await;
+    assert!(writer(&first).await, "the first replica started first");
+    first.terminate();
+    until("the second replica takes the Lease", || async {
+        writer(&second).await
+    })
+    .await;
+    create::<HttpRoute>(&k, route("late", json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/late"}}], "backendRefs": [{"name": "app", "port": 80}]}
+    ])))
+    .await;
+    until_status(&c, &second, "/late", 200).await;
+    assert_eq!(
+        route_condition(&k, "late", "Accepted").await["status"],
+        "True"
     );
 }

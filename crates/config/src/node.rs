@@ -50,6 +50,11 @@ pub struct KubernetesSource {
     /// node's; their Gateways and the routes attached to them are served.
     #[serde(default = "default_controller_name")]
     pub controller_name: String,
+    /// Where the replicas' Lease lives: the one holding it writes the
+    /// statuses. Default: `$POD_NAMESPACE`, else the pod's own namespace,
+    /// else `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_namespace: Option<String>,
 }
 
 fn default_controller_name() -> String {

@@ -2,14 +2,19 @@
 //! implementation (docs/kubernetes.md): `config: {kubernetes: {...}}` in
 //! the node's file. The Gateway API resources of its GatewayClass, and the
 //! Services' EndpointSlices, are turned into routes and upstreams
-//! (`translate.rs`), applied through the node's one build-and-swap
-//! (`store.rs`), and their status written back (`status.rs`). The
+//! (`translate.rs`), WasmPlugin resources into plugins and filter chains
+//! (`plugins.rs`), applied through the node's one build-and-swap
+//! (`store.rs`), and their status written back (`status.rs`) by the one
+//! replica that holds the Lease (`leader.rs`). The
 //! Kubernetes client is kube-rs; the Gateway API types are the kube-rs
 //! project's `gateway-api` crate.
 
+mod leader;
+mod plugins;
 mod status;
 mod store;
 mod translate;
+pub mod wasmplugin;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +24,7 @@ use wasmgate_gateway::{Gateway, LiveGateway};
 
 pub use store::KubernetesStore;
 pub use translate::{translate, Snapshot, Translation};
+pub use wasmplugin::WasmPlugin;
 
 /// Starts a node whose routes come from the API server: it answers 503
 /// (and `/readyz` 503) until the first snapshot is applied, then serves it

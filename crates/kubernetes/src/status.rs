@@ -2,7 +2,9 @@
 //! httproute -o yaml` says why a route is or is not served: GatewayClass
 //! `Accepted`; Gateway `Accepted` and `Programmed`, each listener's
 //! `attachedRoutes` and conditions; each HTTPRoute's `parents` entry for
-//! every parent of ours, `Accepted` and `ResolvedRefs` with their reasons.
+//! every parent of ours, `Accepted` and `ResolvedRefs` with their reasons;
+//! each WasmPlugin's `Accepted` (or why it did not load) and the number of
+//! HTTPRoutes it runs on.
 //! A status is written only when what it says changed (the watch sees the
 //! node's own writes too).
 
@@ -16,6 +18,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use crate::translate::{Condition, Translation};
+use crate::wasmplugin::WasmPlugin;
 
 /// What was last written, per object, without the timestamps.
 #[derive(Default)]
@@ -151,6 +154,23 @@ pub async fn write(
         };
         if changed(written, &key, &body("")) {
             let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
+            let patch = json!({"status": body(&now)});
+            let result = api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            report(written, &key, result.map(drop));
+        }
+    }
+    for ((namespace, name), (gen, accepted, attached)) in &translation.plugin_status {
+        let key = format!("wasmplugin/{namespace}/{name}");
+        let body = |time: &str| {
+            json!({
+                "conditions": conditions(std::slice::from_ref(accepted), *gen, time),
+                "attachedRoutes": attached,
+            })
+        };
+        if changed(written, &key, &body("")) {
+            let api: Api<WasmPlugin> = Api::namespaced(client.clone(), namespace);
             let patch = json!({"status": body(&now)});
             let result = api
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -8,10 +8,10 @@
 //! had; the API server going away leaves the node serving its last
 //! configuration while the watches reconnect.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use gateway_api::gatewayclasses::GatewayClass;
@@ -28,10 +28,15 @@ use wasmgate_gateway::config_store::{ConfigStore, EditError, StoreFuture};
 use wasmgate_gateway::LiveGateway;
 
 use crate::status::{self, Written};
-use crate::translate::{translate, Snapshot};
+use crate::translate::{translate, Snapshot, Translation};
+use crate::wasmplugin::WasmPlugin;
 
 /// How long a burst of changes is gathered before it is applied.
 const SETTLE: Duration = Duration::from_millis(20);
+
+/// How long a WasmPlugin that did not load is left out before the node
+/// tries it again (sooner when its spec changes).
+const RETRY_BROKEN: Duration = Duration::from_secs(60);
 
 pub struct KubernetesStore {
     controller: String,
@@ -42,6 +47,7 @@ pub struct KubernetesStore {
     state: Mutex<State>,
     /// One pass at a time (the watch's and `POST /reload`'s).
     pass: tokio::sync::Mutex<Written>,
+    leader: crate::leader::Leader,
 }
 
 struct Readers {
@@ -50,6 +56,7 @@ struct Readers {
     routes: Store<HttpRoute>,
     services: Store<Service>,
     slices: Store<EndpointSlice>,
+    wasmplugins: Store<WasmPlugin>,
 }
 
 #[derive(Default)]
@@ -58,6 +65,15 @@ struct State {
     rejected: Option<String>,
     passes: u64,
     routes: usize,
+    /// WasmPlugins (by plugin name) that did not load, left out for now.
+    broken: BTreeMap<String, Broken>,
+}
+
+struct Broken {
+    /// The spec that failed: a changed one is tried at once.
+    spec: serde_json::Value,
+    since: Instant,
+    reason: String,
 }
 
 /// A client for `source`: its kubeconfig, else kube's inference
@@ -96,7 +112,9 @@ impl KubernetesStore {
                 routes: watch(Api::all(client.clone())),
                 services: watch(Api::all(client.clone())),
                 slices: watch(Api::all(client.clone())),
+                wasmplugins: watch(Api::all(client.clone())),
             },
+            leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(Written::default()),
@@ -105,7 +123,7 @@ impl KubernetesStore {
 
     /// Applies every change for as long as the node lives.
     pub async fn run(self: Arc<Self>) {
-        self.readers.wait_until_ready().await;
+        self.readers.wait_until_ready(&self.client).await;
         tracing::info!(controller = %self.controller, "following the Kubernetes API server");
         loop {
             let Some(live) = self.live.upgrade() else {
@@ -126,34 +144,61 @@ impl KubernetesStore {
     }
 
     /// Translates, applies (when the result changed) and writes statuses.
+    /// A WasmPlugin that does not load is left out and the rest applied
+    /// (`plugins.rs` says what its routes do meanwhile).
     async fn pass(&self, live: &LiveGateway) -> Result<(), String> {
         let mut written = self.pass.lock().await;
         let snapshot = self.readers.snapshot();
-        let translation = translate(&self.controller, &snapshot);
-        let mut config = self.local.clone();
-        config.routes = translation.routes.clone();
-        config.upstreams = translation.upstreams.clone();
-        let unchanged = self.state.lock().expect("state").applied.as_ref() == Some(&config);
-        let outcome = if unchanged {
-            Ok(())
-        } else {
-            live.apply(config.clone(), "kubernetes: watch")
-                .await
-                .map(|_| ())
+        let mut broken = self.still_broken(&snapshot);
+        let mut attempt = 0;
+        let (translation, outcome) = loop {
+            attempt += 1;
+            let translation = translate(&self.controller, &snapshot, &broken);
+            let config = self.config(&translation);
+            let unchanged = self.state.lock().expect("state").applied.as_ref() == Some(&config);
+            let outcome = if unchanged {
+                Ok(())
+            } else {
+                live.apply(config.clone(), "kubernetes: watch")
+                    .await
+                    .map(|_| ())
+            };
+            let failed = match &outcome {
+                Err(reason) if attempt == 1 => plugin_failures(reason, &translation),
+                _ => Vec::new(),
+            };
+            if failed.is_empty() {
+                let mut state = self.state.lock().expect("state");
+                if outcome.is_ok() {
+                    state.routes = config.routes.len();
+                    state.applied = Some(config);
+                }
+                break (translation, outcome);
+            }
+            let mut state = self.state.lock().expect("state");
+            for (plugin, reason) in failed {
+                tracing::warn!(plugin = %plugin, "a WasmPlugin did not load; its routes answer 500 (FAIL_CLOSE) or run without it (FAIL_OPEN) until it does: {reason}");
+                let spec = spec_of(&snapshot, &plugin);
+                broken.insert(plugin.clone(), reason.clone());
+                state.broken.insert(
+                    plugin,
+                    Broken {
+                        spec,
+                        since: Instant::now(),
+                        reason,
+                    },
+                );
+            }
         };
         {
             let mut state = self.state.lock().expect("state");
             state.passes += 1;
-            match &outcome {
-                Ok(()) => {
-                    state.routes = config.routes.len();
-                    state.applied = Some(config);
-                    state.rejected = None;
-                }
-                Err(reason) => state.rejected = Some(reason.clone()),
-            }
+            state.rejected = outcome.as_ref().err().cloned();
         }
-        if outcome.is_ok() {
+        if outcome.is_ok() && self.leader.is_leader() {
+            if self.leader.take_new_term() {
+                *written = Written::default();
+            }
             let generations = generations(&snapshot);
             status::write(
                 &self.client,
@@ -166,10 +211,71 @@ impl KubernetesStore {
         }
         outcome
     }
+
+    /// The node's own file with the translation's routes, upstreams and
+    /// plugins.
+    fn config(&self, translation: &Translation) -> GatewayConfig {
+        let mut config = self.local.clone();
+        config.routes = translation.routes.clone();
+        config.upstreams = translation.upstreams.clone();
+        config.plugins.extend(translation.plugins.iter().cloned());
+        config
+    }
+
+    /// The WasmPlugins still left out: same spec, failed recently.
+    fn still_broken(&self, snapshot: &Snapshot) -> BTreeMap<String, String> {
+        let mut state = self.state.lock().expect("state");
+        state.broken.retain(|plugin, b| {
+            b.since.elapsed() < RETRY_BROKEN && spec_of(snapshot, plugin) == b.spec
+        });
+        (state.broken.iter())
+            .map(|(plugin, b)| (plugin.clone(), b.reason.clone()))
+            .collect()
+    }
+}
+
+/// The spec of the WasmPlugin whose plugin is named `plugin`.
+fn spec_of(snapshot: &Snapshot, plugin: &str) -> serde_json::Value {
+    (snapshot.wasmplugins.iter())
+        .find(|wp| {
+            crate::plugins::plugin_name(&wp.namespace().unwrap_or_default(), &wp.name_any())
+                == plugin
+        })
+        .map(|wp| serde_json::to_value(&wp.spec).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// The WasmPlugins a rejected build names (`plugins[wp.ns.name]: why`),
+/// with why.
+fn plugin_failures(reason: &str, translation: &Translation) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    for plugin in &translation.plugins {
+        let marker = format!("plugins[{}]", plugin.name);
+        let why: Vec<&str> = (reason.lines())
+            .filter_map(|line| line.split_once(&marker))
+            .map(|(_, rest)| rest.trim_start_matches([':', ' ', '.']))
+            .collect();
+        if !why.is_empty() {
+            found.push((plugin.name.clone(), why.join("; ")));
+        }
+    }
+    found
 }
 
 impl Readers {
-    async fn wait_until_ready(&self) {
+    async fn wait_until_ready(&self, client: &Client) {
+        // WasmPlugins are optional: without their CRD the node serves
+        // routes and says so; with it, no route is served before its
+        // plugins are known.
+        let wasmplugins: Api<WasmPlugin> = Api::all(client.clone());
+        match wasmplugins.list(&kube::api::ListParams::default().limit(1)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => tracing::warn!(
+                "the WasmPlugin CRD (deploy/kubernetes/wasmplugin-crd.yaml) is not installed: routes are served without WasmPlugins until it is"
+            ),
+            _ => {
+                let _ = self.wasmplugins.wait_until_ready().await;
+            }
+        }
         let _ = self.classes.wait_until_ready().await;
         let _ = self.gateways.wait_until_ready().await;
         let _ = self.routes.wait_until_ready().await;
@@ -190,6 +296,7 @@ impl Readers {
             routes: all(&self.routes),
             services: all(&self.services),
             slices: all(&self.slices),
+            wasmplugins: all(&self.wasmplugins),
         }
     }
 }
@@ -262,7 +369,7 @@ impl ConfigStore for KubernetesStore {
     }
 
     fn leave(&self) -> StoreFuture<'_, ()> {
-        Box::pin(async {})
+        Box::pin(async move { self.leader.release().await })
     }
 
     fn reload(&self) -> StoreFuture<'_, Result<u64, String>> {
@@ -286,6 +393,10 @@ impl ConfigStore for KubernetesStore {
                 "passes": state.passes,
                 "routes": state.routes,
                 "rejected": state.rejected,
+                "status_writer": self.leader.is_leader(),
+                "wasmplugins_not_loaded": state.broken.iter()
+                    .map(|(plugin, b)| (plugin.clone(), b.reason.clone()))
+                    .collect::<BTreeMap<_, _>>(),
             }
         })
     }

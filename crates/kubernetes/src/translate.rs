@@ -14,7 +14,7 @@
 //! - Whatever is not served is said in the status (`status.rs`): the
 //!   conditions the Gateway API defines, with their reasons.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::{
@@ -27,7 +27,12 @@ use gateway_api::httproutes::{
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use wasmgate_config::{FixedResponse, NodeConfig, PathMatch, RouteConfig, UpstreamConfig};
+use wasmgate_config::{
+    FixedResponse, NodeConfig, PathMatch, PluginConfig, Redirect, RouteConfig, UpstreamConfig,
+};
+
+use crate::plugins::{RouteContext, WasmPlugins};
+use crate::wasmplugin::WasmPlugin;
 
 /// What the API server holds, as this node last saw it.
 #[derive(Default)]
@@ -37,6 +42,7 @@ pub struct Snapshot {
     pub routes: Vec<HttpRoute>,
     pub services: Vec<Service>,
     pub slices: Vec<EndpointSlice>,
+    pub wasmplugins: Vec<WasmPlugin>,
 }
 
 /// A condition to write: `type`, `status`, `reason`, `message`.
@@ -82,6 +88,11 @@ pub struct RouteParentStatus {
 pub struct Translation {
     pub routes: Vec<RouteConfig>,
     pub upstreams: Vec<UpstreamConfig>,
+    /// One per WasmPlugin that is not known broken.
+    pub plugins: Vec<PluginConfig>,
+    /// WasmPlugins: (namespace, name) -> generation, Accepted, how many
+    /// HTTPRoutes it runs on.
+    pub plugin_status: BTreeMap<(String, String), (Option<i64>, Condition, i64)>,
     /// GatewayClasses of this controller, by name.
     pub classes: Vec<String>,
     /// Gateways served: (namespace, name) -> routes attached per listener.
@@ -91,16 +102,25 @@ pub struct Translation {
     pub route_status: BTreeMap<(String, String), (Option<i64>, Vec<RouteParentStatus>)>,
 }
 
-const GROUP: &str = "gateway.networking.k8s.io";
+pub(crate) const GROUP: &str = "gateway.networking.k8s.io";
 
-pub fn translate(controller: &str, snapshot: &Snapshot) -> Translation {
+/// `broken`: WasmPlugins (by their plugin's name) that did not load on the
+/// last try, and why.
+pub fn translate(
+    controller: &str,
+    snapshot: &Snapshot,
+    broken: &BTreeMap<String, String>,
+) -> Translation {
+    let wasmplugins = WasmPlugins::new(&snapshot.wasmplugins, broken);
     let mut out = Translation {
         classes: (snapshot.classes.iter())
             .filter(|c| c.spec.controller_name == controller)
             .map(|c| c.name_any())
             .collect(),
+        plugins: wasmplugins.configs(),
         ..Translation::default()
     };
+    let mut plugin_routes: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
     let ours: Vec<&Gateway> = (snapshot.gateways.iter())
         .filter(|g| out.classes.contains(&g.spec.gateway_class_name))
         .collect();
@@ -110,6 +130,7 @@ pub fn translate(controller: &str, snapshot: &Snapshot) -> Translation {
         let namespace = route.namespace().unwrap_or_default();
         let mut parents = Vec::new();
         let mut hosts_by_parent = Vec::new();
+        let mut accepted_by = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
             let group = parent.group.as_deref().unwrap_or(GROUP);
             let kind = parent.kind.as_deref().unwrap_or("Gateway");
@@ -175,6 +196,7 @@ pub fn translate(controller: &str, snapshot: &Snapshot) -> Translation {
                         .or_default() += 1;
                 }
                 hosts_by_parent.push(hosts.clone().unwrap_or_default());
+                accepted_by.push((gateway_namespace.clone(), parent.name.clone()));
                 Condition::yes("Accepted", "Accepted", "served by wasmgate")
             };
             status.conditions.push(accepted);
@@ -193,13 +215,20 @@ pub fn translate(controller: &str, snapshot: &Snapshot) -> Translation {
             }
             hosts.sort();
             hosts.dedup();
+            let place = Place {
+                namespace: &namespace,
+                hosts,
+                gateways: &accepted_by,
+                plugins: &wasmplugins,
+            };
+            let used = &mut plugin_routes;
             Some(route_config(
                 route,
-                &namespace,
-                hosts,
+                &place,
                 snapshot,
                 &mut out,
                 &mut served,
+                used,
             ))
         };
         let resolved_refs = match resolved {
@@ -216,6 +245,19 @@ pub fn translate(controller: &str, snapshot: &Snapshot) -> Translation {
     }
     served.sort_by(|a: &Ranked, b: &Ranked| a.rank.cmp(&b.rank));
     out.routes = served.into_iter().map(|r| r.route).collect();
+    for (namespace, name, generation, plugin, broken) in wasmplugins.resources() {
+        let attached = plugin_routes.get(plugin).map_or(0, |r| r.len() as i64);
+        let condition = match broken {
+            Some(reason) => Condition::no("Accepted", "Invalid", reason),
+            None => Condition::yes(
+                "Accepted",
+                "Accepted",
+                format!("loaded as plugin `{plugin}`; runs on {attached} HTTPRoute(s)"),
+            ),
+        };
+        out.plugin_status
+            .insert((namespace, name), (generation, condition, attached));
+    }
     for gateway in ours {
         let key = (gateway.namespace().unwrap_or_default(), gateway.name_any());
         let listeners = (gateway.spec.listeners.iter())
@@ -270,7 +312,7 @@ fn route_hosts(route_hosts: &[String], listeners: &[&&GatewayListeners]) -> Opti
 }
 
 /// Whether `pattern` (a name or `*.suffix`) covers `host`.
-fn host_matches(pattern: &str, host: &str) -> bool {
+pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix("*.") {
         Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
         None => pattern.eq_ignore_ascii_case(host),
@@ -280,10 +322,17 @@ fn host_matches(pattern: &str, host: &str) -> bool {
 /// What of the route this node cannot serve yet, said as the reason.
 fn unsupported(route: &HttpRoute) -> Option<String> {
     for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
-        if rule.filters.as_ref().is_some_and(|f| !f.is_empty()) {
-            return Some(format!(
-                "rules[{i}].filters: filters are not supported by wasmgate yet"
-            ));
+        for filter in rule.filters.iter().flatten() {
+            let value = serde_json::to_value(filter).unwrap_or_default();
+            let kind = value["type"].as_str().unwrap_or_default();
+            if kind != "RequestRedirect" {
+                return Some(format!(
+                    "rules[{i}].filters: {kind} is not supported by wasmgate yet (RequestRedirect is; WasmPlugins attach filters)"
+                ));
+            }
+            if value["requestRedirect"]["path"]["type"] == "ReplacePrefixMatch" {
+                return Some(format!("rules[{i}].filters: RequestRedirect with a ReplacePrefixMatch path is not supported by wasmgate yet (ReplaceFullPath is)"));
+            }
         }
         for backend in rule.backend_refs.iter().flatten() {
             if backend.filters.as_ref().is_some_and(|f| !f.is_empty()) {
@@ -308,41 +357,68 @@ fn unsupported(route: &HttpRoute) -> Option<String> {
     None
 }
 
+/// A rule's RequestRedirect filter as the gateway's redirect.
+fn redirect(rule: &HttpRouteRules) -> Option<Redirect> {
+    let filter = (rule.filters.iter().flatten())
+        .map(|f| serde_json::to_value(f).unwrap_or_default())
+        .find(|f| f["type"] == "RequestRedirect")?;
+    let r = &filter["requestRedirect"];
+    Some(Redirect {
+        scheme: r["scheme"].as_str().map(str::to_string),
+        host: r["hostname"].as_str().map(str::to_string),
+        port: r["port"].as_u64().and_then(|p| u16::try_from(p).ok()),
+        path: r["path"]["replaceFullPath"].as_str().map(str::to_string),
+        // The Gateway API's default is 302.
+        status: r["statusCode"].as_u64().map_or(302, |c| c as u16),
+    })
+}
+
 /// A route with the key the Gateway API orders matches by.
 struct Ranked {
     rank: (u8, u8, i64, i64, u8, String, String),
     route: RouteConfig,
 }
 
+/// Where an HTTPRoute is served: its namespace, its hosts (empty: any),
+/// the Gateways that accepted it and the WasmPlugins that may apply.
+struct Place<'a> {
+    namespace: &'a str,
+    hosts: Vec<String>,
+    gateways: &'a [(String, String)],
+    plugins: &'a WasmPlugins<'a>,
+}
+
 /// The routes and upstream of `route`'s rules (into `out` and `served`), or
 /// the ResolvedRefs condition that says what did not resolve (the rules are
 /// served all the same: an unresolved backend answers 500, as the Gateway
-/// API asks).
+/// API asks). `used`: the HTTPRoutes each plugin runs on.
 fn route_config(
     route: &HttpRoute,
-    namespace: &str,
-    hosts: Vec<String>,
+    place: &Place,
     snapshot: &Snapshot,
     out: &mut Translation,
     served: &mut Vec<Ranked>,
+    used: &mut BTreeMap<String, BTreeSet<(String, String)>>,
 ) -> Result<(), Condition> {
-    let name = route.name_any();
+    let (namespace, name) = (place.namespace, route.name_any());
     let created = (route.metadata.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second());
+    let variants = host_variants(route, place);
     let mut problem = None;
     for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
         let base = entry_name(&format!("{namespace}.{name}.r{i}"));
-        let endpoint = match backend(rule, namespace, snapshot) {
-            Ok(nodes) if nodes.is_empty() => {
+        let endpoint = match (redirect(rule), backend(rule, namespace, snapshot)) {
+            (Some(redirect), _) => Endpoint::Redirect(redirect),
+            (None, Ok(nodes)) if nodes.is_empty() => {
                 Endpoint::Respond(503, "no ready endpoints for this route's backends".into())
             }
-            Ok(nodes) => {
+            (None, Ok(nodes)) => {
                 out.upstreams.push(UpstreamConfig {
                     name: base.clone(),
                     ..upstream(nodes)
                 });
                 Endpoint::Upstream(base.clone())
             }
-            Err(condition) => {
+            (None, Err(condition)) => {
                 let message = condition.message.clone();
                 problem.get_or_insert(condition);
                 Endpoint::Respond(500, message)
@@ -365,41 +441,70 @@ fn route_config(
                 .and_then(|v| v.as_str().map(str::to_string))
                 .into_iter()
                 .collect();
-            let host_rank = match hosts.first() {
-                None => 2,
-                Some(h) if h.starts_with("*.") => 1,
-                Some(_) => 0,
-            };
-            let mut config: RouteConfig = serde_json::from_value(
-                serde_json::json!({"name": entry_name(&format!("{base}.m{j}"))}),
-            )
-            .expect("a route with defaults");
-            config.hosts = hosts.clone();
-            config.path = path;
-            config.methods = methods.clone();
-            config.headers = headers.clone();
-            match &endpoint {
-                Endpoint::Upstream(upstream) => config.upstream = Some(upstream.clone()),
-                Endpoint::Respond(status, body) => {
-                    config.respond = Some(FixedResponse {
-                        status: *status,
-                        body: format!("{body}\n"),
-                        headers: BTreeMap::new(),
-                    })
+            for (k, hosts) in variants.iter().enumerate() {
+                let host_rank = match hosts.first() {
+                    None => 2,
+                    Some(h) if h.starts_with("*.") => 1,
+                    Some(_) => 0,
+                };
+                let suffix = if k == 0 {
+                    String::new()
+                } else {
+                    format!(".h{k}")
+                };
+                let mut config: RouteConfig = serde_json::from_value(
+                    serde_json::json!({"name": entry_name(&format!("{base}.m{j}{suffix}"))}),
+                )
+                .expect("a route with defaults");
+                config.hosts = hosts.clone();
+                config.path = path.clone();
+                config.methods = methods.clone();
+                config.headers = headers.clone();
+                let at = RouteContext {
+                    namespace,
+                    name: &name,
+                    gateways: place.gateways,
+                    host: hosts
+                        .first()
+                        .map(String::as_str)
+                        .filter(|_| hosts.len() == 1),
+                };
+                let chain = place.plugins.chain(&at);
+                let endpoint = match chain {
+                    Ok((filters, plugins)) => {
+                        for plugin in plugins {
+                            let key = (namespace.to_string(), name.clone());
+                            used.entry(plugin).or_default().insert(key);
+                        }
+                        config.plugins = filters;
+                        endpoint.clone()
+                    }
+                    Err(reason) => Endpoint::Respond(500, reason),
+                };
+                match endpoint {
+                    Endpoint::Upstream(upstream) => config.upstream = Some(upstream),
+                    Endpoint::Redirect(redirect) => config.redirect = Some(redirect),
+                    Endpoint::Respond(status, body) => {
+                        config.respond = Some(FixedResponse {
+                            status,
+                            body: format!("{body}\n"),
+                            headers: BTreeMap::new(),
+                        })
+                    }
                 }
+                served.push(Ranked {
+                    rank: (
+                        host_rank,
+                        path_rank,
+                        -length,
+                        -(headers.len() as i64),
+                        u8::from(methods.is_empty()),
+                        format!("{created:020}"),
+                        format!("{namespace}/{name}"),
+                    ),
+                    route: config,
+                });
             }
-            served.push(Ranked {
-                rank: (
-                    host_rank,
-                    path_rank,
-                    -length,
-                    -(headers.len() as i64),
-                    u8::from(methods.is_empty()),
-                    format!("{created:020}"),
-                    format!("{namespace}/{name}"),
-                ),
-                route: config,
-            });
         }
     }
     match problem {
@@ -408,8 +513,39 @@ fn route_config(
     }
 }
 
+/// The host lists the route is served under: its hosts as one list when no
+/// WasmPlugin's match rule names a domain; otherwise one route per host,
+/// plus one per named domain the route's hosts cover (with the any-host
+/// route last), so that each host gets the chain its rules say.
+fn host_variants(route: &HttpRoute, place: &Place) -> Vec<Vec<String>> {
+    let at = RouteContext {
+        namespace: place.namespace,
+        name: &route.name_any(),
+        gateways: place.gateways,
+        host: None,
+    };
+    let domains = place.plugins.domains(&at);
+    if domains.is_empty() {
+        return vec![place.hosts.clone()];
+    }
+    let mut hosts = place.hosts.clone();
+    for d in domains {
+        let covered = place.hosts.is_empty() || place.hosts.iter().any(|h| host_matches(h, &d));
+        if covered && !hosts.contains(&d) {
+            hosts.push(d);
+        }
+    }
+    let mut variants: Vec<Vec<String>> = hosts.into_iter().map(|h| vec![h]).collect();
+    if place.hosts.is_empty() {
+        variants.push(Vec::new());
+    }
+    variants
+}
+
+#[derive(Clone)]
 enum Endpoint {
     Upstream(String),
+    Redirect(Redirect),
     Respond(u16, String),
 }
 
@@ -606,7 +742,7 @@ fn ready_endpoints(
 
 /// A name within the configuration's rule (64 characters at most): long
 /// ones keep their start and a hash of the whole.
-fn entry_name(full: &str) -> String {
+pub(crate) fn entry_name(full: &str) -> String {
     let clean: String = full
         .chars()
         .map(|c| {
@@ -656,7 +792,62 @@ mod tests {
                 "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}],
                 "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"], "conditions": {"ready": false}}]}),
             )],
+            wasmplugins: Vec::new(),
         }
+    }
+
+    /// A WasmPlugin's domain rule gets the host a route of its own, ahead
+    /// of the wildcard, with the rule's configuration; a redirect filter
+    /// becomes the route's redirect (302 unless said).
+    #[test]
+    fn plugin_domains_split_routes_by_host_and_redirects_translate() {
+        let mut snap = snapshot(json!([
+            {"metadata": {"name": "r", "namespace": "ns"},
+             "spec": {"parentRefs": [{"name": "g"}], "rules": [
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/api"}}], "backendRefs": [{"name": "s", "port": 80}]},
+                {"matches": [{"path": {"type": "Exact", "value": "/old"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"scheme": "https", "path": {"type": "ReplaceFullPath", "replaceFullPath": "/new"}}}]}]}}
+        ]));
+        snap.wasmplugins = vec![parse(json!({
+            "metadata": {"name": "auth", "namespace": "ns", "generation": 3},
+            "spec": {"url": "/p/auth.wasm", "defaultConfig": {"who": "any"},
+                     "matchRules": [{"domain": ["api.example.com"], "config": {"who": "api"}}]}
+        }))];
+        let t = translate("me/x", &snap, &BTreeMap::new());
+        assert_eq!(t.plugins.len(), 1);
+        let api: Vec<&RouteConfig> = t.routes.iter().filter(|r| r.upstream.is_some()).collect();
+        assert_eq!(api.len(), 2);
+        assert_eq!(api[0].hosts, ["api.example.com"]);
+        assert_eq!(api[0].plugins[0].conf, Some(json!({"who": "api"})));
+        assert_eq!(api[1].hosts, ["*.example.com"]);
+        assert_eq!(api[1].plugins[0].conf, Some(json!({"who": "any"})));
+        let old = t.routes.iter().find(|r| r.redirect.is_some()).unwrap();
+        let redirect = old.redirect.as_ref().unwrap();
+        assert_eq!(
+            (
+                redirect.scheme.as_deref(),
+                redirect.path.as_deref(),
+                redirect.status
+            ),
+            (Some("https"), Some("/new"), 302)
+        );
+        let (generation, accepted, attached) = &t.plugin_status[&("ns".into(), "auth".into())];
+        assert_eq!((*generation, accepted.ok, *attached), (Some(3), true, 1));
+        // The plugin broken: its routes answer 500 with the reason; the
+        // status says it.
+        let broken = BTreeMap::from([("wp.ns.auth".to_string(), "no such file".to_string())]);
+        let t = translate("me/x", &snap, &broken);
+        assert!(t.plugins.is_empty());
+        let failing = t
+            .routes
+            .iter()
+            .find(|r| r.hosts == ["api.example.com"])
+            .unwrap();
+        let respond = failing.respond.as_ref().unwrap();
+        assert_eq!(respond.status, 500);
+        assert!(respond.body.contains("no such file"), "{}", respond.body);
+        let (_, accepted, _) = &t.plugin_status[&("ns".into(), "auth".into())];
+        assert_eq!((accepted.ok, accepted.reason), (false, "Invalid"));
     }
 
     fn route(
@@ -679,7 +870,7 @@ mod tests {
                 {"matches": [{"path": {"type": "Exact", "value": "/v1"}}], "backendRefs": [{"name": "s", "port": 80}]}
             ])
         )]));
-        let t = translate("me/x", &snap);
+        let t = translate("me/x", &snap, &BTreeMap::new());
         let paths: Vec<String> = t
             .routes
             .iter()
@@ -720,7 +911,7 @@ mod tests {
                 json!([{"backendRefs": [{"name": "s", "port": 81}]}])
             )
         ]));
-        let t = translate("me/x", &snap);
+        let t = translate("me/x", &snap, &BTreeMap::new());
         let reason = |name: &str, kind: &str| {
             let (_, parents) = &t.route_status[&("ns".to_string(), name.to_string())];
             let c = parents[0]
@@ -747,7 +938,9 @@ mod tests {
             .routes
             .iter()
             .all(|r| r.respond.as_ref().is_some_and(|f| f.status == 500)));
-        assert!(translate("someone/else", &snap).routes.is_empty());
+        assert!(translate("someone/else", &snap, &BTreeMap::new())
+            .routes
+            .is_empty());
     }
 
     #[test]

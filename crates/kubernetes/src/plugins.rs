@@ -1,0 +1,329 @@
+//! WasmPlugin resources to plugins and filter chains (pure, as
+//! `translate.rs`): each resource is one plugin of the node's
+//! configuration, and a route's chain is every plugin whose scope holds
+//! the route, in Istio's and Higress's order (phase, then priority), each
+//! with the configuration of its first match rule that names the route or
+//! its host, else its default.
+//!
+//! A plugin that does not load (a registry that refuses, a module that is
+//! not wasm) is left out of the configuration rather than rejecting every
+//! other change: the routes it applies to answer 500 (`FAIL_CLOSE`) or run
+//! without it (`FAIL_OPEN`), and its status says why.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use kube::ResourceExt;
+use wasmgate_config::{FilterRef, PluginConfig};
+
+use crate::translate::{host_matches, GROUP};
+use crate::wasmplugin::{FailStrategy, ImagePullPolicy, Phase, WasmPlugin};
+
+/// The node's plugins from WasmPlugin resources, and what routes get.
+pub struct WasmPlugins<'a> {
+    entries: Vec<Entry<'a>>,
+}
+
+struct Entry<'a> {
+    resource: &'a WasmPlugin,
+    namespace: String,
+    /// The plugin's name in the node's configuration.
+    plugin: String,
+    /// Why it is not loaded, if it is not.
+    broken: Option<String>,
+}
+
+/// Where a route sits: the HTTPRoute it came from, the Gateways that
+/// accepted it, and the one host it is served for (None: any).
+pub struct RouteContext<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub gateways: &'a [(String, String)],
+    pub host: Option<&'a str>,
+}
+
+/// The name a WasmPlugin's plugin has in the node's configuration.
+pub fn plugin_name(namespace: &str, name: &str) -> String {
+    crate::translate::entry_name(&format!("wp.{namespace}.{name}"))
+}
+
+impl<'a> WasmPlugins<'a> {
+    /// `broken`: plugins (by their node name) that did not load, and why.
+    pub fn new(resources: &'a [WasmPlugin], broken: &BTreeMap<String, String>) -> Self {
+        let mut entries: Vec<Entry> = (resources.iter())
+            .map(|resource| {
+                let namespace = resource.namespace().unwrap_or_default();
+                let plugin = plugin_name(&namespace, &resource.name_any());
+                let broken = broken
+                    .get(&plugin)
+                    .cloned()
+                    .or_else(|| spec_problem(resource));
+                Entry {
+                    resource,
+                    namespace,
+                    plugin,
+                    broken,
+                }
+            })
+            .collect();
+        entries.sort_by_key(|e| {
+            let spec = &e.resource.spec;
+            (
+                spec.phase.unwrap_or(Phase::Unspecified),
+                -i64::from(spec.priority.unwrap_or(0)),
+                e.namespace.clone(),
+                e.resource.name_any(),
+            )
+        });
+        WasmPlugins { entries }
+    }
+
+    /// The plugins to load: every resource that is not known broken.
+    pub fn configs(&self) -> Vec<PluginConfig> {
+        (self.entries.iter())
+            .filter(|e| e.broken.is_none())
+            .map(|e| plugin_config(e))
+            .collect()
+    }
+
+    /// The hosts the match rules of the plugins that apply to this route
+    /// name: the route is served once per such host, so each gets its own
+    /// chain.
+    pub fn domains(&self, route: &RouteContext) -> BTreeSet<String> {
+        (self.entries.iter())
+            .filter(|e| e.in_scope(route))
+            .flat_map(|e| e.resource.spec.match_rules.iter())
+            .flat_map(|r| r.domain.iter().cloned())
+            .collect()
+    }
+
+    /// The route's filters in the order they run, and the plugins among
+    /// them; or, when a `FAIL_CLOSE` plugin that should run is not loaded,
+    /// why the route answers 500.
+    pub fn chain(&self, route: &RouteContext) -> Result<(Vec<FilterRef>, Vec<String>), String> {
+        let mut filters = Vec::new();
+        let mut used = Vec::new();
+        for e in self.entries.iter().filter(|e| e.in_scope(route)) {
+            let spec = &e.resource.spec;
+            let conf = match spec.match_rules.iter().find(|r| e.rule_matches(r, route)) {
+                Some(rule) if rule.config_disable == Some(true) => continue,
+                Some(rule) => rule.config.clone(),
+                None if spec.default_config_disable == Some(true) => continue,
+                None => spec.default_config.clone(),
+            };
+            used.push(e.plugin.clone());
+            if let Some(reason) = &e.broken {
+                if spec.fail_strategy == Some(FailStrategy::Open) {
+                    continue;
+                }
+                return Err(format!(
+                    "WasmPlugin {}/{} is not loaded (failStrategy FAIL_CLOSE): {reason}",
+                    e.namespace,
+                    e.resource.name_any()
+                ));
+            }
+            filters.push(FilterRef {
+                plugin: e.plugin.clone(),
+                conf,
+            });
+        }
+        Ok((filters, used))
+    }
+
+    /// Every resource: (namespace, name, generation, node name, broken).
+    pub fn resources(
+        &self,
+    ) -> impl Iterator<Item = (String, String, Option<i64>, &str, Option<&str>)> {
+        self.entries.iter().map(|e| {
+            (
+                e.namespace.clone(),
+                e.resource.name_any(),
+                e.resource.metadata.generation,
+                e.plugin.as_str(),
+                e.broken.as_deref(),
+            )
+        })
+    }
+}
+
+impl Entry<'_> {
+    /// Whether the route is one this plugin may run on: one of its
+    /// targets', else one of a Gateway in the plugin's namespace.
+    fn in_scope(&self, route: &RouteContext) -> bool {
+        let targets = &self.resource.spec.target_refs;
+        if targets.is_empty() {
+            return route.gateways.iter().any(|(ns, _)| *ns == self.namespace);
+        }
+        targets.iter().any(|t| {
+            let group_ok = t.group.as_deref().is_none_or(|g| g == GROUP);
+            match t.kind.as_str() {
+                "Gateway" => {
+                    group_ok
+                        && (route.gateways.iter())
+                            .any(|(ns, name)| *ns == self.namespace && *name == t.name)
+                }
+                "HTTPRoute" => {
+                    group_ok && route.namespace == self.namespace && route.name == t.name
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// A rule matches when each list it has matches: `route` names the
+    /// route's HTTPRoute, `domain` covers its host.
+    fn rule_matches(&self, rule: &crate::wasmplugin::MatchRule, route: &RouteContext) -> bool {
+        let names_route = || {
+            rule.route.iter().any(|r| match r.split_once('/') {
+                Some((ns, name)) => ns == route.namespace && name == route.name,
+                None => self.namespace == route.namespace && r == route.name,
+            })
+        };
+        let covers_host = || {
+            route
+                .host
+                .is_some_and(|h| rule.domain.iter().any(|d| d == h || host_matches(d, h)))
+        };
+        (rule.route.is_empty() || names_route()) && (rule.domain.is_empty() || covers_host())
+    }
+}
+
+/// What in the resource keeps it from being a plugin at all.
+fn spec_problem(resource: &WasmPlugin) -> Option<String> {
+    let url = resource.spec.url.trim();
+    if url.is_empty() {
+        return Some("spec.url is empty".into());
+    }
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    match scheme {
+        None | Some("file" | "http" | "https" | "oci") => None,
+        Some(other) => Some(format!(
+            "spec.url: `{other}://` is not a scheme wasmgate fetches (oci://, https://, http://, file://)"
+        )),
+    }
+}
+
+fn plugin_config(e: &Entry) -> PluginConfig {
+    let spec = &e.resource.spec;
+    let url = spec.url.trim();
+    let wasm = url.strip_prefix("file://").unwrap_or(url);
+    let mut config: PluginConfig =
+        serde_json::from_value(serde_json::json!({"name": e.plugin, "wasm": wasm}))
+            .expect("a plugin with defaults");
+    config.wasm = PathBuf::from(wasm);
+    config.sha256 = spec.sha256.clone();
+    config.pull = spec.image_pull_policy.map(|p| match p {
+        ImagePullPolicy::IfNotPresent => wasmgate_config::PullPolicy::IfNotPresent,
+        ImagePullPolicy::Always => wasmgate_config::PullPolicy::Always,
+    });
+    config.root_id = spec.plugin_name.clone().unwrap_or_default();
+    config.fail = match spec.fail_strategy {
+        Some(FailStrategy::Open) => wasmgate_config::FailStrategy::Open,
+        Some(FailStrategy::Close) | None => wasmgate_config::FailStrategy::Closed,
+    };
+    config.services = spec.services.clone();
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn wp(name: &str, spec: serde_json::Value) -> WasmPlugin {
+        serde_json::from_value(json!({
+            "apiVersion": "wasmgate.io/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": name, "namespace": "gw"}, "spec": spec
+        }))
+        .unwrap()
+    }
+
+    fn at<'a>(
+        ns: &'a str,
+        name: &'a str,
+        gws: &'a [(String, String)],
+        host: Option<&'a str>,
+    ) -> RouteContext<'a> {
+        RouteContext {
+            namespace: ns,
+            name,
+            gateways: gws,
+            host,
+        }
+    }
+
+    #[test]
+    fn chains_run_by_phase_then_priority_with_the_first_matching_rules_config() {
+        let all = [
+            wp(
+                "stats",
+                json!({"url": "/p/s.wasm", "phase": "STATS", "priority": 900}),
+            ),
+            wp(
+                "auth",
+                json!({"url": "/p/a.wasm", "phase": "AUTHN", "defaultConfig": {"k": 0},
+                "matchRules": [{"route": ["shop/orders"], "config": {"k": 1}},
+                               {"domain": ["*.internal.example"], "configDisable": true}]}),
+            ),
+            wp(
+                "late",
+                json!({"url": "/p/l.wasm", "priority": 5, "defaultConfigDisable": true,
+                "matchRules": [{"domain": ["api.example"], "config": {"on": true}}]}),
+            ),
+            wp("early", json!({"url": "/p/e.wasm", "priority": 50})),
+        ];
+        let set = WasmPlugins::new(&all, &BTreeMap::new());
+        let gws = [("gw".to_string(), "edge".to_string())];
+        let (chain, _) = set.chain(&at("shop", "orders", &gws, None)).unwrap();
+        let names: Vec<&str> = chain.iter().map(|f| f.plugin.as_str()).collect();
+        assert_eq!(names, ["wp.gw.auth", "wp.gw.stats", "wp.gw.early"]);
+        assert_eq!(chain[0].conf, Some(json!({"k": 1})));
+        let (chain, _) = set
+            .chain(&at("shop", "cart", &gws, Some("api.example")))
+            .unwrap();
+        assert_eq!(chain[0].conf, Some(json!({"k": 0})));
+        assert_eq!(chain.last().unwrap().plugin, "wp.gw.late");
+        let (chain, _) = set
+            .chain(&at("shop", "cart", &gws, Some("a.internal.example")))
+            .unwrap();
+        assert!(chain.iter().all(|f| f.plugin != "wp.gw.auth"));
+        assert_eq!(
+            set.domains(&at("shop", "cart", &gws, None)),
+            BTreeSet::from(["*.internal.example".into(), "api.example".into()])
+        );
+        // Routes of a Gateway in another namespace are not in scope.
+        let other = [("team".to_string(), "edge".to_string())];
+        assert!(set
+            .chain(&at("team", "x", &other, None))
+            .unwrap()
+            .0
+            .is_empty());
+    }
+
+    #[test]
+    fn target_refs_narrow_the_scope_and_a_broken_plugin_fails_closed_or_open() {
+        let all = [
+            wp(
+                "only",
+                json!({"url": "oci://r.example/p:1", "targetRefs": [{"kind": "HTTPRoute", "name": "a"}]}),
+            ),
+            wp(
+                "open",
+                json!({"url": "ftp://x/y.wasm", "failStrategy": "FAIL_OPEN"}),
+            ),
+        ];
+        let set = WasmPlugins::new(&all, &BTreeMap::new());
+        assert_eq!(set.configs().len(), 1, "the ftp:// one is broken");
+        let gws = [("gw".to_string(), "edge".to_string())];
+        let (chain, _) = set.chain(&at("gw", "a", &gws, None)).unwrap();
+        assert_eq!(chain.len(), 1);
+        assert!(set.chain(&at("gw", "b", &gws, None)).unwrap().0.is_empty());
+        let broken = BTreeMap::from([("wp.gw.only".to_string(), "pull refused".to_string())]);
+        let set = WasmPlugins::new(&all, &broken);
+        let err = set.chain(&at("gw", "a", &gws, None)).unwrap_err();
+        assert!(
+            err.contains("pull refused") && err.contains("gw/only"),
+            "{err}"
+        );
+    }
+}
