@@ -13,16 +13,26 @@ use super::{Node, Upstream};
 /// Virtual points per unit of weight on the consistent-hash ring.
 const RING_POINTS_PER_WEIGHT: u32 = 40;
 
-/// The hash ring of `nodes`: (point, node index), sorted by point.
+/// The hash ring of `nodes`: (point, node index), sorted by point. Weights
+/// count in proportion: `1000, 1000` makes the ring of `1, 1`.
 pub(super) fn ring(nodes: &[Node]) -> Vec<(u64, usize)> {
+    let common = nodes.iter().map(|n| n.weight).fold(0, gcd).max(1);
     let mut ring = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
-        for point in 0..node.weight * RING_POINTS_PER_WEIGHT {
+        for point in 0..node.weight / common * RING_POINTS_PER_WEIGHT {
             ring.push((hash(&(node.address.as_str(), point)), i));
         }
     }
     ring.sort_unstable();
     ring
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 impl Upstream {
@@ -111,6 +121,17 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use wasmgate_config::{Balance, HashOn, HealthCheckConfig, NodeConfig, UpstreamConfig};
+
+    /// Weights count in proportion on the ring, and only a hashing
+    /// upstream builds one (Kubernetes backends weigh 1000 per Service).
+    #[tokio::test]
+    async fn the_ring_scales_with_proportions_not_magnitudes() {
+        let small = upstream(Balance::ConsistentHash, &[1, 2]);
+        let large = upstream(Balance::ConsistentHash, &[1000, 2000]);
+        assert_eq!(small.ring.len(), 3 * RING_POINTS_PER_WEIGHT as usize);
+        assert_eq!(large.ring, small.ring);
+        assert!(upstream(Balance::RoundRobin, &[1000]).ring.is_empty());
+    }
 
     fn upstream(balance: Balance, weights: &[u32]) -> Arc<Upstream> {
         Upstream::new(

@@ -205,7 +205,12 @@ impl Upstream {
                 })
             })
             .collect::<Result<_, String>>()?;
-        let ring = balance::ring(&nodes);
+        // Only consistent hashing reads the ring, and it costs memory and a
+        // sort in proportion to the weights.
+        let ring = match config.balance {
+            Balance::ConsistentHash => balance::ring(&nodes),
+            _ => Vec::new(),
+        };
         let upstream = Arc::new(Upstream {
             name: config.name.as_str().into(),
             cluster_name: cluster_name(config).into(),
