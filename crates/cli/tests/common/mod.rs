@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod gateway;
+pub mod kube;
 pub mod peers;
 pub mod reference;
 pub mod tls;

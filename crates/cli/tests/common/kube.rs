@@ -1,0 +1,227 @@
+//! A real Kubernetes API server for the tests and the benchmark that
+//! follow one (kubernetes.rs, kubernetes_bench.rs): kube-apiserver with the
+//! Gateway API CRDs and ours, a GatewayClass and Gateway of wasmgate's, and
+//! resources created through the API as `kubectl apply` would.
+
+use std::time::{Duration, Instant};
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use wasmgate_kubernetes::WasmPlugin;
+use wasmgate_testkit::{gateway_api_crd, KubeApiServer};
+
+use super::gateway::{send, GatewayProc};
+use super::upstream::Upstream;
+use super::{HttpClient, Reply};
+
+/// An address of this machine that is not loopback: EndpointSlices refuse
+/// 127.0.0.0/8, so the upstreams listen here. A machine with none (a bare
+/// container) gets a documentation address (TEST-NET-2) on `lo`, which
+/// needs root, as CI runs.
+pub fn interface_ip() -> String {
+    let global = || {
+        let out = std::process::Command::new("ip")
+            .args(["-4", "-o", "addr", "show", "scope", "global"])
+            .output()
+            .expect("running ip");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split_whitespace()
+            .skip_while(|w| *w != "inet")
+            .nth(1)
+            .and_then(|cidr| cidr.split('/').next())
+            .map(str::to_string)
+    };
+    if let Some(ip) = global() {
+        return ip;
+    }
+    let _ = std::process::Command::new("ip")
+        .args(["addr", "add", "198.51.100.7/32", "dev", "lo"])
+        .status();
+    global().expect(
+        "no non-loopback IPv4 address on this machine, and none could be added to lo (not root?)",
+    )
+}
+
+pub async fn kube_client(api: &KubeApiServer, dir: &std::path::Path) -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig(dir)).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Installs the Gateway API CRDs the node watches and ours (WasmPlugin, as
+/// docs/kubernetes.md installs it) and waits until they are served.
+pub async fn install_crds(c: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
+    let ours = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/kubernetes/wasmplugin-crd.yaml"
+    );
+    let files = ["gatewayclasses", "gateways", "httproutes"]
+        .map(gateway_api_crd)
+        .into_iter()
+        .chain([ours.into()]);
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).unwrap();
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let routes: Api<HttpRoute> = Api::default_namespaced(c.clone());
+    let plugins: Api<WasmPlugin> = Api::default_namespaced(c.clone());
+    until("the CRDs are served", || async {
+        routes.list(&Default::default()).await.is_ok()
+            && plugins.list(&Default::default()).await.is_ok()
+    })
+    .await;
+}
+
+/// An API server with the CRDs, a GatewayClass of wasmgate's controller
+/// and a Gateway `edge` (one HTTP listener) in `default`.
+pub struct Cluster {
+    pub api: KubeApiServer,
+    pub dir: tempfile::TempDir,
+    pub k: Client,
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        let api = KubeApiServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let k = kube_client(&api, dir.path()).await;
+        install_crds(&k).await;
+        let classes: Api<GatewayClass> = Api::all(k.clone());
+        classes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                    "metadata": {"name": "wasmgate"},
+                    "spec": {"controllerName": "wasmgate.io/gateway-controller"}
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        create::<Gateway>(&k, json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "edge"},
+            "spec": {"gatewayClassName": "wasmgate", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+        }))
+        .await;
+        Cluster { api, dir, k }
+    }
+
+    /// A node following this API server; `extra` is more of its file.
+    pub fn node(&self, extra: &str) -> GatewayProc {
+        let kubeconfig = self.dir.path().join("kubeconfig");
+        GatewayProc::start(&format!(
+            "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nconfig: {{kubernetes: {{kubeconfig: \"{}\"}}}}\n{extra}",
+            kubeconfig.display()
+        ))
+    }
+}
+
+pub async fn until<F, Fut>(what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within 30 s");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub async fn create<K>(c: &Client, object: Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::default_namespaced(c.clone());
+    let object: K = serde_json::from_value(object).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap()
+}
+
+/// A Service `name` with port 80 (`http`) and an EndpointSlice whose ready
+/// endpoints are `upstreams`.
+pub async fn service(c: &Client, name: &str, upstreams: &[&Upstream]) {
+    create::<Service>(
+        c,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": upstreams[0].port}]}
+        }),
+    )
+    .await;
+    create::<EndpointSlice>(c, json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": upstreams[0].port, "protocol": "TCP"}],
+        "endpoints": upstreams.iter().map(|u| json!({
+            "addresses": [u.address().split(':').next().unwrap()],
+            "conditions": {"ready": true}
+        })).collect::<Vec<_>>()
+    }))
+    .await;
+}
+
+pub fn route(name: &str, rules: Value) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name},
+        "spec": {"parentRefs": [{"name": "edge"}], "rules": rules}
+    })
+}
+
+/// The condition `kind` of the route's first parent, once written.
+pub async fn route_condition(c: &Client, name: &str, kind: &str) -> Value {
+    let api: Api<HttpRoute> = Api::default_namespaced(c.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let route = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+        let found = route["status"]["parents"][0]["conditions"]
+            .as_array()
+            .and_then(|all| all.iter().find(|x| x["type"] == kind).cloned());
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {kind} condition on {name}: {route}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub async fn until_status(c: &HttpClient, gw: &GatewayProc, path: &str, status: u16) -> Reply {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = send(c, "GET", &gw.url(path), &[], "").await;
+        if reply.status == status {
+            return reply;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} never answered {status} (last {}: {})",
+            reply.status,
+            reply.text()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
