@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::gateway::{send, GatewayProc};
 use common::kube::{
-    create, interface_ip, route, route_condition, service, until, until_status, Cluster,
+    create, create_from_file, interface_ip, route, route_condition, service, until, until_status,
+    Cluster,
 };
 use common::upstream::Upstream;
 use common::{client, HttpClient};
@@ -331,5 +332,98 @@ async fn wasmplugins_run_on_their_routes_with_per_route_config_and_one_replica_w
     assert_eq!(
         route_condition(&k, "late", "Accepted").await["status"],
         "True"
+    );
+}
+
+/// The documented install: deploy/kubernetes/*.yaml are accepted by the API
+/// server as they are, the node file in the Deployment's Secret passes
+/// `wasmgate check`, and a node with exactly rbac.yaml's rights (a token of
+/// its ServiceAccount) serves routes, writes their status and holds its
+/// Lease, and may change nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_the_documented_rbac_serves_and_writes_status() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    use kube::api::PostParams;
+
+    let cluster = Cluster::start().await;
+    let k = cluster.k.clone();
+    create_from_file(&k, "deploy/kubernetes/rbac.yaml").await;
+    create_from_file(&k, "deploy/kubernetes/deployment.yaml").await;
+    let secrets: Api<Secret> = Api::namespaced(k.clone(), "wasmgate-system");
+    let data = secrets.get("wasmgate").await.unwrap().data.unwrap();
+    let node_file = cluster.dir.path().join("from-secret.yaml");
+    std::fs::write(&node_file, &data["wasmgate.yaml"].0).unwrap();
+    // As the pod runs it: the admin token from the Secret in its environment.
+    let check = common::wasmgate()
+        .args(["check", "-c"])
+        .arg(&node_file)
+        .env(
+            "WASMGATE_ADMIN_TOKEN",
+            String::from_utf8(data["admin-token"].0.clone()).unwrap(),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let accounts: Api<ServiceAccount> = Api::namespaced(k.clone(), "wasmgate-system");
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request("wasmgate", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let kubeconfig = cluster
+        .api
+        .kubeconfig_as(cluster.dir.path(), "wasmgate-sa", &token);
+    let app = Upstream::start_on("app", &interface_ip()).await;
+    service(&k, "app", &[&app]).await;
+    create::<HttpRoute>(&k, route("app", json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/app"}}], "backendRefs": [{"name": "app", "port": 80}]}
+    ])))
+    .await;
+    let gw = cluster.node_as(&kubeconfig, ", lease_namespace: wasmgate-system", "");
+    let c = client();
+    until_status(&c, &gw, "/app", 200).await;
+    assert_eq!(
+        route_condition(&k, "app", "Accepted").await["status"],
+        "True"
+    );
+    let leases: Api<Lease> = Api::namespaced(k.clone(), "wasmgate-system");
+    let lease = leases
+        .get("wasmgate-wasmgate-io-gateway-controller")
+        .await
+        .unwrap();
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(!holder.is_empty(), "the node holds the Lease");
+    assert!(
+        !gw.logs().contains("forbidden"),
+        "the node was refused something: {}",
+        gw.logs()
+    );
+    // The ServiceAccount reads and writes status; it changes no spec.
+    let as_node = common::kube::client_from(&kubeconfig).await;
+    let routes: Api<HttpRoute> = Api::default_namespaced(as_node);
+    let refused = routes.delete("app", &DeleteParams::default()).await;
+    assert!(
+        refused.is_err(),
+        "the node's ServiceAccount may delete routes"
     );
 }

@@ -115,14 +115,20 @@ impl KubeApiServer {
 
     /// A kubeconfig for the `system:masters` user, written into `dir`.
     pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
-        let path = dir.join("kubeconfig");
+        self.kubeconfig_as(dir, "kubeconfig", &self.admin_token)
+    }
+
+    /// A kubeconfig (file `name` in `dir`) for whoever `token` says: a
+    /// ServiceAccount's token, to run with exactly its rights.
+    pub fn kubeconfig_as(&self, dir: &Path, name: &str, token: &str) -> PathBuf {
+        let path = dir.join(name);
         std::fs::write(
             &path,
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    token: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: admin, namespace: default}}\ncurrent-context: test\n",
                 self.url(),
                 self.ca().display(),
-                self.admin_token
+                token
             ),
         )
         .expect("writing the kubeconfig");

@@ -50,8 +50,13 @@ pub fn interface_ip() -> String {
 }
 
 pub async fn kube_client(api: &KubeApiServer, dir: &std::path::Path) -> Client {
+    client_from(&api.kubeconfig(dir)).await
+}
+
+/// A client with `kubeconfig`'s identity.
+pub async fn client_from(kubeconfig: &std::path::Path) -> Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig(dir)).unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .unwrap();
@@ -122,9 +127,14 @@ impl Cluster {
 
     /// A node following this API server; `extra` is more of its file.
     pub fn node(&self, extra: &str) -> GatewayProc {
-        let kubeconfig = self.dir.path().join("kubeconfig");
+        self.node_as(&self.dir.path().join("kubeconfig"), "", extra)
+    }
+
+    /// A node with `kubeconfig`'s identity; `source` is more of its
+    /// `config.kubernetes`, `extra` more of its file.
+    pub fn node_as(&self, kubeconfig: &std::path::Path, source: &str, extra: &str) -> GatewayProc {
         GatewayProc::start(&format!(
-            "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nconfig: {{kubernetes: {{kubeconfig: \"{}\"}}}}\n{extra}",
+            "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nconfig: {{kubernetes: {{kubeconfig: \"{}\"{source}}}}}\n{extra}",
             kubeconfig.display()
         ))
     }
@@ -223,5 +233,35 @@ pub async fn until_status(c: &HttpClient, gw: &GatewayProc, path: &str, status: 
             reply.text()
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Creates every object of a manifest (`kubectl create -f`), a file of
+/// the repository.
+pub async fn create_from_file(c: &Client, file: &str) {
+    use kube::api::{DynamicObject, GroupVersionKind};
+    use kube::discovery::{pinned_kind, Scope};
+    let path = format!("{}/../../{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let value: Value = serde::Deserialize::deserialize(document).unwrap();
+        if value.is_null() {
+            continue;
+        }
+        let object: DynamicObject = serde_json::from_value(value).unwrap();
+        let types = object.types.clone().expect("apiVersion and kind");
+        let gvk = GroupVersionKind::try_from(&types).unwrap();
+        let (resource, capabilities) = pinned_kind(c, &gvk).await.unwrap();
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Cluster => Api::all_with(c.clone(), &resource),
+            Scope::Namespaced => Api::namespaced_with(
+                c.clone(),
+                object.metadata.namespace.as_deref().unwrap_or("default"),
+                &resource,
+            ),
+        };
+        if let Err(e) = api.create(&PostParams::default(), &object).await {
+            panic!("{file}: {} {:?}: {e}", types.kind, object.metadata.name);
+        }
     }
 }
