@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use kube::ResourceExt;
+use serde_json::Value;
 use wasmgate_config::{FilterRef, PluginConfig};
 
 use crate::translate::{host_matches, GROUP};
@@ -107,7 +108,7 @@ impl<'a> WasmPlugins<'a> {
             let spec = &e.resource.spec;
             let conf = match spec.match_rules.iter().find(|r| e.rule_matches(r, route)) {
                 Some(rule) if rule.config_disable == Some(true) => continue,
-                Some(rule) => rule.config.clone(),
+                Some(rule) => over(&spec.default_config, &rule.config),
                 None if spec.default_config_disable == Some(true) => continue,
                 None => spec.default_config.clone(),
             };
@@ -185,6 +186,21 @@ impl Entry<'_> {
                 .is_some_and(|h| rule.domain.iter().any(|d| d == h || host_matches(d, h)))
         };
         (rule.route.is_empty() || names_route()) && (rule.domain.is_empty() || covers_host())
+    }
+}
+
+/// A rule's configuration laid over the default one, key by key, as
+/// Higress's framework parses a rule (`ParseOverrideConfig`): a rule that
+/// says only `allow: [c1]` keeps the default's `consumers`.
+fn over(default: &Option<Value>, rule: &Option<Value>) -> Option<Value> {
+    match (default, rule) {
+        (Some(Value::Object(base)), Some(Value::Object(top))) => {
+            let mut merged = base.clone();
+            merged.extend(top.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Some(Value::Object(merged))
+        }
+        (_, Some(rule)) => Some(rule.clone()),
+        (default, None) => default.clone(),
     }
 }
 

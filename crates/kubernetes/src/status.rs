@@ -132,7 +132,7 @@ pub async fn write(
             report(written, &key, result.map(drop));
         }
     }
-    for ((namespace, name), (gen, parents)) in &translation.route_status {
+    for ((namespace, name), (gen, parents, others)) in &translation.route_status {
         let key = format!("httproute/{namespace}/{name}");
         let body = |time: &str| {
             json!({"parents": parents.iter().map(|p| {
@@ -150,7 +150,7 @@ pub async fn write(
                     "controllerName": controller,
                     "conditions": conditions(&p.conditions, *gen, time),
                 })
-            }).collect::<Vec<_>>()})
+            }).chain(others.iter().cloned()).collect::<Vec<_>>()})
         };
         if changed(written, &key, &body("")) {
             let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);

@@ -97,10 +97,14 @@ pub struct Translation {
     pub classes: Vec<String>,
     /// Gateways served: (namespace, name) -> routes attached per listener.
     pub gateways: BTreeMap<(String, String), Vec<(String, i32)>>,
-    /// HTTPRoutes with a parent of ours: (namespace, name, generation) ->
-    /// one status per such parent.
-    pub route_status: BTreeMap<(String, String), (Option<i64>, Vec<RouteParentStatus>)>,
+    /// HTTPRoutes with a parent of ours: (namespace, name) -> generation,
+    /// one status per such parent, and the `status.parents` entries of
+    /// other controllers, kept as they are (the list is written whole).
+    pub route_status: BTreeMap<(String, String), RouteStatus>,
 }
+
+/// An HTTPRoute's generation, our parents' statuses, other controllers'.
+pub type RouteStatus = (Option<i64>, Vec<RouteParentStatus>, Vec<serde_json::Value>);
 
 pub(crate) const GROUP: &str = "gateway.networking.k8s.io";
 
@@ -238,9 +242,14 @@ pub fn translate(
         for parent in &mut parents {
             parent.conditions.push(resolved_refs.clone());
         }
+        let others = (route.status.iter())
+            .flat_map(|s| s.parents.iter())
+            .filter(|p| p.controller_name != controller)
+            .filter_map(|p| serde_json::to_value(p).ok())
+            .collect();
         out.route_status.insert(
             (namespace, route.name_any()),
-            (route.metadata.generation, parents),
+            (route.metadata.generation, parents, others),
         );
     }
     served.sort_by(|a: &Ranked, b: &Ranked| a.rank.cmp(&b.rank));
@@ -892,6 +901,27 @@ mod tests {
         );
     }
 
+    /// Another controller's entry in a route's status is written back as
+    /// it was; ours is not carried over twice.
+    #[test]
+    fn other_controllers_status_entries_are_kept() {
+        let mut r = route(
+            "shared",
+            json!([]),
+            json!([{"backendRefs": [{"name": "s", "port": 80}]}]),
+        );
+        let entry = |controller: &str| {
+            json!({"parentRef": {"name": "g"}, "controllerName": controller,
+                   "conditions": []})
+        };
+        r["status"] = json!({"parents": [entry("me/x"), entry("someone/else")]});
+        let t = translate("me/x", &snapshot(json!([r])), &BTreeMap::new());
+        let (_, ours, others) = &t.route_status[&("ns".to_string(), "shared".to_string())];
+        assert_eq!(ours.len(), 1);
+        assert_eq!(others.len(), 1);
+        assert_eq!(others[0]["controllerName"], "someone/else");
+    }
+
     #[test]
     fn what_is_not_served_is_said_with_the_gateway_api_reasons() {
         let snap = snapshot(json!([
@@ -913,7 +943,7 @@ mod tests {
         ]));
         let t = translate("me/x", &snap, &BTreeMap::new());
         let reason = |name: &str, kind: &str| {
-            let (_, parents) = &t.route_status[&("ns".to_string(), name.to_string())];
+            let (_, parents, _) = &t.route_status[&("ns".to_string(), name.to_string())];
             let c = parents[0]
                 .conditions
                 .iter()
