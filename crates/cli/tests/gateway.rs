@@ -125,6 +125,75 @@ routes: [{name: all, plugins: [{plugin: h, conf: over-h2}], upstream: backend}]
     assert_eq!(header(&reply, "x-seen-path"), Some("/h2"));
 }
 
+/// A route's own header changes: the request's before its filters and the
+/// upstream see it (the filter echoes what it saw), the response's on every
+/// answer, a filter's local one too. A bad header name is refused by check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routes_own_header_changes_apply_to_requests_and_every_response() {
+    let (up, gw) = with_upstream(
+        "backend",
+        r#"
+listen: "{listen}"
+plugins:
+  - {name: fault, wasm: "{wasm:fault_injection}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
+routes:
+  - name: local
+    path: {prefix: /local}
+    plugins: [{plugin: fault, conf: {body: "from the filter", http_status: 200}}]
+    response_headers: {set: {x-served-by: wasmgate}}
+    upstream: backend
+  - name: edited
+    request_headers: {remove: [x-secret], set: {x-env: prod}, add: {x-via: edge}}
+    response_headers: {remove: [x-upstream], add: {x-served-by: wasmgate}}
+    upstream: backend
+"#,
+    )
+    .await;
+    let c = client();
+    let reply = send(
+        &c,
+        "GET",
+        &gw.url("/edited"),
+        &[
+            ("x-secret", "s3cret"),
+            ("x-env", "dev"),
+            ("x-via", "client"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(header(&reply, "x-served-by"), Some("wasmgate"));
+    assert_eq!(
+        header(&reply, "x-upstream"),
+        None,
+        "removed from the response"
+    );
+    let seen = up.received("/edited").pop().unwrap();
+    assert!(seen.get("x-secret").is_none());
+    assert_eq!(seen["x-env"], "prod");
+    assert_eq!(seen.get_all("x-via").iter().count(), 2);
+    let local = get(&c, &gw.url("/local")).await;
+    assert_eq!(local.text(), "from the filter");
+    assert_eq!(header(&local, "x-served-by"), Some("wasmgate"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, request_headers: {set: {\"bad name\": x}}}]\n",
+    )
+    .unwrap();
+    let out = wasmgate().args(["check", "-c"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("routes[r].request_headers") && stderr.contains("bad name"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_injection_answers_locally_and_skips_the_upstream() {
     let (up, gw) = with_upstream(

@@ -130,6 +130,30 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
         location.starts_with("https://") && location.ends_with("/new"),
         "{location}"
     );
+    // Header modifier filters change the request and the response.
+    create::<HttpRoute>(&k, route("headers", json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/headers"}}],
+         "filters": [
+            {"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "X-Env", "value": "prod"}], "remove": ["x-secret"]}},
+            {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"add": [{"name": "x-served-by", "value": "wasmgate"}]}}],
+         "backendRefs": [{"name": "app", "port": 80}]}
+    ])))
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let edited = loop {
+        let reply = send(&c, "GET", &gw.url("/headers"), &[("x-secret", "1")], "").await;
+        if reply.status == 200 {
+            break reply;
+        }
+        assert!(Instant::now() < deadline, "/headers never served");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(edited.headers["x-served-by"], "wasmgate");
+    let seen = a.received("/headers").pop().unwrap();
+    assert_eq!(
+        (seen["x-env"].to_str().unwrap(), seen.get("x-secret")),
+        ("prod", None)
+    );
     // The admin API does not write here: the resources are the truth.
     let put = send(
         &c,

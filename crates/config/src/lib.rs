@@ -40,8 +40,8 @@ pub use plugins::{
     conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind, PullPolicy, RegistryConfig,
 };
 pub use routes::{
-    ComponentEndpoint, FixedResponse, FunctionEndpoint, PathMatch, Redirect, RouteConfig, Scheme,
-    UpgradeConfig,
+    ComponentEndpoint, FixedResponse, FunctionEndpoint, HeaderEdits, PathMatch, Redirect,
+    RouteConfig, Scheme, UpgradeConfig,
 };
 pub use tls::{
     CertificateConfig, ClientAuth, ListenerConfig, TlsListener, UnknownSni, UpstreamTls,

@@ -64,6 +64,53 @@ pub struct RouteConfig {
     /// keeps a log: `access_log`). Default: yes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<bool>,
+    /// Headers changed on the request before its filters and endpoint see
+    /// it (the Gateway API's RequestHeaderModifier).
+    #[serde(default, skip_serializing_if = "HeaderEdits::is_empty")]
+    pub request_headers: HeaderEdits,
+    /// Headers changed on every response of the route, the gateway's own
+    /// included (ResponseHeaderModifier).
+    #[serde(default, skip_serializing_if = "HeaderEdits::is_empty")]
+    pub response_headers: HeaderEdits,
+}
+
+/// Header changes, applied in this order: `remove`, `set` (replaces every
+/// value of the name), `add` (one more value).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderEdits {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub add: BTreeMap<String, String>,
+}
+
+impl HeaderEdits {
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+
+    /// Every name and value is one HTTP allows.
+    fn check(&self, at: &str, problem: &mut dyn FnMut(String, String)) {
+        let names = (self.remove.iter())
+            .chain(self.set.keys())
+            .chain(self.add.keys());
+        for name in names {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                problem(at.to_string(), format!("`{name}` is not a header name"));
+            }
+        }
+        for (name, value) in self.set.iter().chain(&self.add) {
+            if http::HeaderValue::from_str(value).is_err() {
+                problem(
+                    format!("{at}.{name}"),
+                    "not a header value (control characters?)".into(),
+                );
+            }
+        }
+    }
 }
 
 /// Which `Upgrade` protocols a route tunnels to its upstream once the
@@ -217,6 +264,10 @@ pub(crate) fn check(
         check_endpoint(&at, r, declared, problem);
         check_match(&at, r, problem);
         check_upgrade(&format!("{at}.upgrade"), &r.upgrade, problem);
+        r.request_headers
+            .check(&format!("{at}.request_headers"), problem);
+        r.response_headers
+            .check(&format!("{at}.response_headers"), problem);
     }
 }
 

@@ -84,6 +84,9 @@ pub(crate) struct Route {
     pub upgrade: wasmgate_config::UpgradeConfig,
     /// Whether its requests get access-log lines (when the node keeps a log).
     pub access_log: bool,
+    /// Its own header changes, when it has any.
+    pub request_headers: Option<Box<crate::header_edits::HeaderEditor>>,
+    pub response_headers: Option<Box<crate::header_edits::HeaderEditor>>,
 }
 
 impl Route {

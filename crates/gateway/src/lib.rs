@@ -23,6 +23,7 @@ pub mod error_response;
 mod function_route;
 mod gateway;
 mod grpc;
+mod header_edits;
 mod proxy;
 pub mod reload;
 pub mod request_id;

@@ -1,14 +1,16 @@
 //! The gateway's request path, in the order a request takes it:
 //!
 //! 1. match a route (404 when none does);
-//! 2. start the route's filter chain and run `on_request_headers`;
+//! 2. apply the route's own request header changes, start its filter
+//!    chain and run `on_request_headers`;
 //! 3. send the request to the endpoint (`endpoint/`: an upstream or a
 //!    `wasi:http` component, which take the body as it streams through
 //!    `on_request_body`, or an Extism function or fixed answer, which take
 //!    it whole);
 //! 4. run `on_response_headers`, then stream the response body through
 //!    `on_response_body` after the headers have gone out;
-//! 5. `on_log` / `on_done` once the response body is over;
+//! 5. the route's own response header changes go onto every response it
+//!    gives, then `on_log` / `on_done` once the response body is over;
 //! 6. the access-log line (`access.rs`), when the node keeps a log and the
 //!    route wants one: begun with the request, queued when the response
 //!    body ends.
@@ -128,6 +130,9 @@ impl Gateway {
         if !route.access_log {
             pending = pending.and_then(Pending::without_log);
         }
+        if let Some(edits) = &route.request_headers {
+            edits.apply(&mut parts.headers);
+        }
         let mut notes = None;
         if let Some(pending) = &mut pending {
             pending.set_route(&route.name);
@@ -170,7 +175,7 @@ impl Gateway {
             notes,
             trace: trace_ids,
         };
-        let response = match scope {
+        let mut response = match scope {
             None => match upgrade {
                 Some((upstream, upgrade)) => self.upgrade(route, upstream, upgrade, asked).await,
                 None if route.filters.is_empty() => self.unfiltered(route, asked, body).await,
@@ -194,6 +199,9 @@ impl Gateway {
                 scope.run(handling).await
             }
         };
+        if let Some(edits) = &route.response_headers {
+            edits.apply(response.headers_mut());
+        }
         route.latency.record(started.elapsed());
         route.count(response.status());
         let response = logged(pending, response);

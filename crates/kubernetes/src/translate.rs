@@ -28,7 +28,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use wasmgate_config::{
-    FixedResponse, NodeConfig, PathMatch, PluginConfig, Redirect, RouteConfig, UpstreamConfig,
+    FixedResponse, HeaderEdits, NodeConfig, PathMatch, PluginConfig, Redirect, RouteConfig,
+    UpstreamConfig,
 };
 
 use crate::plugins::{RouteContext, WasmPlugins};
@@ -334,9 +335,12 @@ fn unsupported(route: &HttpRoute) -> Option<String> {
         for filter in rule.filters.iter().flatten() {
             let value = serde_json::to_value(filter).unwrap_or_default();
             let kind = value["type"].as_str().unwrap_or_default();
-            if kind != "RequestRedirect" {
+            if !matches!(
+                kind,
+                "RequestRedirect" | "RequestHeaderModifier" | "ResponseHeaderModifier"
+            ) {
                 return Some(format!(
-                    "rules[{i}].filters: {kind} is not supported by wasmgate yet (RequestRedirect is; WasmPlugins attach filters)"
+                    "rules[{i}].filters: {kind} is not supported by wasmgate yet (RequestRedirect and the header modifiers are; WasmPlugins attach filters)"
                 ));
             }
             if value["requestRedirect"]["path"]["type"] == "ReplacePrefixMatch" {
@@ -380,6 +384,30 @@ fn redirect(rule: &HttpRouteRules) -> Option<Redirect> {
         // The Gateway API's default is 302.
         status: r["statusCode"].as_u64().map_or(302, |c| c as u16),
     })
+}
+
+/// A rule's `RequestHeaderModifier` or `ResponseHeaderModifier` (`field`)
+/// as the route's header changes.
+fn header_edits(rule: &HttpRouteRules, field: &str) -> HeaderEdits {
+    let mut edits = HeaderEdits::default();
+    for filter in rule.filters.iter().flatten() {
+        let value = serde_json::to_value(filter).unwrap_or_default();
+        let m = &value[field];
+        let pairs = |list: &serde_json::Value| -> Vec<(String, String)> {
+            (list.as_array().into_iter().flatten())
+                .filter_map(|h| {
+                    let name = h["name"].as_str()?.to_ascii_lowercase();
+                    Some((name, h["value"].as_str()?.to_string()))
+                })
+                .collect()
+        };
+        edits.set.extend(pairs(&m["set"]));
+        edits.add.extend(pairs(&m["add"]));
+        let removed = (m["remove"].as_array().into_iter().flatten())
+            .filter_map(|n| n.as_str().map(str::to_ascii_lowercase));
+        edits.remove.extend(removed);
+    }
+    edits
 }
 
 /// A route with the key the Gateway API orders matches by.
@@ -469,6 +497,8 @@ fn route_config(
                 config.path = path.clone();
                 config.methods = methods.clone();
                 config.headers = headers.clone();
+                config.request_headers = header_edits(rule, "requestHeaderModifier");
+                config.response_headers = header_edits(rule, "responseHeaderModifier");
                 let at = RouteContext {
                     namespace,
                     name: &name,

@@ -17,6 +17,7 @@ use super::Problems;
 use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
 use crate::gateway::{Endpoint, Route};
+use crate::header_edits::HeaderEditor;
 use crate::router::RouteMatcher;
 use crate::upstream::{Upstream, UpstreamCaller};
 
@@ -76,6 +77,8 @@ pub(super) async fn build(
                 rejected: AtomicU64::new(0),
                 upgrade: r.upgrade.clone(),
                 access_log: r.access_log.unwrap_or(true),
+                request_headers: HeaderEditor::new(&r.request_headers),
+                response_headers: HeaderEditor::new(&r.response_headers),
             });
         }
     }
