@@ -64,16 +64,10 @@ pub async fn write(
             reason: "Accepted",
             message: format!("handled by {controller}"),
         }];
-        let status =
-            json!({"conditions": conditions(&accepted, generation(generations, &key), "")});
-        if changed(written, &key, &status) {
-            let patch = json!({"status": {"conditions": conditions(&accepted, generation(generations, &key), &now)}});
-            let api: Api<GatewayClass> = Api::all(client.clone());
-            let result = api
-                .patch_status(class, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
-            report(written, &key, result.map(drop));
-        }
+        let gen = generation(generations, &key);
+        let body = |time: &str| json!({"conditions": conditions(&accepted, gen, time)});
+        let api: Api<GatewayClass> = Api::all(client.clone());
+        patch(written, &key, api, class, body, &now).await;
     }
     for ((namespace, name), listeners) in &translation.gateways {
         let key = format!("gateway/{namespace}/{name}");
@@ -123,14 +117,8 @@ pub async fn write(
                 })).collect::<Vec<_>>(),
             })
         };
-        if changed(written, &key, &body("")) {
-            let api: Api<Gateway> = Api::namespaced(client.clone(), namespace);
-            let patch = json!({"status": body(&now)});
-            let result = api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
-            report(written, &key, result.map(drop));
-        }
+        let api: Api<Gateway> = Api::namespaced(client.clone(), namespace);
+        patch(written, &key, api, name, body, &now).await;
     }
     for ((namespace, name), (gen, parents, others)) in &translation.route_status {
         let key = format!("httproute/{namespace}/{name}");
@@ -152,14 +140,8 @@ pub async fn write(
                 })
             }).chain(others.iter().cloned()).collect::<Vec<_>>()})
         };
-        if changed(written, &key, &body("")) {
-            let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
-            let patch = json!({"status": body(&now)});
-            let result = api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
-            report(written, &key, result.map(drop));
-        }
+        let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
+        patch(written, &key, api, name, body, &now).await;
     }
     for ((namespace, name), (gen, accepted, attached)) in &translation.plugin_status {
         let key = format!("wasmplugin/{namespace}/{name}");
@@ -169,14 +151,29 @@ pub async fn write(
                 "attachedRoutes": attached,
             })
         };
-        if changed(written, &key, &body("")) {
-            let api: Api<WasmPlugin> = Api::namespaced(client.clone(), namespace);
-            let patch = json!({"status": body(&now)});
-            let result = api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
-            report(written, &key, result.map(drop));
-        }
+        let api: Api<WasmPlugin> = Api::namespaced(client.clone(), namespace);
+        patch(written, &key, api, name, body, &now).await;
+    }
+}
+
+/// Writes the status `body` makes (for time `now`; compared without one)
+/// to object `name` when it differs from what was last written for `key`.
+async fn patch<K>(
+    written: &mut Written,
+    key: &str,
+    api: Api<K>,
+    name: &str,
+    body: impl Fn(&str) -> Value,
+    now: &str,
+) where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if changed(written, key, &body("")) {
+        let patch = json!({"status": body(now)});
+        let result = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        report(written, key, result.map(drop));
     }
 }
 

@@ -461,6 +461,8 @@ fn route_config(
                 Endpoint::Respond(500, message)
             }
         };
+        let request_headers = header_edits(rule, "requestHeaderModifier");
+        let response_headers = header_edits(rule, "responseHeaderModifier");
         let default_match = [HttpRouteRulesMatches::default()];
         let matches = match rule.matches.as_deref() {
             Some(m) if !m.is_empty() => m,
@@ -497,8 +499,8 @@ fn route_config(
                 config.path = path.clone();
                 config.methods = methods.clone();
                 config.headers = headers.clone();
-                config.request_headers = header_edits(rule, "requestHeaderModifier");
-                config.response_headers = header_edits(rule, "responseHeaderModifier");
+                config.request_headers = request_headers.clone();
+                config.response_headers = response_headers.clone();
                 let at = RouteContext {
                     namespace,
                     name: &name,
