@@ -17,6 +17,7 @@ use futures_util::StreamExt;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
@@ -57,6 +58,7 @@ struct Readers {
     services: Store<Service>,
     slices: Store<EndpointSlice>,
     wasmplugins: Store<WasmPlugin>,
+    grants: Store<ReferenceGrant>,
 }
 
 #[derive(Default)]
@@ -113,6 +115,7 @@ impl KubernetesStore {
                 services: watch(Api::all(client.clone())),
                 slices: watch(Api::all(client.clone())),
                 wasmplugins: watch(Api::all(client.clone())),
+                grants: watch(Api::all(client.clone())),
             },
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
@@ -276,6 +279,20 @@ impl Readers {
                 let _ = self.wasmplugins.wait_until_ready().await;
             }
         }
+        // ReferenceGrants too: without their CRD, no cross-namespace
+        // backend is permitted.
+        let grants: Api<ReferenceGrant> = Api::all(client.clone());
+        match grants
+            .list(&kube::api::ListParams::default().limit(1))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 404 => tracing::warn!(
+                "the ReferenceGrant CRD is not installed: backends in other namespaces are refused"
+            ),
+            _ => {
+                let _ = self.grants.wait_until_ready().await;
+            }
+        }
         let _ = self.classes.wait_until_ready().await;
         let _ = self.gateways.wait_until_ready().await;
         let _ = self.routes.wait_until_ready().await;
@@ -297,6 +314,7 @@ impl Readers {
             services: all(&self.services),
             slices: all(&self.slices),
             wasmplugins: all(&self.wasmplugins),
+            grants: all(&self.grants),
         }
     }
 }

@@ -24,6 +24,7 @@ use gateway_api::httproutes::{
     HttpRoute, HttpRouteRules, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
     HttpRouteRulesMatchesPathType,
 };
+use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
@@ -44,6 +45,7 @@ pub struct Snapshot {
     pub services: Vec<Service>,
     pub slices: Vec<EndpointSlice>,
     pub wasmplugins: Vec<WasmPlugin>,
+    pub grants: Vec<ReferenceGrant>,
 }
 
 /// A condition to write: `type`, `status`, `reason`, `message`.
@@ -672,21 +674,29 @@ fn backend(
                 ),
             ));
         }
-        if backend.namespace.as_deref().is_some_and(|n| n != namespace) {
-            return Err(Condition::no("ResolvedRefs", "RefNotPermitted", format!("backendRef {}: another namespace's Service needs a ReferenceGrant, which wasmgate does not read yet", backend.name)));
+        let service_ns = backend.namespace.as_deref().unwrap_or(namespace);
+        if service_ns != namespace && !granted(snapshot, namespace, service_ns, &backend.name) {
+            return Err(Condition::no(
+                "ResolvedRefs",
+                "RefNotPermitted",
+                format!(
+                    "backendRef {}: Service `{}` in namespace `{service_ns}` needs a ReferenceGrant there from HTTPRoutes of namespace `{namespace}`",
+                    backend.name, backend.name
+                ),
+            ));
         }
         let weight = backend.weight.unwrap_or(1);
         if weight == 0 {
             continue;
         }
         let Some(service) = (snapshot.services.iter())
-            .find(|s| s.name_any() == backend.name && s.namespace().as_deref() == Some(namespace))
+            .find(|s| s.name_any() == backend.name && s.namespace().as_deref() == Some(service_ns))
         else {
             return Err(Condition::no(
                 "ResolvedRefs",
                 "BackendNotFound",
                 format!(
-                    "backendRef {}: no Service `{}` in namespace `{namespace}`",
+                    "backendRef {}: no Service `{}` in namespace `{service_ns}`",
                     backend.name, backend.name
                 ),
             ));
@@ -716,7 +726,7 @@ fn backend(
         };
         let endpoints = ready_endpoints(
             snapshot,
-            namespace,
+            service_ns,
             &backend.name,
             service_port.name.as_deref(),
         );
@@ -731,6 +741,23 @@ fn backend(
         }
     }
     Ok(nodes)
+}
+
+/// Whether a ReferenceGrant in `to_ns` lets HTTPRoutes of `from_ns` refer
+/// to its Service `service` (a grant without a name covers every Service).
+fn granted(snapshot: &Snapshot, from_ns: &str, to_ns: &str, service: &str) -> bool {
+    (snapshot.grants.iter())
+        .filter(|g| g.namespace().as_deref() == Some(to_ns))
+        .any(|g| {
+            let from = (g.spec.from.iter())
+                .any(|f| f.group == GROUP && f.kind == "HTTPRoute" && f.namespace == from_ns);
+            let to = (g.spec.to.iter()).any(|t| {
+                t.group.is_empty()
+                    && t.kind == "Service"
+                    && t.name.as_deref().is_none_or(|n| n == service)
+            });
+            from && to
+        })
 }
 
 /// `address:port` of every ready endpoint of Service `service`'s port named
@@ -834,7 +861,55 @@ mod tests {
                 "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"], "conditions": {"ready": false}}]}),
             )],
             wasmplugins: Vec::new(),
+            grants: Vec::new(),
         }
+    }
+
+    /// A Service of another namespace is reached only with a ReferenceGrant
+    /// there that names the route's namespace (and the Service, if any).
+    #[test]
+    fn another_namespaces_service_needs_a_reference_grant() {
+        let mut snap = snapshot(json!([
+            {"metadata": {"name": "r", "namespace": "ns"},
+             "spec": {"parentRefs": [{"name": "g"}], "rules": [
+                {"backendRefs": [{"name": "db", "namespace": "data", "port": 80}]}]}}
+        ]));
+        snap.services.push(parse(
+            json!({"metadata": {"name": "db", "namespace": "data"}, "spec": {"ports": [{"name": "http", "port": 80}]}}),
+        ));
+        snap.slices.push(parse(json!({
+            "metadata": {"name": "db-1", "namespace": "data", "labels": {"kubernetes.io/service-name": "db"}},
+            "addressType": "IPv4", "ports": [{"name": "http", "port": 9000}],
+            "endpoints": [{"addresses": ["10.0.1.1"]}]})));
+        let resolved = |snap: &Snapshot| {
+            let t = translate("me/x", snap, &BTreeMap::new());
+            let (_, parents, _) = &t.route_status[&("ns".to_string(), "r".to_string())];
+            let c = parents[0]
+                .conditions
+                .iter()
+                .find(|c| c.kind == "ResolvedRefs")
+                .unwrap();
+            (
+                c.ok,
+                c.reason,
+                t.upstreams.first().map(|u| u.nodes[0].address.clone()),
+            )
+        };
+        assert_eq!(resolved(&snap), (false, "RefNotPermitted", None));
+        let grant = |from_ns: &str, name: Option<&str>| -> ReferenceGrant {
+            parse(
+                json!({"metadata": {"name": "g", "namespace": "data"}, "spec": {
+                "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": from_ns}],
+                "to": [{"group": "", "kind": "Service", "name": name}]}}),
+            )
+        };
+        snap.grants = vec![grant("elsewhere", None), grant("ns", Some("other"))];
+        assert_eq!(resolved(&snap).1, "RefNotPermitted");
+        snap.grants = vec![grant("ns", Some("db"))];
+        assert_eq!(
+            resolved(&snap),
+            (true, "ResolvedRefs", Some("10.0.1.1:9000".to_string()))
+        );
     }
 
     /// A WasmPlugin's domain rule gets the host a route of its own, ahead

@@ -71,10 +71,15 @@ pub async fn install_crds(c: &Client) {
         env!("CARGO_MANIFEST_DIR"),
         "/../../deploy/kubernetes/wasmplugin-crd.yaml"
     );
-    let files = ["gatewayclasses", "gateways", "httproutes"]
-        .map(gateway_api_crd)
-        .into_iter()
-        .chain([ours.into()]);
+    let files = [
+        "gatewayclasses",
+        "gateways",
+        "httproutes",
+        "referencegrants",
+    ]
+    .map(gateway_api_crd)
+    .into_iter()
+    .chain([ours.into()]);
     for file in files {
         let text = std::fs::read_to_string(file).unwrap();
         let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).unwrap();
