@@ -269,30 +269,20 @@ impl Readers {
     async fn wait_until_ready(&self, client: &Client) {
         // WasmPlugins are optional: without their CRD the node serves
         // routes and says so; with it, no route is served before its
-        // plugins are known.
-        let wasmplugins: Api<WasmPlugin> = Api::all(client.clone());
-        match wasmplugins.list(&kube::api::ListParams::default().limit(1)).await {
-            Err(kube::Error::Api(e)) if e.code == 404 => tracing::warn!(
-                "the WasmPlugin CRD (deploy/kubernetes/wasmplugin-crd.yaml) is not installed: routes are served without WasmPlugins until it is"
-            ),
-            _ => {
-                let _ = self.wasmplugins.wait_until_ready().await;
-            }
-        }
-        // ReferenceGrants too: without their CRD, no cross-namespace
-        // backend is permitted.
-        let grants: Api<ReferenceGrant> = Api::all(client.clone());
-        match grants
-            .list(&kube::api::ListParams::default().limit(1))
-            .await
-        {
-            Err(kube::Error::Api(e)) if e.code == 404 => tracing::warn!(
-                "the ReferenceGrant CRD is not installed: backends in other namespaces are refused"
-            ),
-            _ => {
-                let _ = self.grants.wait_until_ready().await;
-            }
-        }
+        // plugins are known. ReferenceGrants too: without their CRD, no
+        // cross-namespace backend is permitted.
+        optional_ready(
+            client,
+            &self.wasmplugins,
+            "the WasmPlugin CRD (deploy/kubernetes/wasmplugin-crd.yaml) is not installed: routes are served without WasmPlugins until it is",
+        )
+        .await;
+        optional_ready(
+            client,
+            &self.grants,
+            "the ReferenceGrant CRD is not installed: backends in other namespaces are refused",
+        )
+        .await;
         let _ = self.classes.wait_until_ready().await;
         let _ = self.gateways.wait_until_ready().await;
         let _ = self.routes.wait_until_ready().await;
@@ -315,6 +305,22 @@ impl Readers {
             slices: all(&self.slices),
             wasmplugins: all(&self.wasmplugins),
             grants: all(&self.grants),
+        }
+    }
+}
+
+/// Waits for `store` unless its kind's CRD is not installed (then warns
+/// and goes on: the watch picks the kind up when it is).
+async fn optional_ready<K>(client: &Client, store: &Store<K>, missing: &str)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let api: Api<K> = Api::all(client.clone());
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Err(kube::Error::Api(e)) if e.code == 404 => tracing::warn!("{missing}"),
+        _ => {
+            let _ = store.wait_until_ready().await;
         }
     }
 }
