@@ -4,7 +4,7 @@ and bench/protocols.py. Messages are raw bytes (no .proto: generic handlers),
 so nothing is generated at build time.
 
   grpc_peer.py serve PORT [CERT KEY]
-      A server on 127.0.0.1:PORT, plain HTTP/2 (h2c) or TLS with CERT and KEY
+      A server on 127.0.0.1:PORT ($PEER_HOST:PORT when set), plain HTTP/2 (h2c) or TLS with CERT and KEY
       (ALPN h2); prints `ready` once listening. Service `test.Echo`:
       Unary         the request back; `fail` aborts with INVALID_ARGUMENT
                     and message `told to fail`; `sleep:MS` answers after MS;
@@ -29,6 +29,7 @@ so nothing is generated at build time.
 """
 
 import json
+import os
 import queue
 import sys
 import time
@@ -73,7 +74,7 @@ def serve(port, cert=None, key=None):
     })
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     server.add_generic_rpc_handlers((handler,))
-    address = f"127.0.0.1:{port}"
+    address = f"{os.environ.get('PEER_HOST', '127.0.0.1')}:{port}"
     if cert:
         with open(cert, "rb") as c, open(key, "rb") as k:
             credentials = grpc.ssl_server_credentials(((k.read(), c.read()),))

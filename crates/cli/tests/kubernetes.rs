@@ -451,3 +451,190 @@ async fn a_node_with_the_documented_rbac_serves_and_writes_status() {
         "the node's ServiceAccount may delete routes"
     );
 }
+
+/// HTTPS listeners take their certificates from TLS Secrets, chosen by
+/// SNI, and follow them (a Secret created later or rotated serves new
+/// handshakes); a route attached only to HTTPS listeners is not served in
+/// plain HTTP; a listener whose Secret is missing says so. A GRPCRoute
+/// sends every kind of gRPC call to its Service over h2c, its header
+/// modifier reaching the server as metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_listeners_use_tls_secrets_and_grpc_routes_reach_grpc_services() {
+    use common::peers::{client as peer_client, Peer};
+    use common::tls::curl;
+    use gateway_api::grpcroutes::GrpcRoute;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Patch, PatchParams};
+    use wasmgate_testkit::pki::{KeyType, Pki};
+
+    let cluster = Cluster::start().await;
+    let k = cluster.k.clone();
+    let ip = interface_ip();
+    let app = Upstream::start_on("app", &ip).await;
+    service(&k, "app", &[&app]).await;
+    let first_ca = Pki::new("first-ca");
+    let shop = first_ca.server(&["shop.example.com"], KeyType::EcdsaP256, 1, 1);
+    let tls_secret = |name: &str, issued: &wasmgate_testkit::pki::Issued| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+               "type": "kubernetes.io/tls",
+               "stringData": {"tls.crt": issued.cert_pem(), "tls.key": issued.key_pem()}})
+    };
+    create::<Secret>(&k, tls_secret("shop-tls", &shop)).await;
+    create::<Gateway>(
+        &k,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "secure"},
+            "spec": {"gatewayClassName": "wasmgate", "listeners": [
+                {"name": "shop", "port": 443, "protocol": "HTTPS", "hostname": "shop.example.com",
+                 "tls": {"certificateRefs": [{"name": "shop-tls"}]}},
+                {"name": "api", "port": 443, "protocol": "HTTPS", "hostname": "api.example.com",
+                 "tls": {"certificateRefs": [{"name": "api-tls"}]}}]}
+        }),
+    )
+    .await;
+    let mut secure_route = route(
+        "secure",
+        json!([{"backendRefs": [{"name": "app", "port": 80}]}]),
+    );
+    secure_route["spec"]["parentRefs"] = json!([{"name": "secure"}]);
+    create::<HttpRoute>(&k, secure_route).await;
+    let tls_port = common::free_port();
+    let gw = cluster.node(&format!(
+        "listeners: [{{address: \"127.0.0.1:{tls_port}\", tls: {{}}}}]\n"
+    ));
+    let c = client();
+
+    // Served over HTTPS with the Secret's certificate, HTTP/2 by ALPN; not
+    // in plain HTTP, which no listener of the route's Gateway speaks.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let got = loop {
+        let got = curl("shop.example.com", tls_port, "/x", &first_ca.ca, &[]);
+        if got.status == 200 || Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (got.status, got.version.as_str()),
+        (200, "2"),
+        "{}",
+        got.stderr
+    );
+    assert!(got.body.contains("\"upstream\":\"app\""), "{}", got.body);
+    let plain = get_host(&c, &gw, "/x", "shop.example.com").await;
+    assert_eq!(plain.status, 404, "{}", plain.text());
+
+    // The listener whose Secret does not exist says so; the Secret created,
+    // it serves.
+    let gateways: Api<Gateway> = Api::default_namespaced(k.clone());
+    let listener_condition = |name: &'static str, kind: &'static str| {
+        let gateways = gateways.clone();
+        async move {
+            let g = serde_json::to_value(gateways.get("secure").await.unwrap()).unwrap();
+            let listeners = g["status"]["listeners"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let l = listeners.iter().find(|l| l["name"] == name).cloned();
+            l.and_then(|l| {
+                (l["conditions"].as_array()?.iter())
+                    .find(|c| c["type"] == kind)
+                    .map(|c| {
+                        (
+                            c["status"].as_str().unwrap().to_string(),
+                            c["reason"].as_str().unwrap().to_string(),
+                        )
+                    })
+            })
+        }
+    };
+    until("the missing Secret is said", || async {
+        listener_condition("api", "ResolvedRefs").await
+            == Some(("False".into(), "InvalidCertificateRef".into()))
+    })
+    .await;
+    assert_eq!(
+        listener_condition("shop", "Programmed").await,
+        Some(("True".into(), "Programmed".into()))
+    );
+    let api_cert = first_ca.server(&["api.example.com"], KeyType::Rsa2048, 2, 1);
+    create::<Secret>(&k, tls_secret("api-tls", &api_cert)).await;
+    until("the new Secret serves", || async {
+        curl("api.example.com", tls_port, "/", &first_ca.ca, &[]).status == 200
+    })
+    .await;
+    assert_eq!(
+        listener_condition("api", "ResolvedRefs").await,
+        Some(("True".into(), "ResolvedRefs".into()))
+    );
+
+    // A rotated Secret (another CA's certificate) serves new handshakes.
+    let second_ca = Pki::new("second-ca");
+    let rotated = second_ca.server(&["shop.example.com"], KeyType::EcdsaP256, 3, 1);
+    let secrets: Api<Secret> = Api::default_namespaced(k.clone());
+    let patch =
+        json!({"stringData": {"tls.crt": rotated.cert_pem(), "tls.key": rotated.key_pem()}});
+    secrets
+        .patch("shop-tls", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    until("the rotated certificate is served", || async {
+        curl("shop.example.com", tls_port, "/", &second_ca.ca, &[]).status == 200
+    })
+    .await;
+
+    // A GRPCRoute on the plain listener of `edge`, to a gRPC server.
+    let echo = Peer::serve_on("grpc_peer.py", &ip, &[]);
+    common::kube::service_at(&k, "echo", &[echo.address()], None).await;
+    create::<GrpcRoute>(&k, json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+        "metadata": {"name": "echo"},
+        "spec": {"parentRefs": [{"name": "edge"}], "hostnames": ["grpc.example.com"], "rules": [
+            {"matches": [{"method": {"service": "test.Echo"}}],
+             "filters": [{"type": "RequestHeaderModifier",
+                          "requestHeaderModifier": {"set": [{"name": "x-via", "value": "wasmgate"}]}}],
+             "backendRefs": [{"name": "echo", "port": 80}]}]}
+    }))
+    .await;
+    let grpc = |scenario: &'static str| {
+        let target = format!("127.0.0.1:{}", gw.port);
+        peer_client(
+            "grpc_peer.py",
+            vec![target, scenario.into(), "authority=grpc.example.com".into()],
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while grpc("status").await.report["code"] != "OK" {
+        assert!(Instant::now() < deadline, "the GRPCRoute was never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let run = grpc("all").await;
+    assert!(run.ok, "{}", run.report);
+    assert_eq!(
+        run.report["metadata_seen"]["x-via"], "wasmgate",
+        "{}",
+        run.report
+    );
+    let routes: Api<GrpcRoute> = Api::default_namespaced(k.clone());
+    until("the GRPCRoute's status is written", || async {
+        let r = serde_json::to_value(routes.get("echo").await.unwrap()).unwrap();
+        (r["status"]["parents"][0]["conditions"].as_array()).is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Accepted" && c["status"] == "True")
+        })
+    })
+    .await;
+    // A gRPC call no route takes gets a gRPC status, not an HTTP error.
+    let target = format!("127.0.0.1:{}", gw.port);
+    let run = peer_client(
+        "grpc_peer.py",
+        vec![
+            target,
+            "status".into(),
+            "authority=nowhere.example.com".into(),
+        ],
+    )
+    .await;
+    assert_eq!(run.report["code"], "NOT_FOUND", "{}", run.report);
+}

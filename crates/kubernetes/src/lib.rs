@@ -9,8 +9,13 @@
 //! Kubernetes client is kube-rs; the Gateway API types are the kube-rs
 //! project's `gateway-api` crate.
 
+mod backends;
+mod grpcroute;
+mod httproute;
 mod leader;
+mod listeners;
 mod plugins;
+mod route_view;
 mod status;
 mod store;
 mod translate;
@@ -22,6 +27,7 @@ use std::sync::Arc;
 use wasmgate_config::GatewayConfig;
 use wasmgate_gateway::{Gateway, LiveGateway};
 
+pub use route_view::RouteKind;
 pub use store::KubernetesStore;
 pub use translate::{translate, Snapshot, Translation};
 pub use wasmplugin::WasmPlugin;

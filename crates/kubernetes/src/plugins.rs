@@ -17,6 +17,7 @@ use kube::ResourceExt;
 use serde_json::Value;
 use wasmgate_config::{FilterRef, PluginConfig};
 
+use crate::route_view::RouteKind;
 use crate::translate::{host_matches, GROUP};
 use crate::wasmplugin::{FailStrategy, ImagePullPolicy, Phase, WasmPlugin};
 
@@ -34,9 +35,11 @@ struct Entry<'a> {
     broken: Option<String>,
 }
 
-/// Where a route sits: the HTTPRoute it came from, the Gateways that
-/// accepted it, and the one host it is served for (None: any).
+/// Where a route sits: the HTTPRoute or GRPCRoute it came from, the
+/// Gateways that accepted it, and the one host it is served for (None:
+/// any).
 pub struct RouteContext<'a> {
+    pub kind: RouteKind,
     pub namespace: &'a str,
     pub name: &'a str,
     pub gateways: &'a [(String, String)],
@@ -163,7 +166,7 @@ impl Entry<'_> {
                         && (route.gateways.iter())
                             .any(|(ns, name)| *ns == self.namespace && *name == t.name)
                 }
-                "HTTPRoute" => {
+                kind if kind == route.kind.name() => {
                     group_ok && route.namespace == self.namespace && route.name == t.name
                 }
                 _ => false,
@@ -261,6 +264,7 @@ mod tests {
         host: Option<&'a str>,
     ) -> RouteContext<'a> {
         RouteContext {
+            kind: RouteKind::Http,
             namespace: ns,
             name,
             gateways: gws,

@@ -1,8 +1,8 @@
 //! Status written back as the Gateway API asks, so that `kubectl get
 //! httproute -o yaml` says why a route is or is not served: GatewayClass
 //! `Accepted`; Gateway `Accepted` and `Programmed`, each listener's
-//! `attachedRoutes` and conditions; each HTTPRoute's `parents` entry for
-//! every parent of ours, `Accepted` and `ResolvedRefs` with their reasons;
+//! `attachedRoutes`, `supportedKinds` and conditions; each HTTPRoute's and
+//! GRPCRoute's `parents` entry for every parent of ours, `Accepted` and `ResolvedRefs` with their reasons;
 //! each WasmPlugin's `Accepted` (or why it did not load) and the number of
 //! HTTPRoutes it runs on.
 //! A status is written only when what it says changed (the watch sees the
@@ -12,12 +12,14 @@ use std::collections::HashMap;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use crate::translate::{Condition, Translation};
+use crate::route_view::RouteKind;
+use crate::translate::{Condition, Translation, GROUP};
 use crate::wasmplugin::WasmPlugin;
 
 /// What was last written, per object, without the timestamps.
@@ -58,12 +60,11 @@ pub async fn write(
     let now = now.as_str().unwrap_or_default().to_string();
     for class in &translation.classes {
         let key = format!("gatewayclass/{class}");
-        let accepted = [Condition {
-            kind: "Accepted",
-            ok: true,
-            reason: "Accepted",
-            message: format!("handled by {controller}"),
-        }];
+        let accepted = [Condition::yes(
+            "Accepted",
+            "Accepted",
+            format!("handled by {controller}"),
+        )];
         let gen = generation(generations, &key);
         let body = |time: &str| json!({"conditions": conditions(&accepted, gen, time)});
         let api: Api<GatewayClass> = Api::all(client.clone());
@@ -72,60 +73,45 @@ pub async fn write(
     for ((namespace, name), listeners) in &translation.gateways {
         let key = format!("gateway/{namespace}/{name}");
         let gen = generation(generations, &key);
+        let programmed = if listeners.iter().any(|l| l.conditions.iter().all(|c| c.ok)) {
+            Condition::yes(
+                "Programmed",
+                "Programmed",
+                "served by every wasmgate node of the class",
+            )
+        } else {
+            Condition::no(
+                "Programmed",
+                "Invalid",
+                "no listener of it is served (see the listeners' conditions)",
+            )
+        };
         let ok = [
-            Condition {
-                kind: "Accepted",
-                ok: true,
-                reason: "Accepted",
-                message: "accepted by wasmgate".into(),
-            },
-            Condition {
-                kind: "Programmed",
-                ok: true,
-                reason: "Programmed",
-                message: "served by every wasmgate node of the class".into(),
-            },
-        ];
-        let listener_ok = [
-            Condition {
-                kind: "Accepted",
-                ok: true,
-                reason: "Accepted",
-                message: String::new(),
-            },
-            Condition {
-                kind: "Programmed",
-                ok: true,
-                reason: "Programmed",
-                message: String::new(),
-            },
-            Condition {
-                kind: "ResolvedRefs",
-                ok: true,
-                reason: "ResolvedRefs",
-                message: String::new(),
-            },
+            Condition::yes("Accepted", "Accepted", "accepted by wasmgate"),
+            programmed,
         ];
         let body = |time: &str| {
             json!({
                 "conditions": conditions(&ok, gen, time),
-                "listeners": listeners.iter().map(|(listener, attached)| json!({
-                    "name": listener,
-                    "attachedRoutes": attached,
-                    "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
-                    "conditions": conditions(&listener_ok, gen, time),
+                "listeners": listeners.iter().map(|l| json!({
+                    "name": l.name,
+                    "attachedRoutes": l.attached,
+                    "supportedKinds": l.kinds.iter()
+                        .map(|kind| json!({"group": GROUP, "kind": kind}))
+                        .collect::<Vec<_>>(),
+                    "conditions": conditions(&l.conditions, gen, time),
                 })).collect::<Vec<_>>(),
             })
         };
         let api: Api<Gateway> = Api::namespaced(client.clone(), namespace);
         patch(written, &key, api, name, body, &now).await;
     }
-    for ((namespace, name), (gen, parents, others)) in &translation.route_status {
-        let key = format!("httproute/{namespace}/{name}");
+    for ((kind, namespace, name), (gen, parents, others)) in &translation.route_status {
+        let key = format!("{}/{namespace}/{name}", kind.name());
         let body = |time: &str| {
             json!({"parents": parents.iter().map(|p| {
                 let mut parent_ref = json!({
-                    "group": "gateway.networking.k8s.io",
+                    "group": GROUP,
                     "kind": "Gateway",
                     "namespace": p.gateway_namespace,
                     "name": p.gateway,
@@ -140,8 +126,16 @@ pub async fn write(
                 })
             }).chain(others.iter().cloned()).collect::<Vec<_>>()})
         };
-        let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
-        patch(written, &key, api, name, body, &now).await;
+        match kind {
+            RouteKind::Http => {
+                let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
+                patch(written, &key, api, name, body, &now).await;
+            }
+            RouteKind::Grpc => {
+                let api: Api<GrpcRoute> = Api::namespaced(client.clone(), namespace);
+                patch(written, &key, api, name, body, &now).await;
+            }
+        }
     }
     for ((namespace, name), (gen, accepted, attached)) in &translation.plugin_status {
         let key = format!("wasmplugin/{namespace}/{name}");

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -55,10 +56,12 @@ struct Readers {
     classes: Store<GatewayClass>,
     gateways: Store<Gateway>,
     routes: Store<HttpRoute>,
+    grpc_routes: Store<GrpcRoute>,
     services: Store<Service>,
     slices: Store<EndpointSlice>,
     wasmplugins: Store<WasmPlugin>,
     grants: Store<ReferenceGrant>,
+    secrets: Store<Secret>,
 }
 
 #[derive(Default)]
@@ -112,10 +115,16 @@ impl KubernetesStore {
                 classes: watch(Api::all(client.clone())),
                 gateways: watch(Api::all(client.clone())),
                 routes: watch(Api::all(client.clone())),
+                grpc_routes: watch(Api::all(client.clone())),
                 services: watch(Api::all(client.clone())),
                 slices: watch(Api::all(client.clone())),
                 wasmplugins: watch(Api::all(client.clone())),
                 grants: watch(Api::all(client.clone())),
+                // Only TLS Secrets: the certificates of HTTPS listeners.
+                secrets: watch_with(
+                    Api::all(client.clone()),
+                    watcher::Config::default().fields("type=kubernetes.io/tls"),
+                ),
             },
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
@@ -215,12 +224,16 @@ impl KubernetesStore {
         outcome
     }
 
-    /// The node's own file with the translation's routes, upstreams and
-    /// plugins.
+    /// The node's own file with the translation's routes, upstreams,
+    /// certificates and plugins.
     fn config(&self, translation: &Translation) -> GatewayConfig {
         let mut config = self.local.clone();
         config.routes = translation.routes.clone();
         config.upstreams = translation.upstreams.clone();
+        config.certificates = (self.local.certificates.iter())
+            .chain(&translation.certificates)
+            .cloned()
+            .collect();
         config.plugins.extend(translation.plugins.iter().cloned());
         config
     }
@@ -279,8 +292,20 @@ impl Readers {
         .await;
         optional_ready(
             client,
+            &self.grpc_routes,
+            "the GRPCRoute CRD is not installed: GRPCRoutes are served once it is",
+        )
+        .await;
+        optional_ready(
+            client,
             &self.grants,
             "the ReferenceGrant CRD is not installed: backends in other namespaces are refused",
+        )
+        .await;
+        optional_ready(
+            client,
+            &self.secrets,
+            "Secrets cannot be read (RBAC: deploy/kubernetes/rbac.yaml): HTTPS listeners get no certificates",
         )
         .await;
         let _ = self.classes.wait_until_ready().await;
@@ -301,16 +326,19 @@ impl Readers {
             classes: all(&self.classes),
             gateways: all(&self.gateways),
             routes: all(&self.routes),
+            grpc_routes: all(&self.grpc_routes),
             services: all(&self.services),
             slices: all(&self.slices),
             wasmplugins: all(&self.wasmplugins),
             grants: all(&self.grants),
+            secrets: all(&self.secrets),
         }
     }
 }
 
-/// Waits for `store` unless its kind's CRD is not installed (then warns
-/// and goes on: the watch picks the kind up when it is).
+/// Waits for `store` unless its kind's CRD is not installed or the node
+/// may not read it (then warns and goes on: the watch picks the kind up
+/// when it can).
 async fn optional_ready<K>(client: &Client, store: &Store<K>, missing: &str)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
@@ -318,7 +346,7 @@ where
 {
     let api: Api<K> = Api::all(client.clone());
     match api.list(&kube::api::ListParams::default().limit(1)).await {
-        Err(kube::Error::Api(e)) if e.code == 404 => tracing::warn!("{missing}"),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => tracing::warn!("{missing}"),
         _ => {
             let _ = store.wait_until_ready().await;
         }
@@ -332,8 +360,17 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    watch_with(api, watcher::Config::default())
+}
+
+/// [`watch`] of the objects `config` selects.
+fn watch_with<K>(api: Api<K>, config: watcher::Config) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    let stream = reflector::reflector(writer, watcher(api, config))
         .default_backoff()
         .touched_objects();
     tokio::spawn(async move {

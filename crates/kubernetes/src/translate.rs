@@ -2,38 +2,37 @@
 //! function of what the API server holds, so it is tested without one.
 //!
 //! - The GatewayClasses whose `controllerName` is this node's are its own,
-//!   and so the Gateways of those classes.
-//! - Each HTTPRoute attached (`parentRefs`) to one of those Gateways, and
-//!   allowed by a listener of it (namespaces, hostnames), becomes routes:
-//!   one per match of each rule (a rule without matches matches every
-//!   path), ordered by the Gateway API's precedence, since the gateway takes
-//!   the first route that matches.
-//! - A rule's `backendRefs` (Services, by port) become one upstream whose
-//!   nodes are the ready endpoints of the Services' EndpointSlices, each
-//!   Service's share of the traffic its `weight`.
+//!   and so the Gateways of those classes; their listeners (`listeners.rs`)
+//!   say how routes are reached (HTTP or HTTPS) and bring certificates.
+//! - Each HTTPRoute and GRPCRoute (one shape: `route_view.rs`) attached
+//!   (`parentRefs`) to one of those Gateways, and allowed by a listener of
+//!   it (kind, namespaces, hostnames), becomes routes: one per match of
+//!   each rule, ordered by the Gateway API's precedence, since the gateway
+//!   takes the first route that matches.
+//! - A rule's `backendRefs` (Services, by port) become one upstream
+//!   (`backends.rs`), each Service's share of the traffic its `weight`.
 //! - Whatever is not served is said in the status (`status.rs`): the
 //!   conditions the Gateway API defines, with their reasons.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gateway_api::gatewayclasses::GatewayClass;
-use gateway_api::gateways::{
-    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
-};
-use gateway_api::httproutes::{
-    HttpRoute, HttpRouteRules, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
-    HttpRouteRulesMatchesPathType,
-};
+use gateway_api::gateways::{Gateway, GatewayListenersAllowedRoutesNamespacesFrom};
+use gateway_api::grpcroutes::GrpcRoute;
+use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use wasmgate_config::{
-    FixedResponse, HeaderEdits, NodeConfig, PathMatch, PluginConfig, Redirect, RouteConfig,
+    CertificateConfig, FixedResponse, HeaderEdits, PluginConfig, Redirect, RouteConfig, Scheme,
     UpstreamConfig,
 };
 
+use crate::backends::backend;
+use crate::listeners::{listeners, ListenerState};
 use crate::plugins::{RouteContext, WasmPlugins};
+use crate::route_view::{RouteKind, RouteView, RuleView};
 use crate::wasmplugin::WasmPlugin;
 
 /// What the API server holds, as this node last saw it.
@@ -42,10 +41,13 @@ pub struct Snapshot {
     pub classes: Vec<GatewayClass>,
     pub gateways: Vec<Gateway>,
     pub routes: Vec<HttpRoute>,
+    pub grpc_routes: Vec<GrpcRoute>,
     pub services: Vec<Service>,
     pub slices: Vec<EndpointSlice>,
     pub wasmplugins: Vec<WasmPlugin>,
     pub grants: Vec<ReferenceGrant>,
+    /// Secrets of type kubernetes.io/tls (the only ones watched).
+    pub secrets: Vec<Secret>,
 }
 
 /// A condition to write: `type`, `status`, `reason`, `message`.
@@ -58,7 +60,11 @@ pub struct Condition {
 }
 
 impl Condition {
-    fn yes(kind: &'static str, reason: &'static str, message: impl Into<String>) -> Condition {
+    pub(crate) fn yes(
+        kind: &'static str,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Condition {
         Condition {
             kind,
             ok: true,
@@ -67,7 +73,11 @@ impl Condition {
         }
     }
 
-    fn no(kind: &'static str, reason: &'static str, message: impl Into<String>) -> Condition {
+    pub(crate) fn no(
+        kind: &'static str,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Condition {
         Condition {
             kind,
             ok: false,
@@ -77,7 +87,7 @@ impl Condition {
     }
 }
 
-/// The status of one HTTPRoute toward one of its parents.
+/// The status of one route toward one of its parents.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RouteParentStatus {
     pub gateway_namespace: String,
@@ -86,30 +96,52 @@ pub struct RouteParentStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The status of one listener of a Gateway of ours.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListenerStatus {
+    pub name: String,
+    pub attached: i32,
+    /// The route kinds it takes (`supportedKinds`).
+    pub kinds: Vec<&'static str>,
+    pub conditions: Vec<Condition>,
+}
+
 /// What the node serves, and what it says about each resource.
 #[derive(Default)]
 pub struct Translation {
     pub routes: Vec<RouteConfig>,
     pub upstreams: Vec<UpstreamConfig>,
+    /// The certificates of the HTTPS listeners.
+    pub certificates: Vec<CertificateConfig>,
     /// One per WasmPlugin that is not known broken.
     pub plugins: Vec<PluginConfig>,
     /// WasmPlugins: (namespace, name) -> generation, Accepted, how many
-    /// HTTPRoutes it runs on.
+    /// routes it runs on.
     pub plugin_status: BTreeMap<(String, String), (Option<i64>, Condition, i64)>,
     /// GatewayClasses of this controller, by name.
     pub classes: Vec<String>,
-    /// Gateways served: (namespace, name) -> routes attached per listener.
-    pub gateways: BTreeMap<(String, String), Vec<(String, i32)>>,
-    /// HTTPRoutes with a parent of ours: (namespace, name) -> generation,
+    /// Gateways served: (namespace, name) -> their listeners.
+    pub gateways: BTreeMap<(String, String), Vec<ListenerStatus>>,
+    /// Routes with a parent of ours: (kind, namespace, name) -> generation,
     /// one status per such parent, and the `status.parents` entries of
     /// other controllers, kept as they are (the list is written whole).
-    pub route_status: BTreeMap<(String, String), RouteStatus>,
+    pub route_status: BTreeMap<RouteKey, RouteStatus>,
 }
 
-/// An HTTPRoute's generation, our parents' statuses, other controllers'.
+/// A route's kind, namespace and name.
+pub type RouteKey = (RouteKind, String, String);
+
+/// A route's generation, our parents' statuses, other controllers'.
 pub type RouteStatus = (Option<i64>, Vec<RouteParentStatus>, Vec<serde_json::Value>);
 
 pub(crate) const GROUP: &str = "gateway.networking.k8s.io";
+
+/// A Gateway of ours with its listeners as served.
+struct OurGateway<'a> {
+    namespace: String,
+    name: String,
+    listeners: Vec<ListenerState<'a>>,
+}
 
 /// `broken`: WasmPlugins (by their plugin's name) that did not load on the
 /// last try, and why.
@@ -127,91 +159,29 @@ pub fn translate(
         plugins: wasmplugins.configs(),
         ..Translation::default()
     };
-    let mut plugin_routes: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
-    let ours: Vec<&Gateway> = (snapshot.gateways.iter())
+    let mut plugin_routes: BTreeMap<String, BTreeSet<RouteKey>> = BTreeMap::new();
+    let ours: Vec<OurGateway> = (snapshot.gateways.iter())
         .filter(|g| out.classes.contains(&g.spec.gateway_class_name))
+        .map(|g| OurGateway {
+            namespace: g.namespace().unwrap_or_default(),
+            name: g.name_any(),
+            listeners: listeners(g, snapshot, &mut out.certificates),
+        })
         .collect();
+    let routes = (snapshot.routes.iter().map(crate::httproute::view))
+        .chain(snapshot.grpc_routes.iter().map(crate::grpcroute::view));
     let mut attached: HashMap<(String, String, String), i32> = HashMap::new();
     let mut served = Vec::new();
-    for route in &snapshot.routes {
-        let namespace = route.namespace().unwrap_or_default();
-        let mut parents = Vec::new();
-        let mut hosts_by_parent = Vec::new();
-        let mut accepted_by = Vec::new();
-        for parent in route.spec.parent_refs.iter().flatten() {
-            let group = parent.group.as_deref().unwrap_or(GROUP);
-            let kind = parent.kind.as_deref().unwrap_or("Gateway");
-            let gateway_namespace = parent
-                .namespace
-                .clone()
-                .unwrap_or_else(|| namespace.clone());
-            let Some(gateway) = ours.iter().find(|g| {
-                group == GROUP
-                    && kind == "Gateway"
-                    && g.name_any() == parent.name
-                    && g.namespace().unwrap_or_default() == gateway_namespace
-            }) else {
-                continue; // another controller's parent: not ours to speak for
-            };
-            let listeners: Vec<&GatewayListeners> = (gateway.spec.listeners.iter())
-                .filter(|l| parent.section_name.as_ref().is_none_or(|s| *s == l.name))
-                .filter(|l| parent.port.is_none_or(|p| p == l.port))
-                .collect();
-            let mut status = RouteParentStatus {
-                gateway_namespace: gateway_namespace.clone(),
-                gateway: parent.name.clone(),
-                section_name: parent.section_name.clone(),
-                conditions: Vec::new(),
-            };
-            let allowed: Vec<&&GatewayListeners> = (listeners.iter())
-                .filter(|l| allows_namespace(l, &gateway_namespace, &namespace))
-                .collect();
-            let hosts = route_hosts(
-                route.spec.hostnames.as_deref().unwrap_or_default(),
-                &allowed,
-            );
-            let accepted = if listeners.is_empty() {
-                Condition::no(
-                    "Accepted",
-                    "NoMatchingParent",
-                    "no listener of the Gateway matches the parentRef's sectionName and port",
-                )
-            } else if allowed.is_empty() {
-                Condition::no(
-                    "Accepted",
-                    "NotAllowedByListeners",
-                    format!(
-                        "the Gateway's listeners do not allow routes from namespace `{namespace}`"
-                    ),
-                )
-            } else if hosts.is_none() {
-                Condition::no(
-                    "Accepted",
-                    "NoMatchingListenerHostname",
-                    "none of the route's hostnames matches a listener's hostname",
-                )
-            } else if let Some(problem) = unsupported(route) {
-                Condition::no("Accepted", "UnsupportedValue", problem)
-            } else {
-                for l in &allowed {
-                    *attached
-                        .entry((
-                            gateway_namespace.clone(),
-                            parent.name.clone(),
-                            l.name.clone(),
-                        ))
-                        .or_default() += 1;
-                }
-                hosts_by_parent.push(hosts.clone().unwrap_or_default());
-                accepted_by.push((gateway_namespace.clone(), parent.name.clone()));
-                Condition::yes("Accepted", "Accepted", "served by wasmgate")
-            };
-            status.conditions.push(accepted);
-            parents.push(status);
-        }
-        if parents.is_empty() {
-            continue;
-        }
+    for route in routes {
+        let Some(attachment) = attach(&route, &ours, &mut attached) else {
+            continue; // no parent of ours: not ours to speak for
+        };
+        let Attachment {
+            mut parents,
+            hosts_by_parent,
+            accepted_by,
+            schemes,
+        } = attachment;
         let resolved = if hosts_by_parent.is_empty() {
             None
         } else {
@@ -223,14 +193,16 @@ pub fn translate(
             hosts.sort();
             hosts.dedup();
             let place = Place {
-                namespace: &namespace,
                 hosts,
+                // Served over one scheme only when every listener that took
+                // it is of that scheme.
+                scheme: (schemes.len() == 1).then(|| *schemes.iter().next().expect("one")),
                 gateways: &accepted_by,
                 plugins: &wasmplugins,
             };
             let used = &mut plugin_routes;
             Some(route_config(
-                route,
+                &route,
                 &place,
                 snapshot,
                 &mut out,
@@ -245,14 +217,13 @@ pub fn translate(
         for parent in &mut parents {
             parent.conditions.push(resolved_refs.clone());
         }
-        let others = (route.status.iter())
-            .flat_map(|s| s.parents.iter())
-            .filter(|p| p.controller_name != controller)
-            .filter_map(|p| serde_json::to_value(p).ok())
+        let others = (route.status_parents.iter())
+            .filter(|p| p["controllerName"] != controller)
+            .cloned()
             .collect();
         out.route_status.insert(
-            (namespace, route.name_any()),
-            (route.metadata.generation, parents, others),
+            (route.kind, route.namespace, route.name),
+            (route.generation, parents, others),
         );
     }
     served.sort_by(|a: &Ranked, b: &Ranked| a.rank.cmp(&b.rank));
@@ -264,30 +235,138 @@ pub fn translate(
             None => Condition::yes(
                 "Accepted",
                 "Accepted",
-                format!("loaded as plugin `{plugin}`; runs on {attached} HTTPRoute(s)"),
+                format!("loaded as plugin `{plugin}`; runs on {attached} route(s)"),
             ),
         };
         out.plugin_status
             .insert((namespace, name), (generation, condition, attached));
     }
     for gateway in ours {
-        let key = (gateway.namespace().unwrap_or_default(), gateway.name_any());
-        let listeners = (gateway.spec.listeners.iter())
-            .map(|l| {
-                let n = attached
-                    .get(&(key.0.clone(), key.1.clone(), l.name.clone()))
-                    .copied()
-                    .unwrap_or(0);
-                (l.name.clone(), n)
+        let listeners = (gateway.listeners.iter())
+            .map(|l| ListenerStatus {
+                name: l.spec.name.clone(),
+                attached: (attached.get(&(
+                    gateway.namespace.clone(),
+                    gateway.name.clone(),
+                    l.spec.name.clone(),
+                )))
+                .copied()
+                .unwrap_or(0),
+                kinds: l.kinds.iter().map(|k| k.name()).collect(),
+                conditions: l.conditions.clone(),
             })
             .collect();
-        out.gateways.insert(key, listeners);
+        out.gateways
+            .insert((gateway.namespace, gateway.name), listeners);
     }
     out
 }
 
-fn allows_namespace(listener: &GatewayListeners, gateway_ns: &str, route_ns: &str) -> bool {
-    let from = (listener.allowed_routes.as_ref())
+/// How a route attaches to the Gateways of ours it names.
+struct Attachment {
+    /// One status per parent of ours (ResolvedRefs still to add).
+    parents: Vec<RouteParentStatus>,
+    /// The hosts each accepting parent serves it for (empty: any).
+    hosts_by_parent: Vec<Vec<String>>,
+    /// (namespace, name) of each Gateway that accepted it.
+    accepted_by: Vec<(String, String)>,
+    /// The schemes of the listeners that took it.
+    schemes: BTreeSet<Scheme>,
+}
+
+/// The route's standing with each parent of ours (None: it has none), and
+/// the count of routes per listener (`attached`) for those that accept it.
+fn attach(
+    route: &RouteView,
+    ours: &[OurGateway],
+    attached: &mut HashMap<(String, String, String), i32>,
+) -> Option<Attachment> {
+    let namespace = &route.namespace;
+    let mut out = Attachment {
+        parents: Vec::new(),
+        hosts_by_parent: Vec::new(),
+        accepted_by: Vec::new(),
+        schemes: BTreeSet::new(),
+    };
+    for parent in &route.parents {
+        let group = parent.group.as_deref().unwrap_or(GROUP);
+        let kind = parent.kind.as_deref().unwrap_or("Gateway");
+        let gateway_namespace = parent.namespace.as_deref().unwrap_or(namespace);
+        let Some(gateway) = ours.iter().find(|g| {
+            group == GROUP
+                && kind == "Gateway"
+                && g.name == parent.name
+                && g.namespace == gateway_namespace
+        }) else {
+            continue;
+        };
+        let listeners: Vec<&ListenerState> = (gateway.listeners.iter())
+            .filter(|l| (parent.section_name.as_ref()).is_none_or(|s| *s == l.spec.name))
+            .filter(|l| parent.port.is_none_or(|p| p == l.spec.port))
+            .collect();
+        let taking: Vec<&&ListenerState> =
+            listeners.iter().filter(|l| l.takes(route.kind)).collect();
+        let allowed: Vec<&ListenerState> = (taking.iter())
+            .filter(|l| allows_namespace(l, gateway_namespace, namespace))
+            .map(|l| **l)
+            .collect();
+        let hosts = route_hosts(&route.hostnames, &allowed);
+        let accepted = if listeners.is_empty() {
+            Condition::no(
+                "Accepted",
+                "NoMatchingParent",
+                "no listener of the Gateway matches the parentRef's sectionName and port",
+            )
+        } else if taking.is_empty() {
+            Condition::no(
+                "Accepted",
+                "NotAllowedByListeners",
+                format!(
+                    "no listener of the Gateway that wasmgate serves takes {}s",
+                    route.kind.name()
+                ),
+            )
+        } else if allowed.is_empty() {
+            Condition::no(
+                "Accepted",
+                "NotAllowedByListeners",
+                format!("the Gateway's listeners do not allow routes from namespace `{namespace}`"),
+            )
+        } else if hosts.is_none() {
+            Condition::no(
+                "Accepted",
+                "NoMatchingListenerHostname",
+                "none of the route's hostnames matches a listener's hostname",
+            )
+        } else if let Some(problem) = &route.unsupported {
+            Condition::no("Accepted", "UnsupportedValue", problem.clone())
+        } else {
+            for l in &allowed {
+                let key = (
+                    gateway.namespace.clone(),
+                    gateway.name.clone(),
+                    l.spec.name.clone(),
+                );
+                *attached.entry(key).or_default() += 1;
+                out.schemes.extend(l.scheme);
+            }
+            out.hosts_by_parent.push(hosts.unwrap_or_default());
+            out.accepted_by
+                .push((gateway.namespace.clone(), gateway.name.clone()));
+            Condition::yes("Accepted", "Accepted", "served by wasmgate")
+        };
+        out.parents.push(RouteParentStatus {
+            gateway_namespace: gateway.namespace.clone(),
+            gateway: parent.name.clone(),
+            section_name: parent.section_name.clone(),
+            conditions: vec![accepted],
+        });
+    }
+    (!out.parents.is_empty()).then_some(out)
+}
+
+fn allows_namespace(listener: &ListenerState, gateway_ns: &str, route_ns: &str) -> bool {
+    let from = (listener.spec.allowed_routes.as_ref())
         .and_then(|a| a.namespaces.as_ref())
         .and_then(|n| n.from.clone());
     match from {
@@ -300,10 +379,10 @@ fn allows_namespace(listener: &GatewayListeners, gateway_ns: &str, route_ns: &st
 
 /// The hosts the route serves under these listeners (empty: any host), or
 /// None when its hostnames and the listeners' have nothing in common.
-fn route_hosts(route_hosts: &[String], listeners: &[&&GatewayListeners]) -> Option<Vec<String>> {
+fn route_hosts(route_hosts: &[String], listeners: &[&ListenerState]) -> Option<Vec<String>> {
     let listener_hosts: Vec<&str> = listeners
         .iter()
-        .filter_map(|l| l.hostname.as_deref())
+        .filter_map(|l| l.spec.hostname.as_deref())
         .collect();
     if listener_hosts.len() < listeners.len() {
         // A listener without a hostname takes any: the route's own.
@@ -331,52 +410,9 @@ pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
-/// What of the route this node cannot serve yet, said as the reason.
-fn unsupported(route: &HttpRoute) -> Option<String> {
-    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
-        for filter in rule.filters.iter().flatten() {
-            let value = serde_json::to_value(filter).unwrap_or_default();
-            let kind = value["type"].as_str().unwrap_or_default();
-            if !matches!(
-                kind,
-                "RequestRedirect" | "RequestHeaderModifier" | "ResponseHeaderModifier"
-            ) {
-                return Some(format!(
-                    "rules[{i}].filters: {kind} is not supported by wasmgate yet (RequestRedirect and the header modifiers are; WasmPlugins attach filters)"
-                ));
-            }
-            if value["requestRedirect"]["path"]["type"] == "ReplacePrefixMatch" {
-                return Some(format!("rules[{i}].filters: RequestRedirect with a ReplacePrefixMatch path is not supported by wasmgate yet (ReplaceFullPath is)"));
-            }
-        }
-        for backend in rule.backend_refs.iter().flatten() {
-            if backend.filters.as_ref().is_some_and(|f| !f.is_empty()) {
-                return Some(format!(
-                    "rules[{i}].backendRefs[].filters: not supported by wasmgate yet"
-                ));
-            }
-        }
-        for (j, m) in rule.matches.iter().flatten().enumerate() {
-            if m.query_params.as_ref().is_some_and(|q| !q.is_empty()) {
-                return Some(format!(
-                    "rules[{i}].matches[{j}].queryParams: not supported by wasmgate yet"
-                ));
-            }
-            if (m.headers.iter().flatten())
-                .any(|h| h.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression))
-            {
-                return Some(format!("rules[{i}].matches[{j}].headers: RegularExpression is not supported by wasmgate yet"));
-            }
-        }
-    }
-    None
-}
-
 /// A rule's RequestRedirect filter as the gateway's redirect.
-fn redirect(rule: &HttpRouteRules) -> Option<Redirect> {
-    let filter = (rule.filters.iter().flatten())
-        .map(|f| serde_json::to_value(f).unwrap_or_default())
-        .find(|f| f["type"] == "RequestRedirect")?;
+fn redirect(rule: &RuleView) -> Option<Redirect> {
+    let filter = (rule.filters.iter()).find(|f| f["type"] == "RequestRedirect")?;
     let r = &filter["requestRedirect"];
     Some(Redirect {
         scheme: r["scheme"].as_str().map(str::to_string),
@@ -390,11 +426,10 @@ fn redirect(rule: &HttpRouteRules) -> Option<Redirect> {
 
 /// A rule's `RequestHeaderModifier` or `ResponseHeaderModifier` (`field`)
 /// as the route's header changes.
-fn header_edits(rule: &HttpRouteRules, field: &str) -> HeaderEdits {
+fn header_edits(rule: &RuleView, field: &str) -> HeaderEdits {
     let mut edits = HeaderEdits::default();
-    for filter in rule.filters.iter().flatten() {
-        let value = serde_json::to_value(filter).unwrap_or_default();
-        let m = &value[field];
+    for filter in &rule.filters {
+        let m = &filter[field];
         let pairs = |list: &serde_json::Value| -> Vec<(String, String)> {
             (list.as_array().into_iter().flatten())
                 .filter_map(|h| {
@@ -418,11 +453,11 @@ struct Ranked {
     route: RouteConfig,
 }
 
-/// Where an HTTPRoute is served: its namespace, its hosts (empty: any),
-/// the Gateways that accepted it and the WasmPlugins that may apply.
+/// Where a route is served: its hosts (empty: any), its scheme (None:
+/// both), the Gateways that accepted it and the WasmPlugins that may apply.
 struct Place<'a> {
-    namespace: &'a str,
     hosts: Vec<String>,
+    scheme: Option<Scheme>,
     gateways: &'a [(String, String)],
     plugins: &'a WasmPlugins<'a>,
 }
@@ -430,31 +465,33 @@ struct Place<'a> {
 /// The routes and upstream of `route`'s rules (into `out` and `served`), or
 /// the ResolvedRefs condition that says what did not resolve (the rules are
 /// served all the same: an unresolved backend answers 500, as the Gateway
-/// API asks). `used`: the HTTPRoutes each plugin runs on.
+/// API asks). `used`: the routes each plugin runs on.
 fn route_config(
-    route: &HttpRoute,
+    route: &RouteView,
     place: &Place,
     snapshot: &Snapshot,
     out: &mut Translation,
     served: &mut Vec<Ranked>,
-    used: &mut BTreeMap<String, BTreeSet<(String, String)>>,
+    used: &mut BTreeMap<String, BTreeSet<RouteKey>>,
 ) -> Result<(), Condition> {
-    let (namespace, name) = (place.namespace, route.name_any());
-    let created = (route.metadata.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second());
+    let (namespace, name) = (route.namespace.as_str(), route.name.as_str());
     let variants = host_variants(route, place);
     let mut problem = None;
-    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
-        let base = entry_name(&format!("{namespace}.{name}.r{i}"));
-        let endpoint = match (redirect(rule), backend(rule, namespace, snapshot)) {
+    // GRPCRoutes and HTTPRoutes of one name are apart in the configuration.
+    let prefix = match route.kind {
+        RouteKind::Http => format!("{namespace}.{name}"),
+        RouteKind::Grpc => format!("grpc.{namespace}.{name}"),
+    };
+    for (i, rule) in route.rules.iter().enumerate() {
+        let base = entry_name(&format!("{prefix}.r{i}"));
+        let resolved = backend(route.kind, &rule.backends, namespace, snapshot);
+        let endpoint = match (redirect(rule), resolved) {
             (Some(redirect), _) => Endpoint::Redirect(redirect),
-            (None, Ok(nodes)) if nodes.is_empty() => {
+            (None, Ok(b)) if b.nodes.is_empty() => {
                 Endpoint::Respond(503, "no ready endpoints for this route's backends".into())
             }
-            (None, Ok(nodes)) => {
-                out.upstreams.push(UpstreamConfig {
-                    name: base.clone(),
-                    ..upstream(nodes)
-                });
+            (None, Ok(b)) => {
+                out.upstreams.push(b.upstream(base.clone()));
                 Endpoint::Upstream(base.clone())
             }
             (None, Err(condition)) => {
@@ -465,23 +502,7 @@ fn route_config(
         };
         let request_headers = header_edits(rule, "requestHeaderModifier");
         let response_headers = header_edits(rule, "responseHeaderModifier");
-        let default_match = [HttpRouteRulesMatches::default()];
-        let matches = match rule.matches.as_deref() {
-            Some(m) if !m.is_empty() => m,
-            _ => &default_match,
-        };
-        for (j, m) in matches.iter().enumerate() {
-            let (path, path_rank, length) = path_match(m);
-            let headers: BTreeMap<String, String> = (m.headers.iter().flatten())
-                .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
-                .collect();
-            let methods: Vec<String> = m
-                .method
-                .as_ref()
-                .and_then(|method| serde_json::to_value(method).ok())
-                .and_then(|v| v.as_str().map(str::to_string))
-                .into_iter()
-                .collect();
+        for (j, m) in rule.matches.iter().enumerate() {
             for (k, hosts) in variants.iter().enumerate() {
                 let host_rank = match hosts.first() {
                     None => 2,
@@ -498,14 +519,16 @@ fn route_config(
                 )
                 .expect("a route with defaults");
                 config.hosts = hosts.clone();
-                config.path = path.clone();
-                config.methods = methods.clone();
-                config.headers = headers.clone();
+                config.scheme = place.scheme;
+                config.path = m.path.clone();
+                config.methods = m.methods.clone();
+                config.headers = m.headers.clone();
                 config.request_headers = request_headers.clone();
                 config.response_headers = response_headers.clone();
                 let at = RouteContext {
+                    kind: route.kind,
                     namespace,
-                    name: &name,
+                    name,
                     gateways: place.gateways,
                     host: hosts
                         .first()
@@ -516,7 +539,7 @@ fn route_config(
                 let endpoint = match chain {
                     Ok((filters, plugins)) => {
                         for plugin in plugins {
-                            let key = (namespace.to_string(), name.clone());
+                            let key = (route.kind, namespace.to_string(), name.to_string());
                             used.entry(plugin).or_default().insert(key);
                         }
                         config.plugins = filters;
@@ -538,11 +561,11 @@ fn route_config(
                 served.push(Ranked {
                     rank: (
                         host_rank,
-                        path_rank,
-                        -length,
-                        -(headers.len() as i64),
-                        u8::from(methods.is_empty()),
-                        format!("{created:020}"),
+                        m.path_rank,
+                        -m.length,
+                        -(m.headers.len() as i64),
+                        u8::from(m.methods.is_empty()),
+                        format!("{:020}", route.created),
                         format!("{namespace}/{name}"),
                     ),
                     route: config,
@@ -560,10 +583,11 @@ fn route_config(
 /// WasmPlugin's match rule names a domain; otherwise one route per host,
 /// plus one per named domain the route's hosts cover (with the any-host
 /// route last), so that each host gets the chain its rules say.
-fn host_variants(route: &HttpRoute, place: &Place) -> Vec<Vec<String>> {
+fn host_variants(route: &RouteView, place: &Place) -> Vec<Vec<String>> {
     let at = RouteContext {
-        namespace: place.namespace,
-        name: &route.name_any(),
+        kind: route.kind,
+        namespace: &route.namespace,
+        name: &route.name,
         gateways: place.gateways,
         host: None,
     };
@@ -592,222 +616,6 @@ enum Endpoint {
     Respond(u16, String),
 }
 
-fn upstream(nodes: Vec<NodeConfig>) -> UpstreamConfig {
-    let yaml = serde_json::json!({"name": "x", "nodes": nodes});
-    serde_json::from_value(yaml).expect("an upstream with defaults")
-}
-
-/// The path part of a match: the config, its rank (Exact, then prefixes by
-/// length, then expressions) and length.
-fn path_match(m: &HttpRouteRulesMatches) -> (PathMatch, u8, i64) {
-    let value = (m.path.as_ref())
-        .and_then(|p| p.value.clone())
-        .unwrap_or_else(|| "/".into());
-    let kind = (m.path.as_ref())
-        .and_then(|p| p.r#type.clone())
-        .unwrap_or(HttpRouteRulesMatchesPathType::PathPrefix);
-    let length = value.len() as i64;
-    match kind {
-        HttpRouteRulesMatchesPathType::Exact => (
-            PathMatch {
-                exact: Some(value),
-                ..PathMatch::default()
-            },
-            0,
-            length,
-        ),
-        HttpRouteRulesMatchesPathType::PathPrefix if value == "/" => (PathMatch::default(), 1, 1),
-        HttpRouteRulesMatchesPathType::PathPrefix => {
-            // A Gateway API prefix matches whole segments: `/api` matches
-            // `/api` and `/api/x`, not `/apix`.
-            let trimmed = value.trim_end_matches('/');
-            let regex = format!("^{}(/.*)?$", regex_escape(trimmed));
-            (
-                PathMatch {
-                    regex: Some(regex),
-                    ..PathMatch::default()
-                },
-                1,
-                length,
-            )
-        }
-        HttpRouteRulesMatchesPathType::RegularExpression => (
-            PathMatch {
-                regex: Some(value),
-                ..PathMatch::default()
-            },
-            2,
-            length,
-        ),
-    }
-}
-
-fn regex_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// The nodes of a rule's backendRefs, each Service's weight shared among
-/// its ready endpoints.
-fn backend(
-    rule: &HttpRouteRules,
-    namespace: &str,
-    snapshot: &Snapshot,
-) -> Result<Vec<NodeConfig>, Condition> {
-    let mut nodes = Vec::new();
-    for backend in rule.backend_refs.iter().flatten() {
-        let group = backend.group.as_deref().unwrap_or("");
-        let kind = backend.kind.as_deref().unwrap_or("Service");
-        if !group.is_empty() || kind != "Service" {
-            return Err(Condition::no(
-                "ResolvedRefs",
-                "InvalidKind",
-                format!(
-                    "backendRef {}: only Services are supported, not {group}/{kind}",
-                    backend.name
-                ),
-            ));
-        }
-        let service_ns = backend.namespace.as_deref().unwrap_or(namespace);
-        if service_ns != namespace && !granted(snapshot, namespace, service_ns, &backend.name) {
-            return Err(Condition::no(
-                "ResolvedRefs",
-                "RefNotPermitted",
-                format!(
-                    "backendRef {}: Service `{}` in namespace `{service_ns}` needs a ReferenceGrant there from HTTPRoutes of namespace `{namespace}`",
-                    backend.name, backend.name
-                ),
-            ));
-        }
-        let weight = backend.weight.unwrap_or(1);
-        if weight == 0 {
-            continue;
-        }
-        let Some(service) = (snapshot.services.iter())
-            .find(|s| s.name_any() == backend.name && s.namespace().as_deref() == Some(service_ns))
-        else {
-            return Err(Condition::no(
-                "ResolvedRefs",
-                "BackendNotFound",
-                format!(
-                    "backendRef {}: no Service `{}` in namespace `{service_ns}`",
-                    backend.name, backend.name
-                ),
-            ));
-        };
-        let Some(port) = backend.port else {
-            return Err(Condition::no(
-                "ResolvedRefs",
-                "UnsupportedValue",
-                format!(
-                    "backendRef {}: a Service backend needs its `port`",
-                    backend.name
-                ),
-            ));
-        };
-        let Some(service_port) = (service.spec.iter())
-            .flat_map(|s| s.ports.iter().flatten())
-            .find(|p| p.port == port)
-        else {
-            return Err(Condition::no(
-                "ResolvedRefs",
-                "BackendNotFound",
-                format!(
-                    "backendRef {}: the Service has no port {port}",
-                    backend.name
-                ),
-            ));
-        };
-        let endpoints = ready_endpoints(
-            snapshot,
-            service_ns,
-            &backend.name,
-            service_port.name.as_deref(),
-        );
-        // The Service's share split among its endpoints (weights are whole
-        // numbers: scaled by 1000 so that shares stay close).
-        let n = endpoints.len().max(1) as u32;
-        for address in endpoints {
-            nodes.push(NodeConfig {
-                address,
-                weight: ((weight as u32) * 1000 / n).max(1),
-            });
-        }
-    }
-    Ok(nodes)
-}
-
-/// Whether a ReferenceGrant in `to_ns` lets HTTPRoutes of `from_ns` refer
-/// to its Service `service` (a grant without a name covers every Service).
-fn granted(snapshot: &Snapshot, from_ns: &str, to_ns: &str, service: &str) -> bool {
-    (snapshot.grants.iter())
-        .filter(|g| g.namespace().as_deref() == Some(to_ns))
-        .any(|g| {
-            let from = (g.spec.from.iter())
-                .any(|f| f.group == GROUP && f.kind == "HTTPRoute" && f.namespace == from_ns);
-            let to = (g.spec.to.iter()).any(|t| {
-                t.group.is_empty()
-                    && t.kind == "Service"
-                    && t.name.as_deref().is_none_or(|n| n == service)
-            });
-            from && to
-        })
-}
-
-/// `address:port` of every ready endpoint of Service `service`'s port named
-/// `port_name`, from all its EndpointSlices.
-fn ready_endpoints(
-    snapshot: &Snapshot,
-    namespace: &str,
-    service: &str,
-    port_name: Option<&str>,
-) -> Vec<String> {
-    let mut found = Vec::new();
-    for slice in &snapshot.slices {
-        let of_service = slice.namespace().as_deref() == Some(namespace)
-            && slice
-                .labels()
-                .get("kubernetes.io/service-name")
-                .map(String::as_str)
-                == Some(service);
-        if !of_service {
-            continue;
-        }
-        let Some(port) = (slice.ports.iter().flatten())
-            .find(|p| p.name.as_deref().unwrap_or("") == port_name.unwrap_or(""))
-            .and_then(|p| p.port)
-        else {
-            continue;
-        };
-        for endpoint in &slice.endpoints {
-            let ready = endpoint
-                .conditions
-                .as_ref()
-                .and_then(|c| c.ready)
-                .unwrap_or(true);
-            if !ready {
-                continue;
-            }
-            for address in &endpoint.addresses {
-                found.push(if slice.address_type == "IPv6" {
-                    format!("[{address}]:{port}")
-                } else {
-                    format!("{address}:{port}")
-                });
-            }
-        }
-    }
-    found.sort();
-    found.dedup();
-    found
-}
-
 /// A name within the configuration's rule (64 characters at most): long
 /// ones keep their start and a hash of the whole.
 pub(crate) fn entry_name(full: &str) -> String {
@@ -833,6 +641,7 @@ pub(crate) fn entry_name(full: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+    use wasmgate_config::{PathMatch, UpstreamProtocol};
 
     fn parse<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
         serde_json::from_value(v).unwrap()
@@ -860,8 +669,7 @@ mod tests {
                 "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}],
                 "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"], "conditions": {"ready": false}}]}),
             )],
-            wasmplugins: Vec::new(),
-            grants: Vec::new(),
+            ..Snapshot::default()
         }
     }
 
@@ -883,7 +691,8 @@ mod tests {
             "endpoints": [{"addresses": ["10.0.1.1"]}]})));
         let resolved = |snap: &Snapshot| {
             let t = translate("me/x", snap, &BTreeMap::new());
-            let (_, parents, _) = &t.route_status[&("ns".to_string(), "r".to_string())];
+            let (_, parents, _) =
+                &t.route_status[&(RouteKind::Http, "ns".to_string(), "r".to_string())];
             let c = parents[0]
                 .conditions
                 .iter()
@@ -1002,9 +811,15 @@ mod tests {
             "the endpoint that is not ready is left out"
         );
         assert_eq!(t.upstreams[0].nodes[0].address, "10.0.0.1:8080");
+        let listeners = &t.gateways[&("ns".into(), "g".into())];
         assert_eq!(
-            t.gateways[&("ns".into(), "g".into())],
-            [("web".to_string(), 1)]
+            (listeners[0].name.as_str(), listeners[0].attached),
+            ("web", 1)
+        );
+        assert_eq!(
+            t.routes[0].scheme,
+            Some(Scheme::Http),
+            "only HTTP listeners took it"
         );
     }
 
@@ -1023,7 +838,8 @@ mod tests {
         };
         r["status"] = json!({"parents": [entry("me/x"), entry("someone/else")]});
         let t = translate("me/x", &snapshot(json!([r])), &BTreeMap::new());
-        let (_, ours, others) = &t.route_status[&("ns".to_string(), "shared".to_string())];
+        let (_, ours, others) =
+            &t.route_status[&(RouteKind::Http, "ns".to_string(), "shared".to_string())];
         assert_eq!(ours.len(), 1);
         assert_eq!(others.len(), 1);
         assert_eq!(others[0]["controllerName"], "someone/else");
@@ -1050,7 +866,8 @@ mod tests {
         ]));
         let t = translate("me/x", &snap, &BTreeMap::new());
         let reason = |name: &str, kind: &str| {
-            let (_, parents, _) = &t.route_status[&("ns".to_string(), name.to_string())];
+            let (_, parents, _) =
+                &t.route_status[&(RouteKind::Http, "ns".to_string(), name.to_string())];
             let c = parents[0]
                 .conditions
                 .iter()
@@ -1088,5 +905,124 @@ mod tests {
         let long = entry_name(&"x".repeat(100));
         assert_eq!(long.len(), 64);
         assert_ne!(long, entry_name(&"x".repeat(101)));
+    }
+
+    /// A TLS Secret as the API server holds it.
+    fn tls_secret(namespace: &str, name: &str, cert: &str, key: &str) -> Secret {
+        use base64::Engine;
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        parse(json!({"metadata": {"name": name, "namespace": namespace},
+            "type": "kubernetes.io/tls", "data": {"tls.crt": b64(cert), "tls.key": b64(key)}}))
+    }
+
+    /// An HTTPS listener serves its Secret's certificate for its hostname
+    /// and its routes only over TLS; a listener whose Secret is missing,
+    /// broken or in another namespace without a grant says so, and one of
+    /// a protocol this node does not serve is refused.
+    #[test]
+    fn https_listeners_take_certificates_from_secrets() {
+        use wasmgate_testkit::pki::{KeyType, Pki};
+        let pki = Pki::new("test-ca");
+        let issued = pki.server(&["*.example.com"], KeyType::EcdsaP256, 1, 1);
+        let other = pki.server(&["other.example.com"], KeyType::EcdsaP256, 2, 1);
+        let mut snap = snapshot(json!([route(
+            "a",
+            json!([]),
+            json!([{"backendRefs": [{"name": "s", "port": 80}]}])
+        )]));
+        snap.gateways = vec![parse(json!({"metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"gatewayClassName": "c", "listeners": [
+                {"name": "secure", "port": 443, "protocol": "HTTPS", "hostname": "shop.example.com",
+                 "tls": {"certificateRefs": [{"name": "shop-tls"}]}},
+                {"name": "gone", "port": 8443, "protocol": "HTTPS", "hostname": "gone.example.com",
+                 "tls": {"certificateRefs": [{"name": "missing"}]}},
+                {"name": "wrong", "port": 9443, "protocol": "HTTPS",
+                 "tls": {"certificateRefs": [{"name": "mismatched"}]}},
+                {"name": "far", "port": 10443, "protocol": "HTTPS",
+                 "tls": {"certificateRefs": [{"name": "far-tls", "namespace": "certs"}]}},
+                {"name": "tcp", "port": 5432, "protocol": "TCP"}]}}))];
+        snap.secrets = vec![
+            tls_secret("ns", "shop-tls", &issued.cert_pem(), &issued.key_pem()),
+            tls_secret("ns", "mismatched", &issued.cert_pem(), &other.key_pem()),
+            tls_secret("certs", "far-tls", &other.cert_pem(), &other.key_pem()),
+        ];
+        let listener = |t: &Translation, name: &str| -> Vec<(&'static str, bool, &'static str)> {
+            let all = &t.gateways[&("ns".into(), "g".into())];
+            let l = all.iter().find(|l| l.name == name).unwrap();
+            l.conditions
+                .iter()
+                .map(|c| (c.kind, c.ok, c.reason))
+                .collect()
+        };
+        let t = translate("me/x", &snap, &BTreeMap::new());
+        assert!(listener(&t, "secure").iter().all(|c| c.1));
+        assert!(listener(&t, "gone").contains(&("ResolvedRefs", false, "InvalidCertificateRef")));
+        assert!(listener(&t, "gone").contains(&("Programmed", false, "Invalid")));
+        assert!(listener(&t, "wrong").contains(&("ResolvedRefs", false, "InvalidCertificateRef")));
+        assert!(listener(&t, "far").contains(&("ResolvedRefs", false, "RefNotPermitted")));
+        assert!(listener(&t, "tcp").contains(&("Accepted", false, "UnsupportedProtocol")));
+        assert_eq!(t.certificates.len(), 1);
+        assert_eq!(t.certificates[0].snis, ["shop.example.com"]);
+        let routes: Vec<&RouteConfig> = t.routes.iter().collect();
+        assert!(
+            routes.iter().all(|r| r.scheme == Some(Scheme::Https)),
+            "only HTTPS listeners took it"
+        );
+        // The grant lets the Gateway's namespace read the Secret.
+        snap.grants = vec![parse(
+            json!({"metadata": {"name": "g", "namespace": "certs"}, "spec": {
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "ns"}],
+            "to": [{"group": "", "kind": "Secret"}]}}),
+        )];
+        let t = translate("me/x", &snap, &BTreeMap::new());
+        assert!(listener(&t, "far").iter().all(|c| c.1));
+        assert_eq!(t.certificates.len(), 2);
+        assert!(
+            t.certificates[1].snis.is_empty(),
+            "no hostname: the certificate's own names"
+        );
+    }
+
+    /// A GRPCRoute's method matches become paths (exact for service and
+    /// method, an expression for the service alone), its backends speak
+    /// h2c, and its status is its own.
+    #[test]
+    fn grpc_routes_match_methods_and_speak_h2c() {
+        let mut snap = snapshot(json!([]));
+        snap.grpc_routes = vec![parse(
+            json!({"metadata": {"name": "echo", "namespace": "ns"},
+            "spec": {"parentRefs": [{"name": "g"}], "hostnames": ["grpc.example.com"], "rules": [
+                {"matches": [{"method": {"service": "test.Echo"}}],
+                 "backendRefs": [{"name": "s", "port": 80}]},
+                {"matches": [{"method": {"service": "test.Echo", "method": "Unary"}, "headers": [{"name": "X-Tenant", "value": "a"}]}],
+                 "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "x-via", "value": "gw"}]}}],
+                 "backendRefs": [{"name": "s", "port": 80}]}]}}),
+        )];
+        let t = translate("me/x", &snap, &BTreeMap::new());
+        assert_eq!(t.routes.len(), 2);
+        assert_eq!(
+            t.routes[0].path.exact.as_deref(),
+            Some("/test.Echo/Unary"),
+            "exact first"
+        );
+        assert_eq!(t.routes[0].headers["x-tenant"], "a");
+        assert_eq!(t.routes[0].request_headers.set["x-via"], "gw");
+        assert_eq!(
+            t.routes[1].path.regex.as_deref(),
+            Some("^/test\\.Echo/[^/]+$")
+        );
+        assert!(t
+            .upstreams
+            .iter()
+            .all(|u| u.protocol == UpstreamProtocol::H2c));
+        let (_, parents, _) = &t.route_status[&(RouteKind::Grpc, "ns".into(), "echo".into())];
+        assert!(parents[0].conditions.iter().all(|c| c.ok), "{parents:?}");
+        // A filter GRPCRoutes do not have here is said.
+        snap.grpc_routes[0].spec.rules.as_mut().unwrap()[0].filters = Some(vec![parse(
+            json!({"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "s", "port": 80}}}),
+        )]);
+        let t = translate("me/x", &snap, &BTreeMap::new());
+        let (_, parents, _) = &t.route_status[&(RouteKind::Grpc, "ns".into(), "echo".into())];
+        assert_eq!(parents[0].conditions[0].reason, "UnsupportedValue");
     }
 }

@@ -75,6 +75,7 @@ pub async fn install_crds(c: &Client) {
         "gatewayclasses",
         "gateways",
         "httproutes",
+        "grpcroutes",
         "referencegrants",
     ]
     .map(gateway_api_crd)
@@ -174,12 +175,25 @@ where
 /// A Service `name` with port 80 (`http`) and an EndpointSlice whose ready
 /// endpoints are `upstreams`.
 pub async fn service(c: &Client, name: &str, upstreams: &[&Upstream]) {
+    let addresses: Vec<String> = upstreams.iter().map(|u| u.address()).collect();
+    service_at(c, name, &addresses, None).await;
+}
+
+/// A Service `name` with port 80 (`http`, of `app_protocol` when given) and
+/// an EndpointSlice whose ready endpoints are `addresses` (`IP:port`, one
+/// port for all).
+pub async fn service_at(c: &Client, name: &str, addresses: &[String], app_protocol: Option<&str>) {
+    let port: u16 = addresses[0].rsplit_once(':').unwrap().1.parse().unwrap();
+    let mut service_port = json!({"name": "http", "port": 80, "targetPort": port});
+    if let Some(p) = app_protocol {
+        service_port["appProtocol"] = json!(p);
+    }
     create::<Service>(
         c,
         json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name},
-            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": upstreams[0].port}]}
+            "spec": {"ports": [service_port]}
         }),
     )
     .await;
@@ -187,9 +201,9 @@ pub async fn service(c: &Client, name: &str, upstreams: &[&Upstream]) {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name}},
         "addressType": "IPv4",
-        "ports": [{"name": "http", "port": upstreams[0].port, "protocol": "TCP"}],
-        "endpoints": upstreams.iter().map(|u| json!({
-            "addresses": [u.address().split(':').next().unwrap()],
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": addresses.iter().map(|a| json!({
+            "addresses": [a.split(':').next().unwrap()],
             "conditions": {"ready": true}
         })).collect::<Vec<_>>()
     }))

@@ -19,13 +19,20 @@ fn script(name: &str) -> PathBuf {
 pub struct Peer {
     child: Child,
     pub port: u16,
+    host: String,
 }
 
 impl Peer {
     /// Starts `script serve PORT args...` and waits for its `ready`.
     pub fn serve(script_name: &str, args: &[&str]) -> Peer {
+        Peer::serve_on(script_name, "127.0.0.1", args)
+    }
+
+    /// [`Peer::serve`] listening on `host` (`$PEER_HOST`).
+    pub fn serve_on(script_name: &str, host: &str, args: &[&str]) -> Peer {
         let port = free_port();
         let mut child = Command::new("python3")
+            .env("PEER_HOST", host)
             .arg(script(script_name))
             .arg("serve")
             .arg(port.to_string())
@@ -39,11 +46,15 @@ impl Peer {
             .read_line(&mut ready)
             .unwrap();
         assert_eq!(ready.trim(), "ready", "{script_name} did not start");
-        Peer { child, port }
+        Peer {
+            child,
+            port,
+            host: host.to_string(),
+        }
     }
 
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 }
 

@@ -1,0 +1,154 @@
+//! A GRPCRoute as a [`RouteView`]: a gRPC call is `POST
+//! /<package.Service>/<Method>` over HTTP/2, so a method match is a path
+//! match (exact when both service and method are named, an expression when
+//! one is left out or given as one), and its backends speak h2c.
+
+use std::collections::BTreeMap;
+
+use gateway_api::grpcroutes::{
+    GrpcRoute, GrpcRouteRulesMatches, GrpcRouteRulesMatchesHeadersType,
+    GrpcRouteRulesMatchesMethodType,
+};
+use kube::ResourceExt;
+use wasmgate_config::PathMatch;
+
+use crate::route_view::{
+    filter_json, filter_problem, regex_escape, status_parents, BackendRef, MatchView, ParentRef,
+    RouteKind, RouteView, RuleView,
+};
+
+pub fn view(route: &GrpcRoute) -> RouteView {
+    let spec = &route.spec;
+    let rules: Vec<RuleView> = (spec.rules.iter().flatten())
+        .map(|rule| RuleView {
+            matches: match rule.matches.as_deref() {
+                Some(m) if !m.is_empty() => m.iter().map(match_view).collect(),
+                _ => vec![MatchView::any()],
+            },
+            filters: rule.filters.iter().flatten().map(filter_json).collect(),
+            backends: (rule.backend_refs.iter().flatten())
+                .map(|b| BackendRef {
+                    group: b.group.clone(),
+                    kind: b.kind.clone(),
+                    name: b.name.clone(),
+                    namespace: b.namespace.clone(),
+                    port: b.port,
+                    weight: b.weight,
+                })
+                .collect(),
+        })
+        .collect();
+    let unsupported = unsupported(route).or_else(|| {
+        (rules.iter().enumerate())
+            .flat_map(|(i, r)| r.filters.iter().map(move |f| (i, f)))
+            .find_map(|(i, f)| filter_problem(RouteKind::Grpc, i, f))
+    });
+    RouteView {
+        kind: RouteKind::Grpc,
+        namespace: route.namespace().unwrap_or_default(),
+        name: route.name_any(),
+        generation: route.metadata.generation,
+        created: (route.metadata.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second()),
+        hostnames: spec.hostnames.clone().unwrap_or_default(),
+        parents: (spec.parent_refs.iter().flatten())
+            .map(|p| ParentRef {
+                group: p.group.clone(),
+                kind: p.kind.clone(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                section_name: p.section_name.clone(),
+                port: p.port,
+            })
+            .collect(),
+        rules,
+        unsupported,
+        status_parents: route
+            .status
+            .as_ref()
+            .map(|s| status_parents(&s.parents))
+            .unwrap_or_default(),
+    }
+}
+
+fn unsupported(route: &GrpcRoute) -> Option<String> {
+    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
+        if (rule.backend_refs.iter().flatten())
+            .any(|b| b.filters.as_ref().is_some_and(|f| !f.is_empty()))
+        {
+            return Some(format!(
+                "rules[{i}].backendRefs[].filters: not supported by wasmgate yet"
+            ));
+        }
+        for (j, m) in rule.matches.iter().flatten().enumerate() {
+            if (m.headers.iter().flatten())
+                .any(|h| h.r#type == Some(GrpcRouteRulesMatchesHeadersType::RegularExpression))
+            {
+                return Some(format!("rules[{i}].matches[{j}].headers: RegularExpression is not supported by wasmgate yet"));
+            }
+        }
+    }
+    None
+}
+
+fn match_view(m: &GrpcRouteRulesMatches) -> MatchView {
+    let (path, path_rank, length) = method_path(m);
+    MatchView {
+        path,
+        path_rank,
+        length,
+        headers: (m.headers.iter().flatten())
+            .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        methods: Vec::new(),
+    }
+}
+
+/// The path a method match stands for, its rank (both named exactly, then
+/// one of them, then expressions) and the characters it names.
+fn method_path(m: &GrpcRouteRulesMatches) -> (PathMatch, u8, i64) {
+    let Some(method) = &m.method else {
+        return (PathMatch::default(), 1, 0);
+    };
+    let service = method.service.as_deref().filter(|s| !s.is_empty());
+    let name = method.method.as_deref().filter(|s| !s.is_empty());
+    let length = (service.map_or(0, str::len) + name.map_or(0, str::len)) as i64;
+    let expressions = method.r#type == Some(GrpcRouteRulesMatchesMethodType::RegularExpression);
+    if expressions {
+        let regex = format!(
+            "^/{}/{}$",
+            service.unwrap_or("[^/]+"),
+            name.unwrap_or("[^/]+")
+        );
+        return (
+            PathMatch {
+                regex: Some(regex),
+                ..PathMatch::default()
+            },
+            2,
+            length,
+        );
+    }
+    match (service, name) {
+        (Some(service), Some(name)) => (
+            PathMatch {
+                exact: Some(format!("/{service}/{name}")),
+                ..PathMatch::default()
+            },
+            0,
+            length,
+        ),
+        (None, None) => (PathMatch::default(), 1, 0),
+        (service, name) => {
+            let part = |p: Option<&str>| p.map_or_else(|| "[^/]+".to_string(), regex_escape);
+            let regex = format!("^/{}/{}$", part(service), part(name));
+            (
+                PathMatch {
+                    regex: Some(regex),
+                    ..PathMatch::default()
+                },
+                1,
+                length,
+            )
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! An HTTPRoute as a [`RouteView`]: its paths (a Gateway API prefix
+//! matches whole segments), exact headers and method per match.
+
+use std::collections::BTreeMap;
+
+use gateway_api::httproutes::{
+    HttpRoute, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
+    HttpRouteRulesMatchesPathType,
+};
+use kube::ResourceExt;
+use wasmgate_config::PathMatch;
+
+use crate::route_view::{
+    filter_json, filter_problem, regex_escape, status_parents, BackendRef, MatchView, ParentRef,
+    RouteKind, RouteView, RuleView,
+};
+
+pub fn view(route: &HttpRoute) -> RouteView {
+    let spec = &route.spec;
+    let rules: Vec<RuleView> = (spec.rules.iter().flatten())
+        .map(|rule| RuleView {
+            matches: match rule.matches.as_deref() {
+                Some(m) if !m.is_empty() => m.iter().map(match_view).collect(),
+                _ => vec![MatchView::any()],
+            },
+            filters: rule.filters.iter().flatten().map(filter_json).collect(),
+            backends: (rule.backend_refs.iter().flatten())
+                .map(|b| BackendRef {
+                    group: b.group.clone(),
+                    kind: b.kind.clone(),
+                    name: b.name.clone(),
+                    namespace: b.namespace.clone(),
+                    port: b.port,
+                    weight: b.weight,
+                })
+                .collect(),
+        })
+        .collect();
+    let mut view = RouteView {
+        kind: RouteKind::Http,
+        namespace: route.namespace().unwrap_or_default(),
+        name: route.name_any(),
+        generation: route.metadata.generation,
+        created: (route.metadata.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second()),
+        hostnames: spec.hostnames.clone().unwrap_or_default(),
+        parents: (spec.parent_refs.iter().flatten())
+            .map(|p| ParentRef {
+                group: p.group.clone(),
+                kind: p.kind.clone(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                section_name: p.section_name.clone(),
+                port: p.port,
+            })
+            .collect(),
+        rules,
+        unsupported: unsupported(route),
+        status_parents: route
+            .status
+            .as_ref()
+            .map(|s| status_parents(&s.parents))
+            .unwrap_or_default(),
+    };
+    if view.unsupported.is_none() {
+        view.unsupported = (view.rules.iter().enumerate())
+            .flat_map(|(i, r)| r.filters.iter().map(move |f| (i, f)))
+            .find_map(|(i, f)| filter_problem(RouteKind::Http, i, f));
+    }
+    view
+}
+
+/// What of the route's matches and backends this node cannot serve yet.
+fn unsupported(route: &HttpRoute) -> Option<String> {
+    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
+        for backend in rule.backend_refs.iter().flatten() {
+            if backend.filters.as_ref().is_some_and(|f| !f.is_empty()) {
+                return Some(format!(
+                    "rules[{i}].backendRefs[].filters: not supported by wasmgate yet"
+                ));
+            }
+        }
+        for (j, m) in rule.matches.iter().flatten().enumerate() {
+            if m.query_params.as_ref().is_some_and(|q| !q.is_empty()) {
+                return Some(format!(
+                    "rules[{i}].matches[{j}].queryParams: not supported by wasmgate yet"
+                ));
+            }
+            if (m.headers.iter().flatten())
+                .any(|h| h.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression))
+            {
+                return Some(format!("rules[{i}].matches[{j}].headers: RegularExpression is not supported by wasmgate yet"));
+            }
+        }
+    }
+    None
+}
+
+fn match_view(m: &HttpRouteRulesMatches) -> MatchView {
+    let (path, path_rank, length) = path_match(m);
+    MatchView {
+        path,
+        path_rank,
+        length,
+        headers: (m.headers.iter().flatten())
+            .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        methods: (m.method.as_ref())
+            .and_then(|method| serde_json::to_value(method).ok())
+            .and_then(|v| v.as_str().map(str::to_string))
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// The path part of a match: the config, its rank (Exact, then prefixes by
+/// length, then expressions) and length.
+fn path_match(m: &HttpRouteRulesMatches) -> (PathMatch, u8, i64) {
+    let value = (m.path.as_ref())
+        .and_then(|p| p.value.clone())
+        .unwrap_or_else(|| "/".into());
+    let kind = (m.path.as_ref())
+        .and_then(|p| p.r#type.clone())
+        .unwrap_or(HttpRouteRulesMatchesPathType::PathPrefix);
+    let length = value.len() as i64;
+    match kind {
+        HttpRouteRulesMatchesPathType::Exact => (
+            PathMatch {
+                exact: Some(value),
+                ..PathMatch::default()
+            },
+            0,
+            length,
+        ),
+        HttpRouteRulesMatchesPathType::PathPrefix if value == "/" => (PathMatch::default(), 1, 1),
+        HttpRouteRulesMatchesPathType::PathPrefix => {
+            // A Gateway API prefix matches whole segments: `/api` matches
+            // `/api` and `/api/x`, not `/apix`.
+            let trimmed = value.trim_end_matches('/');
+            let regex = format!("^{}(/.*)?$", regex_escape(trimmed));
+            (
+                PathMatch {
+                    regex: Some(regex),
+                    ..PathMatch::default()
+                },
+                1,
+                length,
+            )
+        }
+        HttpRouteRulesMatchesPathType::RegularExpression => (
+            PathMatch {
+                regex: Some(value),
+                ..PathMatch::default()
+            },
+            2,
+            length,
+        ),
+    }
+}

@@ -1,0 +1,226 @@
+//! A Gateway's listeners as this node serves them: `HTTP` on its plain
+//! listeners, `HTTPS` (TLS terminated here) on its TLS listeners with the
+//! certificates of the listener's Secrets, and each listener's conditions
+//! and route kinds. Other protocols (TLS passthrough, TCP, UDP) are
+//! refused in the listener's status.
+//!
+//! The node's sockets are its own file's (`listen`, `listeners`): a Gateway
+//! listener chooses which of them its routes answer on by its protocol (a
+//! route attached only to HTTPS listeners is served only over TLS), and its
+//! certificates become the node's `certificates`, chosen per handshake by
+//! SNI (the listener's `hostname`, else the certificate's own names).
+
+use std::path::Path;
+
+use gateway_api::gateways::{Gateway, GatewayListeners, GatewayListenersTlsMode};
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use wasmgate_config::{CertificateConfig, Scheme};
+
+use crate::backends::granted;
+use crate::route_view::RouteKind;
+use crate::translate::{entry_name, Condition, Snapshot, GROUP};
+
+/// One listener of a Gateway of ours.
+pub struct ListenerState<'a> {
+    pub spec: &'a GatewayListeners,
+    /// How its routes are reached; None when this node does not serve it.
+    pub scheme: Option<Scheme>,
+    /// The route kinds it takes (its `allowedRoutes.kinds` that are served).
+    pub kinds: Vec<RouteKind>,
+    pub conditions: Vec<Condition>,
+}
+
+impl ListenerState<'_> {
+    pub fn takes(&self, kind: RouteKind) -> bool {
+        self.scheme.is_some() && self.kinds.contains(&kind)
+    }
+}
+
+/// The listeners of `gateway`, and the certificates they serve (pushed
+/// onto `certificates`, named after the Gateway and listener).
+pub fn listeners<'a>(
+    gateway: &'a Gateway,
+    snapshot: &Snapshot,
+    certificates: &mut Vec<CertificateConfig>,
+) -> Vec<ListenerState<'a>> {
+    let namespace = gateway.namespace().unwrap_or_default();
+    (gateway.spec.listeners.iter())
+        .map(|spec| {
+            let scheme = match spec.protocol.as_str() {
+                "HTTP" => Some(Scheme::Http),
+                "HTTPS" => Some(Scheme::Https),
+                _ => None,
+            };
+            let (kinds, kinds_ok) = route_kinds(spec);
+            let mut state = ListenerState {
+                spec,
+                scheme,
+                kinds,
+                conditions: Vec::new(),
+            };
+            let accepted = match scheme {
+                None => Condition::no(
+                    "Accepted",
+                    "UnsupportedProtocol",
+                    format!(
+                        "protocol {} is not served by wasmgate (HTTP and HTTPS are)",
+                        spec.protocol
+                    ),
+                ),
+                Some(Scheme::Https) if passthrough(spec) => Condition::no(
+                    "Accepted",
+                    "UnsupportedValue",
+                    "an HTTPS listener terminates TLS: tls.mode Passthrough is for TLS listeners, which wasmgate does not serve",
+                ),
+                Some(_) => Condition::yes("Accepted", "Accepted", "served by wasmgate"),
+            };
+            let mut resolved = if kinds_ok {
+                Condition::yes("ResolvedRefs", "ResolvedRefs", "every reference resolved")
+            } else {
+                Condition::no(
+                    "ResolvedRefs",
+                    "InvalidRouteKinds",
+                    "allowedRoutes.kinds names a kind wasmgate does not serve (HTTPRoute and GRPCRoute are)",
+                )
+            };
+            if accepted.ok && scheme == Some(Scheme::Https) {
+                match certificate(&namespace, &gateway.name_any(), spec, snapshot) {
+                    Ok(found) => certificates.extend(found),
+                    Err(problem) => resolved = problem,
+                }
+            }
+            let programmed = if accepted.ok && resolved.ok {
+                Condition::yes("Programmed", "Programmed", "served by wasmgate")
+            } else {
+                Condition::no("Programmed", "Invalid", accepted_or(&resolved, &accepted))
+            };
+            state.conditions = vec![accepted, programmed, resolved];
+            state
+        })
+        .collect()
+}
+
+fn passthrough(spec: &GatewayListeners) -> bool {
+    (spec.tls.as_ref()).and_then(|t| t.mode.clone()) == Some(GatewayListenersTlsMode::Passthrough)
+}
+
+fn accepted_or(resolved: &Condition, accepted: &Condition) -> String {
+    if accepted.ok {
+        resolved.message.clone()
+    } else {
+        accepted.message.clone()
+    }
+}
+
+/// The kinds a listener takes, and whether every kind it names is served.
+fn route_kinds(spec: &GatewayListeners) -> (Vec<RouteKind>, bool) {
+    let all = vec![RouteKind::Http, RouteKind::Grpc];
+    let Some(named) = (spec.allowed_routes.as_ref()).and_then(|a| a.kinds.as_ref()) else {
+        return (all, true);
+    };
+    let mut kinds = Vec::new();
+    let mut ok = true;
+    for k in named {
+        let found = (k.group.as_deref().unwrap_or(GROUP) == GROUP)
+            .then(|| all.iter().find(|kind| kind.name() == k.kind))
+            .flatten();
+        match found {
+            Some(kind) => kinds.push(*kind),
+            None => ok = false,
+        }
+    }
+    (kinds, ok)
+}
+
+/// The certificates of an HTTPS listener's `certificateRefs` (Secrets of
+/// type kubernetes.io/tls, in the Gateway's namespace or one whose
+/// ReferenceGrant allows it), each checked as the gateway will load it;
+/// or the ResolvedRefs condition that says which is wrong.
+fn certificate(
+    namespace: &str,
+    gateway: &str,
+    spec: &GatewayListeners,
+    snapshot: &Snapshot,
+) -> Result<Vec<CertificateConfig>, Condition> {
+    let invalid = |message: String| Condition::no("ResolvedRefs", "InvalidCertificateRef", message);
+    let refs = (spec.tls.as_ref())
+        .and_then(|t| t.certificate_refs.as_ref())
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| invalid("an HTTPS listener needs tls.certificateRefs".into()))?;
+    let mut out = Vec::new();
+    for (i, r) in refs.iter().enumerate() {
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("Secret");
+        if !group.is_empty() || kind != "Secret" {
+            return Err(invalid(format!(
+                "certificateRefs[{i}]: only Secrets are supported, not {group}/{kind}"
+            )));
+        }
+        let secret_ns = r.namespace.as_deref().unwrap_or(namespace);
+        if secret_ns != namespace
+            && !granted(snapshot, "Gateway", namespace, "Secret", secret_ns, &r.name)
+        {
+            return Err(Condition::no(
+                "ResolvedRefs",
+                "RefNotPermitted",
+                format!("certificateRefs[{i}]: Secret `{secret_ns}/{}` needs a ReferenceGrant in namespace `{secret_ns}` from Gateways of namespace `{namespace}`", r.name),
+            ));
+        }
+        let secret = (snapshot.secrets.iter())
+            .find(|s| s.name_any() == r.name && s.namespace().as_deref() == Some(secret_ns))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "certificateRefs[{i}]: no Secret `{secret_ns}/{}` of type kubernetes.io/tls",
+                    r.name
+                ))
+            })?;
+        let config = certificate_config(
+            entry_name(&format!("{namespace}.{gateway}.{}.{i}", spec.name)),
+            secret,
+            spec.hostname.as_deref(),
+        )
+        .map_err(|why| {
+            invalid(format!(
+                "certificateRefs[{i}]: Secret `{secret_ns}/{}`: {why}",
+                r.name
+            ))
+        })?;
+        out.push(config);
+    }
+    Ok(out)
+}
+
+/// A TLS Secret's `tls.crt` and `tls.key` as a certificate, served for
+/// the listener's hostname (or the names in the certificate), loaded once
+/// here so that a broken Secret is said in the listener's status instead
+/// of failing the node's whole configuration.
+fn certificate_config(
+    name: String,
+    secret: &Secret,
+    hostname: Option<&str>,
+) -> Result<CertificateConfig, String> {
+    let text = |key: &str| -> Result<String, String> {
+        let bytes = (secret.data.as_ref())
+            .and_then(|d| d.get(key))
+            .ok_or_else(|| format!("no `{key}` in it"))?;
+        String::from_utf8(bytes.0.clone()).map_err(|_| format!("`{key}` is not PEM text"))
+    };
+    let config = CertificateConfig {
+        name,
+        cert: None,
+        key: None,
+        cert_pem: Some(text("tls.crt")?),
+        key_pem: Some(text("tls.key")?),
+        snis: hostname.map(|h| vec![h.to_string()]).unwrap_or_default(),
+    };
+    wasmgate_gateway::transport::tls::load_certificates(
+        std::slice::from_ref(&config),
+        Path::new("/"),
+    )
+    .map_err(|(_, why)| {
+        why.replace("`cert_pem`", "tls.crt")
+            .replace("`key_pem`", "tls.key")
+    })?;
+    Ok(config)
+}
