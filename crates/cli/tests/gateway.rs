@@ -194,6 +194,66 @@ routes:
     );
 }
 
+/// A route's URL changes: a prefix replaced by whole segments (the query
+/// kept) and the host replaced, as the upstream sees them; query matches
+/// with decoded values; a redirect that replaces a prefix. `check`
+/// refuses a rewrite that gives both a path and a prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrites_query_matches_and_prefix_redirects() {
+    let (_up, gw) = with_upstream(
+        "backend",
+        r#"
+listen: "{listen}"
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
+routes:
+  - name: gold
+    path: {prefix: /shop}
+    query: {tier: gold, who: "a b"}
+    rewrite: {replace_prefix: {from: /shop, to: /store}, host: internal.example}
+    upstream: backend
+  - name: others
+    path: {prefix: /shop}
+    respond: {status: 200, body: "not gold"}
+  - name: moved
+    path: {prefix: /old}
+    redirect: {replace_prefix: {from: /old, to: /new}, status: 308}
+"#,
+    )
+    .await;
+    let c = client();
+    let reply = get(&c, &gw.url("/shop/items?tier=gold&who=a%20b&x=1")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let echo = reply.json();
+    assert_eq!(echo["path"], "/store/items?tier=gold&who=a%20b&x=1");
+    assert_eq!(echo["headers"]["host"], "internal.example");
+    for other in [
+        "/shop/items?tier=silver&who=a+b",
+        "/shop/items",
+        "/shop?tier=gold",
+    ] {
+        assert_eq!(get(&c, &gw.url(other)).await.text(), "not gold", "{other}");
+    }
+    // A prefix is replaced by whole segments only.
+    let reply = get(&c, &gw.url("/shopping?tier=gold&who=a+b")).await;
+    assert_eq!(reply.json()["path"], "/shopping?tier=gold&who=a+b");
+    let moved = get(&c, &gw.url("/old/page?q=1")).await;
+    assert_eq!(moved.status, 308);
+    let location = header(&moved, "location").unwrap();
+    assert!(location.ends_with("/new/page?q=1"), "{location}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, rewrite: {path: /a, replace_prefix: {from: /b, to: /c}}}]\n",
+    )
+    .unwrap();
+    let out = wasmgate().args(["check", "-c"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("routes[r].rewrite"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_injection_answers_locally_and_skips_the_upstream() {
     let (up, gw) = with_upstream(

@@ -154,6 +154,32 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
         (seen["x-env"].to_str().unwrap(), seen.get("x-secret")),
         ("prod", None)
     );
+    // URLRewrite replaces the matched prefix and the host; a query
+    // parameter match takes only the requests that carry it.
+    create::<HttpRoute>(
+        &k,
+        route(
+            "rewritten",
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/shop"},
+                              "queryParams": [{"name": "tier", "value": "gold"}]}],
+                 "filters": [{"type": "URLRewrite", "urlRewrite": {"hostname": "internal.example",
+                    "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/store"}}}],
+                 "backendRefs": [{"name": "app", "port": 80}]}
+            ]),
+        ),
+    )
+    .await;
+    let rewritten = until_status(&c, &gw, "/shop/items?tier=gold", 200).await;
+    let echo = rewritten.json();
+    assert_eq!(echo["path"], "/store/items?tier=gold", "{echo}");
+    assert_eq!(echo["headers"]["host"], "internal.example", "{echo}");
+    assert_eq!(
+        send(&c, "GET", &gw.url("/shop/items?tier=silver"), &[], "")
+            .await
+            .status,
+        404
+    );
     // The admin API does not write here: the resources are the truth.
     let put = send(
         &c,

@@ -18,6 +18,7 @@ mod errors;
 pub mod names;
 pub mod node;
 pub mod plugins;
+pub mod rewrite;
 pub mod routes;
 pub mod tls;
 pub mod upstreams;
@@ -39,6 +40,7 @@ pub use node::{
 pub use plugins::{
     conf_bytes, FailStrategy, FilterRef, PluginConfig, PluginKind, PullPolicy, RegistryConfig,
 };
+pub use rewrite::{ReplacePrefix, Rewrite};
 pub use routes::{
     ComponentEndpoint, FixedResponse, FunctionEndpoint, HeaderEdits, PathMatch, Redirect,
     RouteConfig, Scheme, UpgradeConfig,

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::plugins::{check_filters, FilterRef};
+use crate::rewrite::{ReplacePrefix, Rewrite};
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +27,10 @@ pub struct RouteConfig {
     /// Header name -> exact value every request must carry.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Query parameter -> exact value (percent-decoded) every request must
+    /// carry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub query: BTreeMap<String, String>,
     /// Only requests that came over `https` (a TLS listener) or plain
     /// `http`; absent matches both. A route `{scheme: http, redirect:
     /// {scheme: https}}` sends plain requests to HTTPS.
@@ -72,6 +77,10 @@ pub struct RouteConfig {
     /// included (ResponseHeaderModifier).
     #[serde(default, skip_serializing_if = "HeaderEdits::is_empty")]
     pub response_headers: HeaderEdits,
+    /// The URL changed before the filters and endpoint see it (path whole
+    /// or by prefix, host; the Gateway API's URLRewrite).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<Rewrite>,
 }
 
 /// Header changes, applied in this order: `remove`, `set` (replaces every
@@ -230,6 +239,10 @@ pub struct Redirect {
     /// Path and query (default: the request's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// Instead of `path`: the request's path with a leading prefix
+    /// replaced (whole segments; the query kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_prefix: Option<ReplacePrefix>,
     /// 301, 302, 303, 307 or 308 (default 301).
     #[serde(default = "default_redirect_status")]
     pub status: u16,
@@ -270,6 +283,9 @@ pub(crate) fn check(
             .check(&format!("{at}.request_headers"), problem);
         r.response_headers
             .check(&format!("{at}.response_headers"), problem);
+        if let Some(rewrite) = &r.rewrite {
+            rewrite.check(&format!("{at}.rewrite"), problem);
+        }
     }
 }
 
@@ -315,6 +331,15 @@ fn check_endpoint(
             .is_some_and(|p| !p.starts_with('/'))
         {
             problem(format!("{at}.redirect.path"), "must begin with /".into());
+        }
+        if let Some(prefix) = &redirect.replace_prefix {
+            if redirect.path.is_some() {
+                problem(
+                    format!("{at}.redirect"),
+                    "give path or replace_prefix, not both".into(),
+                );
+            }
+            prefix.check(&format!("{at}.redirect.replace_prefix"), problem);
         }
     }
     if let Some(name) = &r.upstream {

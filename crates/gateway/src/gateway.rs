@@ -87,6 +87,8 @@ pub(crate) struct Route {
     /// Its own header changes, when it has any.
     pub request_headers: Option<Box<crate::header_edits::HeaderEditor>>,
     pub response_headers: Option<Box<crate::header_edits::HeaderEditor>>,
+    /// Its own URL changes, when it has any.
+    pub rewrite: Option<Box<crate::url_rewrite::UrlRewriter>>,
 }
 
 impl Route {

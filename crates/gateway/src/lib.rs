@@ -31,6 +31,7 @@ mod router;
 pub mod stats;
 pub mod transport;
 mod upstream;
+mod url_rewrite;
 
 pub use build::fetch::pulled_plugins_dir;
 pub use component_route::{ComponentRoute, ComponentRouteConfig};

@@ -1,8 +1,8 @@
 //! The gateway's request path, in the order a request takes it:
 //!
 //! 1. match a route (404 when none does);
-//! 2. apply the route's own request header changes, start its filter
-//!    chain and run `on_request_headers`;
+//! 2. apply the route's own request header and URL changes, start its
+//!    filter chain and run `on_request_headers`;
 //! 3. send the request to the endpoint (`endpoint/`: an upstream or a
 //!    `wasi:http` component, which take the body as it streams through
 //!    `on_request_body`, or an Extism function or fixed answer, which take
@@ -108,6 +108,7 @@ impl Gateway {
                 &RouteInput {
                     host: &host,
                     path: parts.uri.path(),
+                    query: parts.uri.query(),
                     method: &parts.method,
                     headers: &parts.headers,
                     tls: connection.tls.is_some(),
@@ -132,6 +133,9 @@ impl Gateway {
         }
         if let Some(edits) = &route.request_headers {
             edits.apply(&mut parts.headers);
+        }
+        if let Some(rewrite) = &route.rewrite {
+            rewrite.apply(&mut parts);
         }
         let mut notes = None;
         if let Some(pending) = &mut pending {

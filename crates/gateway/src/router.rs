@@ -16,6 +16,8 @@ pub struct RouteMatcher {
     path: PathPattern,
     methods: Vec<Method>,
     headers: Vec<(String, String)>,
+    /// Query parameters and the values they must have (decoded).
+    query: Vec<(String, String)>,
     /// `Some(true)`: only requests that came over TLS; `Some(false)`: only
     /// plain ones (`scheme:`).
     tls: Option<bool>,
@@ -27,6 +29,7 @@ pub struct RouteInput<'a> {
     pub host: &'a str,
     /// Without its query.
     pub path: &'a str,
+    pub query: Option<&'a str>,
     pub method: &'a Method,
     pub headers: &'a HeaderMap,
     /// Whether it came on a TLS connection (`https`).
@@ -78,6 +81,9 @@ impl RouteMatcher {
                 .iter()
                 .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
                 .collect(),
+            query: (route.query.iter())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             tls: route.scheme.map(|s| s == wasmgate_config::Scheme::Https),
         }
     }
@@ -86,6 +92,7 @@ impl RouteMatcher {
         let RouteInput {
             host,
             path,
+            query,
             method,
             headers,
             tls,
@@ -113,7 +120,19 @@ impl RouteMatcher {
                     .iter()
                     .any(|v| v.as_bytes() == value.as_bytes())
             })
+            && (self.query.is_empty() || query_matches(&self.query, query))
     }
+}
+
+/// Whether every wanted parameter is in `query` with its value.
+fn query_matches(wanted: &[(String, String)], query: Option<&str>) -> bool {
+    let Some(query) = query else {
+        return false;
+    };
+    wanted.iter().all(|(name, value)| {
+        form_urlencoded::parse(query.as_bytes())
+            .any(|(n, v)| n == name.as_str() && v == value.as_str())
+    })
 }
 
 /// Where to look for the routes a request may match, built once per
@@ -269,6 +288,7 @@ mod tests {
         RouteInput {
             host,
             path,
+            query: None,
             method,
             headers,
             tls: false,
@@ -316,6 +336,18 @@ mod tests {
         let r = route("    scheme: https\n");
         assert!(!r.matches(&plain));
         assert!(r.matches(&RouteInput { tls: true, ..plain }));
+
+        // Query parameters, decoded, each with its exact value.
+        let r = route("    query: {tier: gold, q: 'a b'}\n");
+        let with = |query| RouteInput {
+            query: Some(query),
+            ..plain
+        };
+        assert!(r.matches(&with("x=1&tier=gold&q=a+b")));
+        assert!(r.matches(&with("q=a%20b&tier=gold")));
+        assert!(!r.matches(&with("tier=silver&q=a+b")));
+        assert!(!r.matches(&with("tier=gold")));
+        assert!(!r.matches(&plain), "no query at all");
     }
 
     /// The index finds the same route as a walk of the list, over many

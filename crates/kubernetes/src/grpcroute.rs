@@ -100,6 +100,8 @@ fn match_view(m: &GrpcRouteRulesMatches) -> MatchView {
             .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
             .collect::<BTreeMap<_, _>>(),
         methods: Vec::new(),
+        query: BTreeMap::new(),
+        prefix: None,
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use gateway_api::httproutes::{
     HttpRoute, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
-    HttpRouteRulesMatchesPathType,
+    HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParamsType,
 };
 use kube::ResourceExt;
 use wasmgate_config::PathMatch;
@@ -80,10 +80,10 @@ fn unsupported(route: &HttpRoute) -> Option<String> {
             }
         }
         for (j, m) in rule.matches.iter().flatten().enumerate() {
-            if m.query_params.as_ref().is_some_and(|q| !q.is_empty()) {
-                return Some(format!(
-                    "rules[{i}].matches[{j}].queryParams: not supported by wasmgate yet"
-                ));
+            if (m.query_params.iter().flatten())
+                .any(|q| q.r#type == Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression))
+            {
+                return Some(format!("rules[{i}].matches[{j}].queryParams: RegularExpression is not supported by wasmgate yet"));
             }
             if (m.headers.iter().flatten())
                 .any(|h| h.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression))
@@ -109,6 +109,17 @@ fn match_view(m: &HttpRouteRulesMatches) -> MatchView {
             .and_then(|v| v.as_str().map(str::to_string))
             .into_iter()
             .collect(),
+        query: (m.query_params.iter().flatten())
+            .map(|q| (q.name.clone(), q.value.clone()))
+            .collect(),
+        prefix: match (m.path.as_ref()).and_then(|p| p.r#type.clone()) {
+            None | Some(HttpRouteRulesMatchesPathType::PathPrefix) => Some(
+                (m.path.as_ref())
+                    .and_then(|p| p.value.clone())
+                    .unwrap_or_else(|| "/".into()),
+            ),
+            _ => None,
+        },
     }
 }
 

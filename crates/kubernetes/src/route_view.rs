@@ -79,6 +79,10 @@ pub struct MatchView {
     pub length: i64,
     pub headers: BTreeMap<String, String>,
     pub methods: Vec<String>,
+    /// Query parameters and their exact values.
+    pub query: BTreeMap<String, String>,
+    /// A `PathPrefix` match's prefix (what ReplacePrefixMatch replaces).
+    pub prefix: Option<String>,
 }
 
 impl MatchView {
@@ -90,6 +94,8 @@ impl MatchView {
             length: 1,
             headers: BTreeMap::new(),
             methods: Vec::new(),
+            query: BTreeMap::new(),
+            prefix: Some("/".into()),
         }
     }
 }
@@ -109,6 +115,7 @@ pub fn filter_problem(kind: RouteKind, i: usize, filter: &serde_json::Value) -> 
     let supported: &[&str] = match kind {
         RouteKind::Http => &[
             "RequestRedirect",
+            "URLRewrite",
             "RequestHeaderModifier",
             "ResponseHeaderModifier",
         ],
@@ -119,9 +126,6 @@ pub fn filter_problem(kind: RouteKind, i: usize, filter: &serde_json::Value) -> 
             "rules[{i}].filters: {name} is not supported by wasmgate yet ({} are; WasmPlugins attach filters)",
             supported.join(", ")
         ));
-    }
-    if filter["requestRedirect"]["path"]["type"] == "ReplacePrefixMatch" {
-        return Some(format!("rules[{i}].filters: RequestRedirect with a ReplacePrefixMatch path is not supported by wasmgate yet (ReplaceFullPath is)"));
     }
     None
 }

@@ -25,8 +25,8 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use wasmgate_config::{
-    CertificateConfig, FixedResponse, HeaderEdits, PluginConfig, Redirect, RouteConfig, Scheme,
-    UpstreamConfig,
+    CertificateConfig, FixedResponse, HeaderEdits, PluginConfig, Redirect, ReplacePrefix, Rewrite,
+    RouteConfig, Scheme, UpstreamConfig,
 };
 
 use crate::backends::backend;
@@ -410,8 +410,9 @@ pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
-/// A rule's RequestRedirect filter as the gateway's redirect.
-fn redirect(rule: &RuleView) -> Option<Redirect> {
+/// A rule's RequestRedirect filter as the gateway's redirect, for a match
+/// whose prefix is `prefix` (what ReplacePrefixMatch replaces).
+fn redirect(rule: &RuleView, prefix: Option<&str>) -> Option<Redirect> {
     let filter = (rule.filters.iter()).find(|f| f["type"] == "RequestRedirect")?;
     let r = &filter["requestRedirect"];
     Some(Redirect {
@@ -419,8 +420,29 @@ fn redirect(rule: &RuleView) -> Option<Redirect> {
         host: r["hostname"].as_str().map(str::to_string),
         port: r["port"].as_u64().and_then(|p| u16::try_from(p).ok()),
         path: r["path"]["replaceFullPath"].as_str().map(str::to_string),
+        replace_prefix: replace_prefix(&r["path"], prefix),
         // The Gateway API's default is 302.
         status: r["statusCode"].as_u64().map_or(302, |c| c as u16),
+    })
+}
+
+/// A rule's URLRewrite filter as the route's rewrite.
+fn rewrite(rule: &RuleView, prefix: Option<&str>) -> Option<Rewrite> {
+    let filter = (rule.filters.iter()).find(|f| f["type"] == "URLRewrite")?;
+    let r = &filter["urlRewrite"];
+    Some(Rewrite {
+        path: r["path"]["replaceFullPath"].as_str().map(str::to_string),
+        replace_prefix: replace_prefix(&r["path"], prefix),
+        host: r["hostname"].as_str().map(str::to_string),
+    })
+}
+
+/// A `ReplacePrefixMatch` path modifier: the match's prefix replaced.
+fn replace_prefix(path: &serde_json::Value, prefix: Option<&str>) -> Option<ReplacePrefix> {
+    let to = path["replacePrefixMatch"].as_str()?;
+    Some(ReplacePrefix {
+        from: prefix?.to_string(),
+        to: to.to_string(),
     })
 }
 
@@ -447,9 +469,11 @@ fn header_edits(rule: &RuleView, field: &str) -> HeaderEdits {
     edits
 }
 
-/// A route with the key the Gateway API orders matches by.
+/// A route with the key the Gateway API orders matches by: host, path,
+/// method, the number of header matches, of query matches, then the oldest
+/// route, then by name.
 struct Ranked {
-    rank: (u8, u8, i64, i64, u8, String, String),
+    rank: (u8, u8, i64, u8, i64, i64, String, String),
     route: RouteConfig,
 }
 
@@ -485,16 +509,17 @@ fn route_config(
     for (i, rule) in route.rules.iter().enumerate() {
         let base = entry_name(&format!("{prefix}.r{i}"));
         let resolved = backend(route.kind, &rule.backends, namespace, snapshot);
-        let endpoint = match (redirect(rule), resolved) {
-            (Some(redirect), _) => Endpoint::Redirect(redirect),
-            (None, Ok(b)) if b.nodes.is_empty() => {
+        let has_redirect = rule.filters.iter().any(|f| f["type"] == "RequestRedirect");
+        let endpoint = match (has_redirect, resolved) {
+            (true, _) => Endpoint::Redirect,
+            (false, Ok(b)) if b.nodes.is_empty() => {
                 Endpoint::Respond(503, "no ready endpoints for this route's backends".into())
             }
-            (None, Ok(b)) => {
+            (false, Ok(b)) => {
                 out.upstreams.push(b.upstream(base.clone()));
                 Endpoint::Upstream(base.clone())
             }
-            (None, Err(condition)) => {
+            (false, Err(condition)) => {
                 let message = condition.message.clone();
                 problem.get_or_insert(condition);
                 Endpoint::Respond(500, message)
@@ -523,6 +548,8 @@ fn route_config(
                 config.path = m.path.clone();
                 config.methods = m.methods.clone();
                 config.headers = m.headers.clone();
+                config.query = m.query.clone();
+                config.rewrite = rewrite(rule, m.prefix.as_deref());
                 config.request_headers = request_headers.clone();
                 config.response_headers = response_headers.clone();
                 let at = RouteContext {
@@ -549,7 +576,7 @@ fn route_config(
                 };
                 match endpoint {
                     Endpoint::Upstream(upstream) => config.upstream = Some(upstream),
-                    Endpoint::Redirect(redirect) => config.redirect = Some(redirect),
+                    Endpoint::Redirect => config.redirect = redirect(rule, m.prefix.as_deref()),
                     Endpoint::Respond(status, body) => {
                         config.respond = Some(FixedResponse {
                             status,
@@ -563,8 +590,9 @@ fn route_config(
                         host_rank,
                         m.path_rank,
                         -m.length,
-                        -(m.headers.len() as i64),
                         u8::from(m.methods.is_empty()),
+                        -(m.headers.len() as i64),
+                        -(m.query.len() as i64),
                         format!("{:020}", route.created),
                         format!("{namespace}/{name}"),
                     ),
@@ -612,7 +640,9 @@ fn host_variants(route: &RouteView, place: &Place) -> Vec<Vec<String>> {
 #[derive(Clone)]
 enum Endpoint {
     Upstream(String),
-    Redirect(Redirect),
+    /// The rule's RequestRedirect (made per match: a prefix replacement
+    /// depends on the match's prefix).
+    Redirect,
     Respond(u16, String),
 }
 
@@ -1024,5 +1054,43 @@ mod tests {
         let t = translate("me/x", &snap, &BTreeMap::new());
         let (_, parents, _) = &t.route_status[&(RouteKind::Grpc, "ns".into(), "echo".into())];
         assert_eq!(parents[0].conditions[0].reason, "UnsupportedValue");
+    }
+
+    /// URLRewrite and a redirect's ReplacePrefixMatch replace the prefix
+    /// of the match they are under; query parameter matches carry over and
+    /// rank after header matches.
+    #[test]
+    fn rewrites_prefix_replacements_and_query_matches() {
+        let snap = snapshot(json!([route(
+            "r",
+            json!([]),
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/shop"}}],
+                 "filters": [{"type": "URLRewrite", "urlRewrite": {"hostname": "internal.example",
+                    "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/store"}}}],
+                 "backendRefs": [{"name": "s", "port": 80}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/old"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {
+                    "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/new"}, "statusCode": 301}}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/q"}, "queryParams": [{"name": "tier", "value": "gold"}]}],
+                 "backendRefs": [{"name": "s", "port": 80}]}
+            ])
+        )]));
+        let t = translate("me/x", &snap, &BTreeMap::new());
+        let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), "r".into())];
+        assert!(parents[0].conditions.iter().all(|c| c.ok), "{parents:?}");
+        let by_name = |suffix: &str| t.routes.iter().find(|r| r.name.ends_with(suffix)).unwrap();
+        let shop = by_name("r0.m0");
+        let rewrite = shop.rewrite.as_ref().unwrap();
+        assert_eq!(rewrite.host.as_deref(), Some("internal.example"));
+        let prefix = rewrite.replace_prefix.as_ref().unwrap();
+        assert_eq!(
+            (prefix.from.as_str(), prefix.to.as_str()),
+            ("/shop", "/store")
+        );
+        let old = by_name("r1.m0").redirect.as_ref().unwrap();
+        assert_eq!(old.replace_prefix.as_ref().unwrap().from, "/old");
+        assert_eq!(old.status, 301);
+        assert_eq!(by_name("r2.m0").query["tier"], "gold");
     }
 }

@@ -20,6 +20,7 @@ use crate::gateway::{Endpoint, Route};
 use crate::header_edits::HeaderEditor;
 use crate::router::RouteMatcher;
 use crate::upstream::{Upstream, UpstreamCaller};
+use crate::url_rewrite::UrlRewriter;
 
 /// What a route may refer to.
 struct Context<'a> {
@@ -79,6 +80,7 @@ pub(super) async fn build(
                 access_log: r.access_log.unwrap_or(true),
                 request_headers: HeaderEditor::new(&r.request_headers),
                 response_headers: HeaderEditor::new(&r.response_headers),
+                rewrite: UrlRewriter::new(r.rewrite.as_ref()),
             });
         }
     }

@@ -20,7 +20,23 @@ pub(crate) fn answer(redirect: &Redirect, target: &Target<'_>) -> Response<Body>
         None => host_without_port(target.authority),
     };
     let port = redirect.port.map(|p| format!(":{p}")).unwrap_or_default();
-    let path = redirect.path.as_deref().unwrap_or(target.path_and_query);
+    let replaced;
+    let path = match (&redirect.path, &redirect.replace_prefix) {
+        (Some(path), _) => path.as_str(),
+        (None, Some(prefix)) => {
+            let (path, query) = match target.path_and_query.split_once('?') {
+                Some((path, query)) => (path, Some(query)),
+                None => (target.path_and_query, None),
+            };
+            replaced = match (prefix.apply(path), query) {
+                (Some(new), Some(query)) => format!("{new}?{query}"),
+                (Some(new), None) => new,
+                (None, _) => target.path_and_query.to_string(),
+            };
+            replaced.as_str()
+        }
+        (None, None) => target.path_and_query,
+    };
     let location = format!("{scheme}://{host}{port}{path}");
     let status = StatusCode::from_u16(redirect.status).unwrap_or(StatusCode::MOVED_PERMANENTLY);
     let mut response = Response::new(body::empty());
@@ -91,6 +107,15 @@ mod tests {
                 "/x"
             ),
             "https://new.example/moved"
+        );
+        assert_eq!(
+            location(
+                r#"{"replace_prefix": {"from": "/old", "to": "/new"}}"#,
+                "https",
+                "example.com",
+                "/old/page?x=1"
+            ),
+            "https://example.com/new/page?x=1"
         );
     }
 }
