@@ -135,6 +135,7 @@ fn main() {
                 responses: std::array::from_fn(|i| r.responses[i].load(Ordering::Relaxed)),
                 rejected: r.rejected.load(Ordering::Relaxed),
                 latency: &r.latency,
+                mirrors: Vec::new(),
             })
             .collect();
         let mut out = String::new();
@@ -200,6 +201,7 @@ fn main() {
             responses: std::array::from_fn(|i| r.responses[i].load(Ordering::Relaxed)),
             rejected: 0,
             latency: &r.latency,
+            mirrors: Vec::new(),
         })
         .collect();
     wasmgate_admin::metrics::route_families(&stats, &mut ours_text);

@@ -160,6 +160,24 @@ pub fn route_families(routes: &[RouteStats], out: &mut String) {
             route.rejected
         );
     }
+    family(
+        out,
+        "wasmgate_route_mirrored_total",
+        "counter",
+        "Copies of the route's requests sent to a mirror upstream, by what became of them: sent (answered), cut (fell behind the original's body), failed.",
+    );
+    for route in routes {
+        for m in &route.mirrors {
+            for (outcome, n) in [("sent", m.sent), ("cut", m.cut), ("failed", m.failed)] {
+                let _ = writeln!(
+                    out,
+                    "wasmgate_route_mirrored_total{{route=\"{}\",upstream=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    escape(route.name),
+                    escape(m.upstream)
+                );
+            }
+        }
+    }
     let name = "wasmgate_route_response_seconds";
     family(
         out,

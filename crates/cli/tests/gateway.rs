@@ -254,6 +254,103 @@ routes:
     assert!(stderr.contains("routes[r].rewrite"), "{stderr}");
 }
 
+/// Mirrors: a copy of each request, body and all, goes to the mirror
+/// upstream while the original is answered by its own; a share copies
+/// exactly that share; a mirror that is down costs the original nothing
+/// and is counted in /metrics. `check` refuses a mirror of a fixed answer
+/// and one naming no upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrors_copy_requests_and_never_hold_up_the_original() {
+    let main = Upstream::start("main").await;
+    let shadow = Upstream::start("shadow").await;
+    // A mirror that takes connections and never reads from them.
+    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stalled_address = stalled.local_addr().unwrap().to_string();
+    let _holding = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = stalled.accept().await {
+            held.push(stream);
+        }
+    });
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+upstreams:
+  - {{name: main, nodes: [{{address: "{}"}}]}}
+  - {{name: shadow, nodes: [{{address: "{}"}}]}}
+  - {{name: gone, retries: 0, nodes: [{{address: "127.0.0.1:1"}}]}}
+  - {{name: stalled, nodes: [{{address: "{}"}}]}}
+routes:
+  - {{name: slow, path: {{prefix: /slow-mirror}}, upstream: main, mirror: [{{upstream: stalled}}]}}
+  - {{name: all, path: {{prefix: /all}}, upstream: main, mirror: [{{upstream: shadow}}]}}
+  - {{name: half, path: {{prefix: /half}}, upstream: main, mirror: [{{upstream: shadow, percent: 50}}]}}
+  - {{name: dead, path: {{prefix: /dead}}, upstream: main, mirror: [{{upstream: gone}}]}}
+"#,
+        main.address(),
+        shadow.address(),
+        stalled_address
+    ));
+    let c = client();
+    // A copy that cannot keep up is cut off; the original goes through.
+    let big = vec![b'x'; 64 << 20];
+    let reply = send(&c, "POST", &gw.url("/slow-mirror"), &[], big).await;
+    assert_eq!(reply.status, 200);
+    let cut = r#"wasmgate_route_mirrored_total{route="slow",upstream="stalled",outcome="cut"}"#;
+    assert_eq!(common::gateway::metric(&c, &gw, cut).await, 1.0);
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let reply = send(&c, "POST", &gw.url("/all"), &[], body.clone()).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json()["upstream"], "main");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while shadow.received_bodies("/all").is_empty() {
+        assert!(Instant::now() < deadline, "the copy never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(shadow.received_bodies("/all")[0], body, "the copy's body");
+    assert_eq!(main.received_bodies("/all")[0], body);
+
+    for _ in 0..100 {
+        assert_eq!(get(&c, &gw.url("/half")).await.status, 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while shadow.received("/half").len() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "copies: {}",
+            shadow.received("/half").len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(shadow.received("/half").len(), 50, "exactly half");
+
+    assert_eq!(get(&c, &gw.url("/dead")).await.status, 200);
+    let failed = r#"wasmgate_route_mirrored_total{route="dead",upstream="gone",outcome="failed"}"#;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while common::gateway::metric(&c, &gw, failed).await != 1.0 {
+        assert!(Instant::now() < deadline, "the failed copy was not counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = r#"wasmgate_route_mirrored_total{route="all",upstream="shadow",outcome="sent"}"#;
+    assert_eq!(common::gateway::metric(&c, &gw, sent).await, 1.0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, mirror: [{upstream: nowhere}]}]\n",
+    )
+    .unwrap();
+    let out = wasmgate().args(["check", "-c"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("routes[r].mirror:") && stderr.contains("routes[r].mirror[0].upstream"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_injection_answers_locally_and_skips_the_upstream() {
     let (up, gw) = with_upstream(

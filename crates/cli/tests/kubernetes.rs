@@ -104,7 +104,7 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
     // What is not supported yet says so, and is not served.
     create::<HttpRoute>(&k, route("filtered", json!([
         {"matches": [{"path": {"type": "PathPrefix", "value": "/filtered"}}],
-         "filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "beta", "port": 80}}}],
+         "filters": [{"type": "ExtensionRef", "extensionRef": {"group": "example.io", "kind": "Thing", "name": "x"}}],
          "backendRefs": [{"name": "app", "port": 80}]}
     ])))
     .await;
@@ -154,6 +154,19 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
         (seen["x-env"].to_str().unwrap(), seen.get("x-secret")),
         ("prod", None)
     );
+    // RequestMirror sends a copy to another Service.
+    create::<HttpRoute>(&k, route("mirrored", json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/mirrored"}}],
+         "filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "beta", "port": 80}}}],
+         "backendRefs": [{"name": "app", "port": 80}]}
+    ])))
+    .await;
+    let mirrored = until_status(&c, &gw, "/mirrored", 200).await;
+    assert_eq!(mirrored.json()["upstream"], "a");
+    until("the copy reaches the mirror", || async {
+        !b.received("/mirrored").is_empty()
+    })
+    .await;
     // URLRewrite replaces the matched prefix and the host; a query
     // parameter match takes only the requests that carry it.
     create::<HttpRoute>(

@@ -81,6 +81,25 @@ pub struct RouteConfig {
     /// or by prefix, host; the Gateway API's URLRewrite).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewrite: Option<Rewrite>,
+    /// Upstreams that get a copy of the route's requests (or a share of
+    /// them), whose answers are dropped (the Gateway API's RequestMirror).
+    /// Only a route whose endpoint is an upstream mirrors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirror: Vec<MirrorConfig>,
+}
+
+/// A copy of a route's requests sent to another upstream.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    pub upstream: String,
+    /// The share of requests copied, 1-100 (default 100: every one).
+    #[serde(default = "every_request")]
+    pub percent: u32,
+}
+
+fn every_request() -> u32 {
+    100
 }
 
 /// Header changes, applied in this order: `remove`, `set` (replaces every
@@ -286,6 +305,7 @@ pub(crate) fn check(
         if let Some(rewrite) = &r.rewrite {
             rewrite.check(&format!("{at}.rewrite"), problem);
         }
+        check_mirrors(&at, r, declared, problem);
     }
 }
 
@@ -369,6 +389,31 @@ fn check_endpoint(
     if let Some(respond) = &r.respond {
         if !(100..=999).contains(&respond.status) {
             problem(format!("{at}.respond.status"), "must be 100-999".into());
+        }
+    }
+}
+
+fn check_mirrors(
+    at: &str,
+    r: &RouteConfig,
+    declared: &Declared<'_>,
+    problem: &mut dyn FnMut(String, String),
+) {
+    if !r.mirror.is_empty() && r.upstream.is_none() {
+        problem(
+            format!("{at}.mirror"),
+            "only a route to an upstream mirrors its requests".into(),
+        );
+    }
+    for (j, m) in r.mirror.iter().enumerate() {
+        if !declared.upstreams.contains(m.upstream.as_str()) {
+            problem(
+                format!("{at}.mirror[{j}].upstream"),
+                format!("no upstream named `{}` in `upstreams`", m.upstream),
+            );
+        }
+        if !(1..=100).contains(&m.percent) {
+            problem(format!("{at}.mirror[{j}].percent"), "must be 1-100".into());
         }
     }
 }

@@ -89,6 +89,8 @@ pub(crate) struct Route {
     pub response_headers: Option<Box<crate::header_edits::HeaderEditor>>,
     /// Its own URL changes, when it has any.
     pub rewrite: Option<Box<crate::url_rewrite::UrlRewriter>>,
+    /// Upstreams that get copies of its requests (`mirror`).
+    pub mirrors: Vec<Arc<crate::endpoint::mirror::Mirror>>,
 }
 
 impl Route {

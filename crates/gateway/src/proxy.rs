@@ -3,7 +3,8 @@
 //! 1. match a route (404 when none does);
 //! 2. apply the route's own request header and URL changes, start its
 //!    filter chain and run `on_request_headers`;
-//! 3. send the request to the endpoint (`endpoint/`: an upstream or a
+//! 3. send the request to the endpoint (`endpoint/`: an upstream, with
+//!    copies to the route's mirrors (`endpoint/mirror.rs`), or a
 //!    `wasi:http` component, which take the body as it streams through
 //!    `on_request_body`, or an Extism function or fixed answer, which take
 //!    it whole);
@@ -44,6 +45,7 @@ use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::body_pump::{channel_body, channel_body_after, BodyPump};
 use crate::chain::{Chain, ChainNotes, Direction, Stop};
 use crate::endpoint::component;
+use crate::endpoint::mirror::{self, Mirror};
 use crate::endpoint::tunnel::{self, UpgradeRequest};
 use crate::endpoint::upstream::{
     self, exchange_hash_key, path_and_query, request_authority, upstream_head,
@@ -234,8 +236,11 @@ impl Gateway {
         let (connection, host) = (&connection, host.as_str());
         match &route.endpoint {
             Endpoint::Upstream(upstream) => {
-                let (head, outbound, key) =
+                let (head, mut outbound, key) =
                     upstream::outbound(upstream, parts, body, connection, host);
+                if !route.mirrors.is_empty() {
+                    outbound = mirror::copy(&route.mirrors, &head, outbound);
+                }
                 match upstream.send(head, outbound, key).await {
                     Ok(response) => upstream::answer(response),
                     Err(e) => upstream::upstream_failed(&route.name, e),
@@ -296,11 +301,11 @@ impl Gateway {
             Endpoint::Upstream(upstream) => {
                 self.send_upstream(
                     upstream,
+                    &route.mirrors,
                     &mut chain,
                     &mut exchange,
                     body,
                     peer,
-                    request_ends,
                 )
                 .await
             }
@@ -367,15 +372,23 @@ impl Gateway {
     async fn send_upstream(
         &self,
         upstream: &Upstream,
+        mirrors: &[Arc<Mirror>],
         chain: &mut Chain,
         exchange: &mut Box<HttpExchange>,
         body: ClientBody,
         peer: SocketAddr,
-        request_ends: bool,
     ) -> Result<(Response<Body>, Option<RequestPump>), Stop> {
+        let request_ends = body.is_end_stream();
         let head = upstream_head(exchange, peer);
         let key = exchange_hash_key(upstream, exchange, peer);
-        let send = |body| upstream.send(head, body, key);
+        let send = |body| {
+            let body = if mirrors.is_empty() {
+                body
+            } else {
+                mirror::copy(mirrors, &head, body)
+            };
+            upstream.send(head, body, key)
+        };
         let (result, rest) = self
             .send_streaming(chain, exchange, body, request_ends, send)
             .await?;

@@ -18,6 +18,19 @@ pub struct RouteStats<'a> {
     pub rejected: u64,
     /// Arrival to response headers.
     pub latency: &'a LatencyHistogram,
+    /// Its mirrors' copies.
+    pub mirrors: Vec<MirrorStats<'a>>,
+}
+
+/// What became of a route's copies to one mirror upstream.
+pub struct MirrorStats<'a> {
+    pub upstream: &'a str,
+    /// Answered (any status).
+    pub sent: u64,
+    /// Cut off for falling behind the original's body.
+    pub cut: u64,
+    /// Not answered (no node reached, a timeout).
+    pub failed: u64,
 }
 
 /// One upstream node's traffic and state.
@@ -94,6 +107,14 @@ impl Gateway {
             responses: std::array::from_fn(|i| route.responses[i].load(Ordering::Relaxed)),
             rejected: route.rejected.load(Ordering::Relaxed),
             latency: &route.latency,
+            mirrors: (route.mirrors.iter())
+                .map(|m| MirrorStats {
+                    upstream: m.upstream_name(),
+                    sent: m.counts.sent.load(Ordering::Relaxed),
+                    cut: m.counts.cut.load(Ordering::Relaxed),
+                    failed: m.counts.failed.load(Ordering::Relaxed),
+                })
+                .collect(),
         })
     }
 

@@ -118,8 +118,13 @@ pub fn filter_problem(kind: RouteKind, i: usize, filter: &serde_json::Value) -> 
             "URLRewrite",
             "RequestHeaderModifier",
             "ResponseHeaderModifier",
+            "RequestMirror",
         ],
-        RouteKind::Grpc => &["RequestHeaderModifier", "ResponseHeaderModifier"],
+        RouteKind::Grpc => &[
+            "RequestHeaderModifier",
+            "ResponseHeaderModifier",
+            "RequestMirror",
+        ],
     };
     if !supported.contains(&name) {
         return Some(format!(

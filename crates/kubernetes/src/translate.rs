@@ -25,14 +25,14 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use wasmgate_config::{
-    CertificateConfig, FixedResponse, HeaderEdits, PluginConfig, Redirect, ReplacePrefix, Rewrite,
-    RouteConfig, Scheme, UpstreamConfig,
+    CertificateConfig, FixedResponse, HeaderEdits, MirrorConfig, PluginConfig, Redirect,
+    ReplacePrefix, Rewrite, RouteConfig, Scheme, UpstreamConfig,
 };
 
 use crate::backends::backend;
 use crate::listeners::{listeners, ListenerState};
 use crate::plugins::{RouteContext, WasmPlugins};
-use crate::route_view::{RouteKind, RouteView, RuleView};
+use crate::route_view::{BackendRef, RouteKind, RouteView, RuleView};
 use crate::wasmplugin::WasmPlugin;
 
 /// What the API server holds, as this node last saw it.
@@ -437,6 +437,61 @@ fn rewrite(rule: &RuleView, prefix: Option<&str>) -> Option<Rewrite> {
     })
 }
 
+/// A rule's RequestMirror filters as mirrors, each to an upstream of its
+/// own (`<rule>.mirror<n>`); one whose backend does not resolve is left
+/// out and said in `problem`.
+fn mirrors(
+    route: &RouteView,
+    rule: &RuleView,
+    base: &str,
+    snapshot: &Snapshot,
+    out: &mut Translation,
+    problem: &mut Option<Condition>,
+) -> Vec<MirrorConfig> {
+    let mut found = Vec::new();
+    let filters = (rule.filters.iter()).filter(|f| f["type"] == "RequestMirror");
+    for (n, filter) in filters.enumerate() {
+        let m = &filter["requestMirror"];
+        let target = &m["backendRef"];
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        let backend_ref = BackendRef {
+            group: text(&target["group"]),
+            kind: text(&target["kind"]),
+            name: text(&target["name"]).unwrap_or_default(),
+            namespace: text(&target["namespace"]),
+            port: target["port"].as_i64().and_then(|p| i32::try_from(p).ok()),
+            weight: None,
+        };
+        // `percent`, or `fraction` (numerator / denominator, default 100).
+        let percent = match (m["percent"].as_u64(), m["fraction"]["numerator"].as_u64()) {
+            (Some(p), _) => p,
+            (None, Some(numerator)) => {
+                let denominator = m["fraction"]["denominator"].as_u64().unwrap_or(100).max(1);
+                (numerator * 100).div_ceil(denominator)
+            }
+            (None, None) => 100,
+        };
+        if percent == 0 {
+            continue;
+        }
+        match backend(route.kind, &[backend_ref], &route.namespace, snapshot) {
+            Ok(b) if b.nodes.is_empty() => {}
+            Ok(b) => {
+                let name = entry_name(&format!("{base}.mirror{n}"));
+                out.upstreams.push(b.upstream(name.clone()));
+                found.push(MirrorConfig {
+                    upstream: name,
+                    percent: percent.min(100) as u32,
+                });
+            }
+            Err(condition) => {
+                problem.get_or_insert(condition);
+            }
+        }
+    }
+    found
+}
+
 /// A `ReplacePrefixMatch` path modifier: the match's prefix replaced.
 fn replace_prefix(path: &serde_json::Value, prefix: Option<&str>) -> Option<ReplacePrefix> {
     let to = path["replacePrefixMatch"].as_str()?;
@@ -525,6 +580,10 @@ fn route_config(
                 Endpoint::Respond(500, message)
             }
         };
+        let mirrors = match &endpoint {
+            Endpoint::Upstream(_) => mirrors(route, rule, &base, snapshot, out, &mut problem),
+            _ => Vec::new(),
+        };
         let request_headers = header_edits(rule, "requestHeaderModifier");
         let response_headers = header_edits(rule, "responseHeaderModifier");
         for (j, m) in rule.matches.iter().enumerate() {
@@ -550,6 +609,7 @@ fn route_config(
                 config.headers = m.headers.clone();
                 config.query = m.query.clone();
                 config.rewrite = rewrite(rule, m.prefix.as_deref());
+                config.mirror = mirrors.clone();
                 config.request_headers = request_headers.clone();
                 config.response_headers = response_headers.clone();
                 let at = RouteContext {
@@ -1049,7 +1109,7 @@ mod tests {
         assert!(parents[0].conditions.iter().all(|c| c.ok), "{parents:?}");
         // A filter GRPCRoutes do not have here is said.
         snap.grpc_routes[0].spec.rules.as_mut().unwrap()[0].filters = Some(vec![parse(
-            json!({"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "s", "port": 80}}}),
+            json!({"type": "ExtensionRef", "extensionRef": {"group": "x.io", "kind": "K", "name": "n"}}),
         )]);
         let t = translate("me/x", &snap, &BTreeMap::new());
         let (_, parents, _) = &t.route_status[&(RouteKind::Grpc, "ns".into(), "echo".into())];
@@ -1073,6 +1133,8 @@ mod tests {
                  "filters": [{"type": "RequestRedirect", "requestRedirect": {
                     "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/new"}, "statusCode": 301}}]},
                 {"matches": [{"path": {"type": "PathPrefix", "value": "/q"}, "queryParams": [{"name": "tier", "value": "gold"}]}],
+                 "filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "s", "port": 80},
+                    "fraction": {"numerator": 1, "denominator": 4}}}],
                  "backendRefs": [{"name": "s", "port": 80}]}
             ])
         )]));
@@ -1091,6 +1153,15 @@ mod tests {
         let old = by_name("r1.m0").redirect.as_ref().unwrap();
         assert_eq!(old.replace_prefix.as_ref().unwrap().from, "/old");
         assert_eq!(old.status, 301);
-        assert_eq!(by_name("r2.m0").query["tier"], "gold");
+        let q = by_name("r2.m0");
+        assert_eq!(q.query["tier"], "gold");
+        assert_eq!(q.mirror.len(), 1);
+        assert_eq!(q.mirror[0].percent, 25);
+        let mirror = t
+            .upstreams
+            .iter()
+            .find(|u| u.name == q.mirror[0].upstream)
+            .unwrap();
+        assert_eq!(mirror.nodes[0].address, "10.0.0.1:8080");
     }
 }

@@ -306,7 +306,22 @@ function describeMatch(r) {
   if (p.prefix) parts.push("path " + p.prefix + "*");
   if (p.regex) parts.push("path ~ " + p.regex);
   if (r.methods && r.methods.length) parts.push(r.methods.join(","));
+  const query = Object.entries(r.query || {}).map(([k, v]) => `${k}=${v}`);
+  if (query.length) parts.push("?" + query.join("&"));
   return parts.join("; ") || "everything";
+}
+
+function describeRewrite(w) {
+  if (!w) return "";
+  const parts = [];
+  if (w.path) parts.push("path " + w.path);
+  if (w.replace_prefix) parts.push(`${w.replace_prefix.from}* → ${w.replace_prefix.to}*`);
+  if (w.host) parts.push("host " + w.host);
+  return "; rewrite " + parts.join(", ");
+}
+
+function describeMirrors(mirrors) {
+  return (mirrors || []).map((m) => `; mirror ${m.upstream} ${m.percent ?? 100}%`).join("");
 }
 
 function describeFilters(r, config) {
@@ -316,7 +331,7 @@ function describeFilters(r, config) {
 }
 
 function describeEndpoint(r) {
-  if (r.upstream) return "upstream " + r.upstream;
+  if (r.upstream) return "upstream " + r.upstream + describeRewrite(r.rewrite) + describeMirrors(r.mirror);
   if (r.respond) return `respond ${r.respond.status ?? 200}`;
   if (r.function) return `function ${r.function.plugin}`;
   if (r.component) return `component ${r.component.plugin}`;

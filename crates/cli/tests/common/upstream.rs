@@ -34,7 +34,8 @@ pub struct Upstream {
     connections: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
-type Received = Arc<std::sync::Mutex<std::collections::VecDeque<(String, hyper::HeaderMap)>>>;
+type Received =
+    Arc<std::sync::Mutex<std::collections::VecDeque<(String, hyper::HeaderMap, Bytes)>>>;
 
 /// How many requests an upstream remembers.
 const KEPT: usize = 100;
@@ -112,16 +113,7 @@ impl Upstream {
                 let connection = tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                         counter.fetch_add(1, Ordering::SeqCst);
-                        let mut log = log.lock().unwrap();
-                        if log.len() == KEPT {
-                            log.pop_front();
-                        }
-                        log.push_back((
-                            request.uri().path().to_string(),
-                            request.headers().clone(),
-                        ));
-                        drop(log);
-                        answer(name.clone(), request)
+                        answer(name.clone(), request, log.clone())
                     });
                     let http = hyper::server::conn::http1::Builder::new();
                     let _ = match tls {
@@ -159,8 +151,17 @@ impl Upstream {
     pub fn received(&self, path: &str) -> Vec<hyper::HeaderMap> {
         let log = self.received.lock().unwrap();
         log.iter()
-            .filter(|(p, _)| p == path)
-            .map(|(_, headers)| headers.clone())
+            .filter(|(p, _, _)| p == path)
+            .map(|(_, headers, _)| headers.clone())
+            .collect()
+    }
+
+    /// The bodies of the last requests to `path` it received, oldest first.
+    pub fn received_bodies(&self, path: &str) -> Vec<Bytes> {
+        let log = self.received.lock().unwrap();
+        log.iter()
+            .filter(|(p, _, _)| p == path)
+            .map(|(_, _, body)| body.clone())
             .collect()
     }
 }
@@ -180,7 +181,12 @@ fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// The answer to `request`, which is recorded in `log` once its body is in.
+async fn answer(
+    name: Arc<str>,
+    request: Request<Incoming>,
+    log: Received,
+) -> Result<Response<Body>, Infallible> {
     let (parts, body) = request.into_parts();
     let (body, request_trailers) = match body.collect().await {
         Ok(collected) => {
@@ -189,6 +195,14 @@ async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<B
         }
         Err(_) => Default::default(),
     };
+    {
+        let mut log = log.lock().unwrap();
+        if log.len() == KEPT {
+            log.pop_front();
+        }
+        let path = parts.uri.path().to_string();
+        log.push_back((path, parts.headers.clone(), body.clone()));
+    }
     let path = parts.uri.path().to_string();
     if let Some(file) = path.strip_prefix("/file/") {
         let bytes = std::fs::read(format!("/{file}")).unwrap_or_default();

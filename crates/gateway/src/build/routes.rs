@@ -16,6 +16,7 @@ use super::plugins::{filter_config, grants, LoadedPlugin, Plugins};
 use super::Problems;
 use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
+use crate::endpoint::mirror::Mirror;
 use crate::gateway::{Endpoint, Route};
 use crate::header_edits::HeaderEditor;
 use crate::router::RouteMatcher;
@@ -81,6 +82,12 @@ pub(super) async fn build(
                 request_headers: HeaderEditor::new(&r.request_headers),
                 response_headers: HeaderEditor::new(&r.response_headers),
                 rewrite: UrlRewriter::new(r.rewrite.as_ref()),
+                mirrors: (r.mirror.iter())
+                    .filter_map(|m| {
+                        let upstream = context.upstreams.get(&m.upstream)?.clone();
+                        Some(Arc::new(Mirror::new(upstream, m.percent)))
+                    })
+                    .collect(),
             });
         }
     }

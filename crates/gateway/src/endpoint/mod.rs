@@ -8,6 +8,7 @@
 
 pub(crate) mod component;
 pub(crate) mod function;
+pub(crate) mod mirror;
 pub(crate) mod redirect;
 pub(crate) mod respond;
 pub(crate) mod tunnel;

@@ -89,6 +89,7 @@ pub struct Node {
 }
 
 /// What goes upstream besides the body.
+#[derive(Clone)]
 pub struct RequestHead {
     pub method: Method,
     /// Path and query.
