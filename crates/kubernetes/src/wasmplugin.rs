@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A filter for the routes of the Gateways in its namespace, or of the
-/// Gateways and HTTPRoutes its `targetRefs` name.
+/// Gateways, HTTPRoutes and GRPCRoutes its `targetRefs` name.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[kube(
     group = "wasmgate.io",
@@ -61,7 +61,7 @@ pub struct WasmPluginSpec {
     /// a route wins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_rules: Vec<MatchRule>,
-    /// The Gateways and HTTPRoutes (in this namespace) the plugin applies
+    /// The Gateways, HTTPRoutes and GRPCRoutes (in this namespace) the plugin applies
     /// to; absent: the routes of every Gateway in this namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub target_refs: Vec<TargetRef>,
@@ -74,7 +74,7 @@ pub struct WasmPluginSpec {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MatchRule {
-    /// HTTPRoutes, `name` (in the plugin's namespace) or `namespace/name`.
+    /// HTTPRoutes or GRPCRoutes, `name` (in the plugin's namespace) or `namespace/name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub route: Vec<String>,
     /// Hosts, `api.example.com` or `*.example.com`.
@@ -95,7 +95,7 @@ pub struct TargetRef {
     /// `gateway.networking.k8s.io` (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
-    /// `Gateway` or `HTTPRoute`.
+    /// `Gateway`, `HTTPRoute` or `GRPCRoute`.
     pub kind: String,
     pub name: String,
 }
