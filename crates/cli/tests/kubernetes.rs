@@ -623,6 +623,85 @@ async fn https_listeners_use_tls_secrets_and_grpc_routes_reach_grpc_services() {
     })
     .await;
 
+    // A listener that takes routes from namespaces by label; the route in
+    // such a namespace reaches a Service of `default` once a ReferenceGrant
+    // there allows it.
+    {
+        use gateway_api::referencegrants::ReferenceGrant;
+        use k8s_openapi::api::core::v1::Namespace;
+        use kube::api::PostParams;
+        let namespaces: Api<Namespace> = Api::all(k.clone());
+        let team: Namespace = serde_json::from_value(
+            json!({"metadata": {"name": "team-a", "labels": {"team": "a"}}}),
+        )
+        .unwrap();
+        namespaces
+            .create(&PostParams::default(), &team)
+            .await
+            .unwrap();
+        create::<Gateway>(&k, json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "shared"},
+            "spec": {"gatewayClassName": "wasmgate", "listeners": [
+                {"name": "teams", "port": 80, "protocol": "HTTP", "hostname": "teams.example.com",
+                 "allowedRoutes": {"namespaces": {"from": "Selector",
+                     "selector": {"matchLabels": {"team": "a"}}}}}]}
+        }))
+        .await;
+        let team_routes: Api<HttpRoute> = Api::namespaced(k.clone(), "team-a");
+        let team_route: HttpRoute = serde_json::from_value(json!({
+            "metadata": {"name": "team-app"},
+            "spec": {"parentRefs": [{"name": "shared", "namespace": "default"}],
+                     "rules": [{"backendRefs": [{"name": "app", "namespace": "default", "port": 80}]}]}
+        }))
+        .unwrap();
+        team_routes
+            .create(&PostParams::default(), &team_route)
+            .await
+            .unwrap();
+        let resolved = || async {
+            let r = serde_json::to_value(team_routes.get("team-app").await.unwrap()).unwrap();
+            let conditions = r["status"]["parents"][0]["conditions"].clone();
+            let find = |kind: &str| {
+                (conditions.as_array().into_iter().flatten())
+                    .find(|c| c["type"] == kind)
+                    .map(|c| {
+                        (
+                            c["status"].as_str().unwrap().to_string(),
+                            c["reason"].as_str().unwrap().to_string(),
+                        )
+                    })
+            };
+            (find("Accepted"), find("ResolvedRefs"))
+        };
+        until(
+            "the team's route is accepted, its backend not permitted",
+            || async {
+                resolved().await
+                    == (
+                        Some(("True".into(), "Accepted".into())),
+                        Some(("False".into(), "RefNotPermitted".into())),
+                    )
+            },
+        )
+        .await;
+        create::<ReferenceGrant>(&k, json!({
+            "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
+            "metadata": {"name": "team-a-to-app"},
+            "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "team-a"}],
+                     "to": [{"group": "", "kind": "Service", "name": "app"}]}
+        }))
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get_host(&c, &gw, "/t", "teams.example.com").await.status != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "the granted route was never served"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     // A GRPCRoute on the plain listener of `edge`, to a gRPC server.
     let echo = Peer::serve_on("grpc_peer.py", &ip, &[]);
     common::kube::service_at(&k, "echo", &[echo.address()], None).await;

@@ -19,7 +19,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -62,6 +62,7 @@ struct Readers {
     wasmplugins: Store<WasmPlugin>,
     grants: Store<ReferenceGrant>,
     secrets: Store<Secret>,
+    namespaces: Store<Namespace>,
 }
 
 #[derive(Default)]
@@ -125,6 +126,7 @@ impl KubernetesStore {
                     Api::all(client.clone()),
                     watcher::Config::default().fields("type=kubernetes.io/tls"),
                 ),
+                namespaces: watch(Api::all(client.clone())),
             },
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
@@ -308,6 +310,12 @@ impl Readers {
             "Secrets cannot be read (RBAC: deploy/kubernetes/rbac.yaml): HTTPS listeners get no certificates",
         )
         .await;
+        optional_ready(
+            client,
+            &self.namespaces,
+            "Namespaces cannot be read (RBAC: deploy/kubernetes/rbac.yaml): listeners that allow routes by namespace labels (Selector) take none",
+        )
+        .await;
         let _ = self.classes.wait_until_ready().await;
         let _ = self.gateways.wait_until_ready().await;
         let _ = self.routes.wait_until_ready().await;
@@ -332,6 +340,7 @@ impl Readers {
             wasmplugins: all(&self.wasmplugins),
             grants: all(&self.grants),
             secrets: all(&self.secrets),
+            namespaces: all(&self.namespaces),
         }
     }
 }

@@ -17,11 +17,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gateway_api::gatewayclasses::GatewayClass;
-use gateway_api::gateways::{Gateway, GatewayListenersAllowedRoutesNamespacesFrom};
+use gateway_api::gateways::{
+    Gateway, GatewayListenersAllowedRoutesNamespacesFrom,
+    GatewayListenersAllowedRoutesNamespacesSelector,
+};
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use wasmgate_config::{
@@ -48,6 +51,8 @@ pub struct Snapshot {
     pub grants: Vec<ReferenceGrant>,
     /// Secrets of type kubernetes.io/tls (the only ones watched).
     pub secrets: Vec<Secret>,
+    /// For listeners that allow routes from namespaces by label.
+    pub namespaces: Vec<Namespace>,
 }
 
 /// A condition to write: `type`, `status`, `reason`, `message`.
@@ -173,7 +178,7 @@ pub fn translate(
     let mut attached: HashMap<(String, String, String), i32> = HashMap::new();
     let mut served = Vec::new();
     for route in routes {
-        let Some(attachment) = attach(&route, &ours, &mut attached) else {
+        let Some(attachment) = attach(&route, &ours, &snapshot.namespaces, &mut attached) else {
             continue; // no parent of ours: not ours to speak for
         };
         let Attachment {
@@ -279,6 +284,7 @@ struct Attachment {
 fn attach(
     route: &RouteView,
     ours: &[OurGateway],
+    namespaces: &[Namespace],
     attached: &mut HashMap<(String, String, String), i32>,
 ) -> Option<Attachment> {
     let namespace = &route.namespace;
@@ -307,7 +313,7 @@ fn attach(
         let taking: Vec<&&ListenerState> =
             listeners.iter().filter(|l| l.takes(route.kind)).collect();
         let allowed: Vec<&ListenerState> = (taking.iter())
-            .filter(|l| allows_namespace(l, gateway_namespace, namespace))
+            .filter(|l| allows_namespace(l, gateway_namespace, namespace, namespaces))
             .map(|l| **l)
             .collect();
         let hosts = route_hosts(&route.hostnames, &allowed);
@@ -365,16 +371,47 @@ fn attach(
     (!out.parents.is_empty()).then_some(out)
 }
 
-fn allows_namespace(listener: &ListenerState, gateway_ns: &str, route_ns: &str) -> bool {
-    let from = (listener.spec.allowed_routes.as_ref())
-        .and_then(|a| a.namespaces.as_ref())
-        .and_then(|n| n.from.clone());
-    match from {
+fn allows_namespace(
+    listener: &ListenerState,
+    gateway_ns: &str,
+    route_ns: &str,
+    namespaces: &[Namespace],
+) -> bool {
+    let allowed = (listener.spec.allowed_routes.as_ref()).and_then(|a| a.namespaces.as_ref());
+    match allowed.and_then(|n| n.from.clone()) {
         Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
-        // Selector needs the namespaces' labels, not watched yet.
-        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => false,
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => {
+            let labels = (namespaces.iter())
+                .find(|n| n.name_any() == route_ns)
+                .map(|n| n.labels().clone())
+                .unwrap_or_default();
+            (allowed.and_then(|n| n.selector.as_ref()))
+                .is_some_and(|selector| selects(selector, &labels))
+        }
         Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) | None => gateway_ns == route_ns,
     }
+}
+
+/// Whether a label selector (`matchLabels` and `matchExpressions`, all of
+/// them) selects an object with `labels`. An empty selector selects
+/// everything, as Kubernetes reads it.
+fn selects(
+    selector: &GatewayListenersAllowedRoutesNamespacesSelector,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let by_labels = (selector.match_labels.iter().flatten()).all(|(k, v)| labels.get(k) == Some(v));
+    let by_expressions = (selector.match_expressions.iter().flatten()).all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false, // an operator Kubernetes does not have selects nothing
+        }
+    });
+    by_labels && by_expressions
 }
 
 /// The hosts the route serves under these listeners (empty: any host), or
@@ -1163,5 +1200,43 @@ mod tests {
             .find(|u| u.name == q.mirror[0].upstream)
             .unwrap();
         assert_eq!(mirror.nodes[0].address, "10.0.0.1:8080");
+    }
+
+    /// A listener that allows routes by namespace labels takes those of
+    /// namespaces its selector selects (labels and expressions).
+    #[test]
+    fn selector_listeners_take_routes_from_labelled_namespaces() {
+        let mut snap = snapshot(json!([]));
+        snap.gateways = vec![parse(json!({"metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"gatewayClassName": "c", "listeners": [{"name": "web", "port": 80, "protocol": "HTTP",
+                "allowedRoutes": {"namespaces": {"from": "Selector", "selector": {
+                    "matchLabels": {"team": "shop"},
+                    "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "staging"]}]}}}}]}}))];
+        let namespace = |name: &str, labels: serde_json::Value| -> Namespace {
+            parse(json!({"metadata": {"name": name, "labels": labels}}))
+        };
+        snap.namespaces = vec![
+            namespace("shop", json!({"team": "shop", "env": "prod"})),
+            namespace("shop-dev", json!({"team": "shop", "env": "dev"})),
+            namespace("other", json!({"team": "other", "env": "prod"})),
+        ];
+        for ns in ["shop", "shop-dev", "other"] {
+            let mut r = route(
+                "r",
+                json!([]),
+                json!([{"backendRefs": [{"name": "s", "port": 80}]}]),
+            );
+            r["metadata"]["namespace"] = json!(ns);
+            r["spec"]["parentRefs"] = json!([{"name": "g", "namespace": "ns"}]);
+            snap.routes.push(parse(r));
+        }
+        let t = translate("me/x", &snap, &BTreeMap::new());
+        let accepted = |ns: &str| {
+            let (_, parents, _) = &t.route_status[&(RouteKind::Http, ns.into(), "r".into())];
+            (parents[0].conditions[0].ok, parents[0].conditions[0].reason)
+        };
+        assert_eq!(accepted("shop"), (true, "Accepted"));
+        assert_eq!(accepted("shop-dev"), (false, "NotAllowedByListeners"));
+        assert_eq!(accepted("other"), (false, "NotAllowedByListeners"));
     }
 }
