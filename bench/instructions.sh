@@ -106,6 +106,14 @@ EOF2
     --config "$tmp/gateway-routes.yaml" -- "$bin" run -c {config} --no-watch --log-level warn
   count "gateway proxy/mirror" --path /proxy/mirror --expect "hello from upstream" \
     --config "$tmp/gateway-routes.yaml" -- "$bin" run -c {config} --no-watch --log-level warn
+  # nginx's proxy with its `mirror` to the same upstream: the baseline of a copy's cost.
+  nginx_conf "$tmp/proxy-mirror" "upstream up { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 1000000; }
+    server { listen 127.0.0.1:{port}; location / { mirror /copy; proxy_pass http://up; proxy_http_version 1.1;
+      proxy_set_header Connection \"\"; }
+      location = /copy { internal; proxy_pass http://up\$request_uri; proxy_http_version 1.1;
+      proxy_set_header Connection \"\"; } }"
+  count "nginx proxy/mirror" --path / --expect "hello from upstream" --config "$tmp/proxy-mirror/nginx.conf" \
+    -- nginx -p "$tmp/proxy-mirror" -e "$tmp/proxy-mirror/error.log" -c {config}
 fi
 # nginx as the proxy-path baseline: one process, the proxy config of bench/gateway.sh.
 nginx_conf "$tmp/proxy" "upstream up { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 1000000; }

@@ -42,6 +42,12 @@ pub struct ServiceConfig {
     /// self-signed server); without it the Mozilla roots (webpki-roots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ca_file: Option<PathBuf>,
+    /// The password, read from this file instead of the URL (a Kubernetes
+    /// Secret key mounted as a file, a Docker secret); one trailing newline
+    /// is dropped. Read whenever the node builds its configuration, so a
+    /// rotated password is used after the next reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
 }
 
 fn default_pool_size() -> usize {
@@ -84,6 +90,7 @@ impl ServiceConfig {
             connect_timeout_ms: default_connect_timeout_ms(),
             checkout_timeout_ms: None,
             tls_ca_file: None,
+            password_file: None,
         };
         match url.split_once("://").map(|(scheme, _)| scheme) {
             Some("redis" | "rediss") => config.redis = Some(url.to_string()),
@@ -150,7 +157,23 @@ impl ServiceConfig {
                 problems.push(("tls_ca_file", format!("{e:#}")));
             }
         }
+        if let Err(e) = self.password() {
+            problems.push(("password_file", format!("{e:#}")));
+        }
         problems
+    }
+
+    /// The password of `password_file`, if the service has one.
+    pub fn password(&self) -> anyhow::Result<Option<String>> {
+        let Some(path) = &self.password_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let password = text.strip_suffix('\n').unwrap_or(&text);
+        let password = password.strip_suffix('\r').unwrap_or(password);
+        anyhow::ensure!(!password.is_empty(), "{} is empty", path.display());
+        Ok(Some(password.to_string()))
     }
 }
 

@@ -133,7 +133,9 @@ impl Service {
 #[derive(Default)]
 pub struct Services {
     /// By name, with the configuration each was built from.
-    built: HashMap<String, (ServiceConfig, Arc<Service>)>,
+    /// By name: the configuration and password (from `password_file`) it
+    /// was built with, and the service.
+    built: HashMap<String, (ServiceConfig, Option<String>, Arc<Service>)>,
 }
 
 impl Services {
@@ -151,23 +153,28 @@ impl Services {
     ) -> Result<Services, (String, String)> {
         let mut built = HashMap::with_capacity(configs.len());
         for config in configs {
+            let failed = |e: anyhow::Error| (config.name.clone(), format!("{e:#}"));
+            // Read each time: a rotated password is a new service.
+            let password = config.password().map_err(failed)?;
             let service = match previous.built.get(&config.name) {
-                Some((before, service)) if before == config => service.clone(),
-                _ => Arc::new(build(config).map_err(|e| (config.name.clone(), format!("{e:#}")))?),
+                Some((before, same, service)) if before == config && *same == password => {
+                    service.clone()
+                }
+                _ => Arc::new(build(config).map_err(failed)?),
             };
-            built.insert(config.name.clone(), (config.clone(), service));
+            built.insert(config.name.clone(), (config.clone(), password, service));
         }
         Ok(Services { built })
     }
 
     /// The service named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<Service>> {
-        self.built.get(name).map(|(_, service)| service)
+        self.built.get(name).map(|(_, _, service)| service)
     }
 
     /// Every service, by name, for metrics.
     pub fn all(&self) -> Vec<Arc<Service>> {
-        let mut all: Vec<Arc<Service>> = self.built.values().map(|(_, s)| s.clone()).collect();
+        let mut all: Vec<Arc<Service>> = self.built.values().map(|(_, _, s)| s.clone()).collect();
         all.sort_by(|a, b| a.name().cmp(b.name()));
         all
     }

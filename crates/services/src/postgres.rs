@@ -87,6 +87,9 @@ impl PgService {
         let (mut config, url_ca_file) =
             parse_url(url).map_err(|e| anyhow::anyhow!("`{}`: {e}", redact(url)))?;
         config.connect_timeout(service.connect_timeout());
+        if let Some(password) = service.password()? {
+            config.password(password);
+        }
         let tls = match config.get_ssl_mode() {
             SslMode::Require => {
                 let ca_file = service.tls_ca_file.clone().or(url_ca_file.map(Into::into));

@@ -108,9 +108,13 @@ impl Pool {
 impl RedisService {
     pub fn new(config: &ServiceConfig, stats: Arc<ServiceStats>) -> anyhow::Result<RedisService> {
         let url = config.redis.as_deref().unwrap_or_default();
-        let info = url
+        let mut info = url
             .into_connection_info()
             .with_context(|| format!("`{}` is not a usable Redis URL", redact(url)))?;
+        if let Some(password) = config.password()? {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
         let ca_pem = match &config.tls_ca_file {
             Some(path) => {
                 wasmgate_base::tls::read_ca_file(path)?;

@@ -214,6 +214,19 @@ async fn tls_with_scram_as_a_managed_database_requires() {
         .unwrap_err();
     assert_eq!(e.kind(), "unavailable", "{e}");
     assert!(e.to_string().contains("28P01"), "{e}");
+    // The password from a file (a mounted Secret key) instead of the URL.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("password");
+    std::fs::write(&file, "s3cret pass\n").unwrap();
+    let mut from_file = tls.clone();
+    from_file.postgres = Some(server.url().replace(":s3cret%20pass@", "@"));
+    assert!(!from_file.postgres.as_ref().unwrap().contains("s3cret"));
+    from_file.password_file = Some(file);
+    let r = pg(&service(from_file))
+        .query("select 1", &[], None)
+        .await
+        .unwrap();
+    assert_eq!(r.rows[0][0], json!(1));
     // Without TLS the server (hostssl only) refuses the connection.
     let mut plain = tls;
     plain.postgres = Some(server.url().replace("sslmode=require", "sslmode=disable"));

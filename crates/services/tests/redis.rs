@@ -131,6 +131,39 @@ async fn down_refused_and_slow_servers_fail_clearly() {
         .await
         .unwrap();
     assert_eq!(reply_to_json(&reply), "PONG");
+    // The password from a file (a mounted Secret key), not the URL; a
+    // rotated file is a new service at the next build, the same file the
+    // same service.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("password");
+    std::fs::write(&file, "pw\n").unwrap();
+    let mut from_file = ServiceConfig::from_flag(&format!("cache={bare}")).unwrap();
+    from_file.password_file = Some(file.clone());
+    let built = Services::build(std::slice::from_ref(&from_file), &Services::new()).unwrap();
+    let reply = redis(&built.all()[0])
+        .command(&Access::default(), &args(&["PING"]), None)
+        .await
+        .unwrap();
+    assert_eq!(reply_to_json(&reply), "PONG");
+    let again = Services::build(std::slice::from_ref(&from_file), &built).unwrap();
+    assert!(Arc::ptr_eq(&again.all()[0], &built.all()[0]));
+    std::fs::write(&file, "rotated").unwrap();
+    let rotated = Services::build(std::slice::from_ref(&from_file), &built).unwrap();
+    assert!(!Arc::ptr_eq(&rotated.all()[0], &built.all()[0]));
+    let e = redis(&rotated.all()[0])
+        .command(&Access::default(), &args(&["PING"]), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "unavailable", "the server still wants `pw`: {e}");
+    std::fs::remove_file(&file).unwrap();
+    let Err(gone) = Services::build(std::slice::from_ref(&from_file), &built) else {
+        panic!("a password file that is gone was accepted");
+    };
+    assert!(gone.1.contains("cannot read"), "{gone:?}");
+    assert!(from_file
+        .check()
+        .iter()
+        .any(|(field, _)| *field == "password_file"));
     // A command that runs past the timeout.
     let slow = "local t = redis.call('TIME'); local s = t[1] + 1; \
                 while tonumber(redis.call('TIME')[1]) <= s do end return 1";
