@@ -78,6 +78,20 @@ fn push(args: PushArgs) -> Result<ExitCode> {
         eprintln!("{}: {e}\nnothing was pushed", args.config.file().display());
         return Ok(ExitCode::FAILURE);
     }
+    // Password files likewise, as the services' URL passwords.
+    for service in &mut config.services {
+        match service.with_password_inlined() {
+            Ok(inlined) => *service = inlined,
+            Err(e) => {
+                let file = args.config.file().display();
+                eprintln!(
+                    "{file}: services[{}].password_file: {e:#}\nnothing was pushed",
+                    service.name
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
     let pushed = tokio.block_on(wasmgate_cluster::push::push(
         &config,
         &args.etcd,

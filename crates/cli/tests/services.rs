@@ -96,15 +96,25 @@ async fn an_extism_plugin_queries_postgres_and_redis_through_serve() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_grants_are_per_plugin_and_the_go_library_agrees() {
     let db = orders_db();
-    let redis = RedisServer::start();
+    // Redis's password from a file (a mounted Secret key), not the URL.
+    let redis = RedisServer::start_with(wasmgate_testkit::RedisOptions {
+        password: Some("cache-pw".into()),
+        ..Default::default()
+    });
+    let secrets = tempfile::tempdir().unwrap();
+    let password_file = secrets.path().join("redis-password");
+    std::fs::write(&password_file, "cache-pw\n").unwrap();
+    let redis_url = redis.url().replace(":cache-pw@", "@");
+    assert!(!redis_url.contains("cache-pw"), "{redis_url}");
     let ca = db.ca_cert_path().unwrap();
     let gw = GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
 admin: "{{admin}}"
+admin_writes: true
 services:
   - {{name: orders, postgres: "{}", tls_ca_file: "{}", pool_size: 4}}
-  - {{name: cache, redis: "{}"}}
+  - {{name: cache, redis: "{}", password_file: "{}"}}
 plugins:
   - {{name: rust_orders, wasm: "{{wasm:orders}}", services: [orders]}}
   - {{name: go_orders, wasm: "{{wasm:go_orders}}", services: [orders, cache]}}
@@ -114,7 +124,8 @@ routes:
 "#,
         db.url(),
         ca.display(),
-        redis.url()
+        redis_url,
+        password_file.display()
     ));
     let c = client();
     let order = r#"{"customer": "c-1", "total": "9.99", "items": ["x"]}"#;
@@ -206,6 +217,26 @@ routes:
     let services = send(&c, "GET", &gw.admin_url("/services/orders"), &[], "").await;
     assert!(!services.text().contains("app-pw"), "{}", services.text());
     assert!(services.text().contains("***"), "{}", services.text());
+    // A password_file is the operator's to name: through the admin API it
+    // would send a file of the node to a host the writer chose.
+    let sneaky = json!({"redis": "redis://127.0.0.1:1/0", "password_file": password_file});
+    let put = send(
+        &c,
+        "PUT",
+        &gw.admin_url("/services/sneaky"),
+        &[
+            ("x-wasmgate-admin", "1"),
+            ("content-type", "application/json"),
+        ],
+        sneaky.to_string(),
+    )
+    .await;
+    assert!(put.status >= 400, "{}", put.text());
+    assert!(
+        put.text().contains("password_file is read only"),
+        "{}",
+        put.text()
+    );
 }
 
 #[test]

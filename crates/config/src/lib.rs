@@ -179,7 +179,8 @@ impl GatewayConfig {
     }
 
     /// Reads `path` as it is written: no admin changes, no checks. Its
-    /// plugins are marked as the operator's (`from_operator_file`).
+    /// plugins and services are marked as the operator's
+    /// (`from_operator_file`, `from_operator`).
     pub fn read_file(path: &Path) -> Result<GatewayConfig, ConfigErrors> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigErrors::one(path, String::new(), format!("cannot read: {e}")))?;
@@ -197,6 +198,9 @@ impl GatewayConfig {
         };
         for plugin in &mut config.plugins {
             plugin.from_operator_file = true;
+        }
+        for service in &mut config.services {
+            service.from_operator = true;
         }
         node::apply_overrides(&mut config);
         Ok(config)

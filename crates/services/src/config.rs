@@ -48,6 +48,14 @@ pub struct ServiceConfig {
     /// rotated password is used after the next reload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<PathBuf>,
+    /// Whether this entry is the operator's own (its configuration file or
+    /// a command-line flag), not the admin API's or etcd's: only such
+    /// entries may name a `password_file`, whose content goes to the
+    /// service's host (from a writer of the admin API, that would send any
+    /// file the node can read to any server). Never read or written.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub from_operator: bool,
 }
 
 fn default_pool_size() -> usize {
@@ -91,6 +99,7 @@ impl ServiceConfig {
             checkout_timeout_ms: None,
             tls_ca_file: None,
             password_file: None,
+            from_operator: true,
         };
         match url.split_once("://").map(|(scheme, _)| scheme) {
             Some("redis" | "rediss") => config.redis = Some(url.to_string()),
@@ -163,11 +172,39 @@ impl ServiceConfig {
         problems
     }
 
+    /// This entry with its `password_file`'s password written into its URL
+    /// instead, for `wasmgate config push`: the nodes read only their own
+    /// files, so a pushed service carries its password as a URL written
+    /// through the admin API does.
+    pub fn with_password_inlined(&self) -> anyhow::Result<ServiceConfig> {
+        let mut inlined = self.clone();
+        let Some(password) = self.password()? else {
+            return Ok(inlined);
+        };
+        for url in [&mut inlined.redis, &mut inlined.postgres]
+            .into_iter()
+            .flatten()
+        {
+            let mut parsed =
+                url::Url::parse(url).map_err(|e| anyhow::anyhow!("`{}`: {e}", redact(url)))?;
+            parsed
+                .set_password(Some(&password))
+                .map_err(|()| anyhow::anyhow!("`{}` cannot carry a password", redact(url)))?;
+            *url = parsed.to_string();
+        }
+        inlined.password_file = None;
+        Ok(inlined)
+    }
+
     /// The password of `password_file`, if the service has one.
     pub fn password(&self) -> anyhow::Result<Option<String>> {
         let Some(path) = &self.password_file else {
             return Ok(None);
         };
+        anyhow::ensure!(
+            self.from_operator,
+            "password_file is read only for services of the node's own configuration file: one written through the admin API or etcd would send a file of the node to the host its URL names; put the password in the URL there"
+        );
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
         let password = text.strip_suffix('\n').unwrap_or(&text);
@@ -213,6 +250,37 @@ mod tests {
         assert_eq!(
             redact("postgres://app:secret@h/db"),
             "postgres://app:***@h/db"
+        );
+    }
+
+    /// `config push` publishes a password file's password in the URL
+    /// (percent-encoded); a service that is not the operator's may not
+    /// name a file at all.
+    #[test]
+    fn password_files_are_inlined_for_push_and_refused_from_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "p@ss word\n").unwrap();
+        let mut redis = ServiceConfig::from_flag("cache=redis://127.0.0.1:6379/0").unwrap();
+        redis.password_file = Some(file.clone());
+        let inlined = redis.with_password_inlined().unwrap();
+        assert_eq!(
+            inlined.redis.as_deref(),
+            Some("redis://:p%40ss%20word@127.0.0.1:6379/0")
+        );
+        assert_eq!(inlined.password_file, None);
+        let mut pg = ServiceConfig::from_flag("db=postgres://app@127.0.0.1/app").unwrap();
+        pg.password_file = Some(file);
+        let inlined = pg.with_password_inlined().unwrap();
+        assert_eq!(
+            inlined.postgres.as_deref(),
+            Some("postgres://app:p%40ss%20word@127.0.0.1/app")
+        );
+        redis.from_operator = false;
+        let refused = redis.password().unwrap_err().to_string();
+        assert!(
+            refused.contains("read only for services of the node's own"),
+            "{refused}"
         );
     }
 }
