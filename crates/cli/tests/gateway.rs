@@ -178,16 +178,9 @@ routes:
     assert_eq!(local.text(), "from the filter");
     assert_eq!(header(&local, "x-served-by"), Some("wasmgate"));
 
-    let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.yaml");
-    std::fs::write(
-        &bad,
+    let stderr = common::check_refuses(
         "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, request_headers: {set: {\"bad name\": x}}}]\n",
-    )
-    .unwrap();
-    let out = wasmgate().args(["check", "-c"]).arg(&bad).output().unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(
         stderr.contains("routes[r].request_headers") && stderr.contains("bad name"),
         "{stderr}"
@@ -241,16 +234,9 @@ routes:
     let location = header(&moved, "location").unwrap();
     assert!(location.ends_with("/new/page?q=1"), "{location}");
 
-    let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.yaml");
-    std::fs::write(
-        &bad,
+    let stderr = common::check_refuses(
         "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, rewrite: {path: /a, replace_prefix: {from: /b, to: /c}}}]\n",
-    )
-    .unwrap();
-    let out = wasmgate().args(["check", "-c"]).arg(&bad).output().unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(stderr.contains("routes[r].rewrite"), "{stderr}");
 }
 
@@ -335,16 +321,9 @@ routes:
     let sent = r#"wasmgate_route_mirrored_total{route="all",upstream="shadow",outcome="sent"}"#;
     assert_eq!(common::gateway::metric(&c, &gw, sent).await, 1.0);
 
-    let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.yaml");
-    std::fs::write(
-        &bad,
+    let stderr = common::check_refuses(
         "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, mirror: [{upstream: nowhere}]}]\n",
-    )
-    .unwrap();
-    let out = wasmgate().args(["check", "-c"]).arg(&bad).output().unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(
         stderr.contains("routes[r].mirror:") && stderr.contains("routes[r].mirror[0].upstream"),
         "{stderr}"

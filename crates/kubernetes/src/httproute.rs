@@ -7,66 +7,38 @@ use gateway_api::httproutes::{
     HttpRoute, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
     HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParamsType,
 };
-use kube::ResourceExt;
 use wasmgate_config::PathMatch;
 
 use crate::route_view::{
-    filter_json, filter_problem, regex_escape, status_parents, BackendRef, MatchView, ParentRef,
+    filter_problem, identity, parent_refs, regex_escape, rule_view, status_parents, MatchView,
     RouteKind, RouteView, RuleView,
 };
 
 pub fn view(route: &HttpRoute) -> RouteView {
     let spec = &route.spec;
     let rules: Vec<RuleView> = (spec.rules.iter().flatten())
-        .map(|rule| RuleView {
-            matches: match rule.matches.as_deref() {
-                Some(m) if !m.is_empty() => m.iter().map(match_view).collect(),
-                _ => vec![MatchView::any()],
-            },
-            filters: rule.filters.iter().flatten().map(filter_json).collect(),
-            backends: (rule.backend_refs.iter().flatten())
-                .map(|b| BackendRef {
-                    group: b.group.clone(),
-                    kind: b.kind.clone(),
-                    name: b.name.clone(),
-                    namespace: b.namespace.clone(),
-                    port: b.port,
-                    weight: b.weight,
-                })
-                .collect(),
-        })
+        .map(|rule| rule_view!(rule, match_view))
         .collect();
-    let mut view = RouteView {
+    let unsupported = unsupported(route).or_else(|| {
+        (rules.iter().enumerate())
+            .flat_map(|(i, r)| r.filters.iter().map(move |f| (i, f)))
+            .find_map(|(i, f)| filter_problem(RouteKind::Http, i, f))
+    });
+    let (namespace, name, generation, created) = identity(&route.metadata);
+    RouteView {
         kind: RouteKind::Http,
-        namespace: route.namespace().unwrap_or_default(),
-        name: route.name_any(),
-        generation: route.metadata.generation,
-        created: (route.metadata.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second()),
+        namespace,
+        name,
+        generation,
+        created,
         hostnames: spec.hostnames.clone().unwrap_or_default(),
-        parents: (spec.parent_refs.iter().flatten())
-            .map(|p| ParentRef {
-                group: p.group.clone(),
-                kind: p.kind.clone(),
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-                section_name: p.section_name.clone(),
-                port: p.port,
-            })
-            .collect(),
+        parents: parent_refs!(spec.parent_refs),
         rules,
-        unsupported: unsupported(route),
-        status_parents: route
-            .status
-            .as_ref()
+        unsupported,
+        status_parents: (route.status.as_ref())
             .map(|s| status_parents(&s.parents))
             .unwrap_or_default(),
-    };
-    if view.unsupported.is_none() {
-        view.unsupported = (view.rules.iter().enumerate())
-            .flat_map(|(i, r)| r.filters.iter().map(move |f| (i, f)))
-            .find_map(|(i, f)| filter_problem(RouteKind::Http, i, f));
     }
-    view
 }
 
 /// What of the route's matches and backends this node cannot serve yet.

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use wasmgate_config::{PathMatch, UpstreamProtocol};
 
 /// The route kinds this node serves.
@@ -107,6 +108,63 @@ pub struct BackendRef {
     pub namespace: Option<String>,
     pub port: Option<i32>,
     pub weight: Option<i32>,
+}
+
+/// A [`RuleView`] of a rule of the generated HTTPRoute or GRPCRoute
+/// types, whose filter, backendRef and match fields have the same names
+/// but types of their own (hence a macro, not a function); `$matches`
+/// turns one match into a [`MatchView`].
+macro_rules! rule_view {
+    ($rule:expr, $matches:expr) => {
+        $crate::route_view::RuleView {
+            matches: match $rule.matches.as_deref() {
+                Some(m) if !m.is_empty() => m.iter().map($matches).collect(),
+                _ => vec![$crate::route_view::MatchView::any()],
+            },
+            filters: ($rule.filters.iter().flatten())
+                .map($crate::route_view::filter_json)
+                .collect(),
+            backends: ($rule.backend_refs.iter().flatten())
+                .map(|b| $crate::route_view::BackendRef {
+                    group: b.group.clone(),
+                    kind: b.kind.clone(),
+                    name: b.name.clone(),
+                    namespace: b.namespace.clone(),
+                    port: b.port,
+                    weight: b.weight,
+                })
+                .collect(),
+        }
+    };
+}
+pub(crate) use rule_view;
+
+/// The [`ParentRef`]s of a generated route's `parentRefs` (same field
+/// names, types of their own).
+macro_rules! parent_refs {
+    ($refs:expr) => {
+        ($refs.iter().flatten())
+            .map(|p| $crate::route_view::ParentRef {
+                group: p.group.clone(),
+                kind: p.kind.clone(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                section_name: p.section_name.clone(),
+                port: p.port,
+            })
+            .collect()
+    };
+}
+pub(crate) use parent_refs;
+
+/// A route's namespace, name, generation and creation time (seconds).
+pub fn identity(meta: &ObjectMeta) -> (String, String, Option<i64>, i64) {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+        meta.generation,
+        (meta.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second()),
+    )
 }
 
 /// The filter types a rule of either kind may carry here.

@@ -40,6 +40,22 @@ pub fn wasmgate() -> Command {
     cmd
 }
 
+/// What `wasmgate check` says of a configuration it must refuse (`yaml`,
+/// written to a file of its own); panics when it accepts it.
+pub fn check_refuses(yaml: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("refused.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let out = wasmgate()
+        .args(["check", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "check accepted:\n{yaml}\n{stderr}");
+    stderr
+}
+
 /// A port for a child process to listen on (testkit's policy: below the
 /// ephemeral range, handed out once per process, bound-checked now).
 pub use wasmgate_testkit::free_port;
