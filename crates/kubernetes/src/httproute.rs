@@ -10,11 +10,12 @@ use gateway_api::httproutes::{
 use wasmgate_config::PathMatch;
 
 use crate::route_view::{
-    filter_problem, identity, parent_refs, regex_escape, rule_view, status_parents, MatchView,
+    filter_problem, identity, others_parents, parent_refs, regex_escape, rule_view, MatchView,
     RouteKind, RouteView, RuleView,
 };
 
-pub fn view(route: &HttpRoute) -> RouteView {
+/// `controller`: this node's (other controllers' status entries are kept).
+pub fn view(route: &HttpRoute, controller: &str) -> RouteView {
     let spec = &route.spec;
     let rules: Vec<RuleView> = (spec.rules.iter().flatten())
         .map(|rule| rule_view!(rule, match_view))
@@ -35,8 +36,8 @@ pub fn view(route: &HttpRoute) -> RouteView {
         parents: parent_refs!(spec.parent_refs),
         rules,
         unsupported,
-        status_parents: (route.status.as_ref())
-            .map(|s| status_parents(&s.parents))
+        others_parents: (route.status.as_ref())
+            .map(|s| others_parents(&s.parents, |p| &p.controller_name, controller))
             .unwrap_or_default(),
     }
 }

@@ -173,8 +173,9 @@ pub fn translate(
             listeners: listeners(g, snapshot, &mut out.certificates),
         })
         .collect();
-    let routes = (snapshot.routes.iter().map(crate::httproute::view))
-        .chain(snapshot.grpc_routes.iter().map(crate::grpcroute::view));
+    let routes = (snapshot.routes.iter())
+        .map(|r| crate::httproute::view(r, controller))
+        .chain((snapshot.grpc_routes.iter()).map(|r| crate::grpcroute::view(r, controller)));
     let mut attached: HashMap<(String, String, String), i32> = HashMap::new();
     let mut served = Vec::new();
     for route in routes {
@@ -222,13 +223,9 @@ pub fn translate(
         for parent in &mut parents {
             parent.conditions.push(resolved_refs.clone());
         }
-        let others = (route.status_parents.iter())
-            .filter(|p| p["controllerName"] != controller)
-            .cloned()
-            .collect();
         out.route_status.insert(
             (route.kind, route.namespace, route.name),
-            (route.generation, parents, others),
+            (route.generation, parents, route.others_parents),
         );
     }
     served.sort_by(|a: &Ranked, b: &Ranked| a.rank.cmp(&b.rank));
