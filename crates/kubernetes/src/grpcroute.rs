@@ -11,37 +11,11 @@ use gateway_api::grpcroutes::{
 };
 use wasmgate_config::PathMatch;
 
-use crate::route_view::{
-    filter_problem, identity, others_parents, parent_refs, regex_escape, rule_view, MatchView,
-    RouteKind, RouteView, RuleView,
-};
+use crate::route_view::{regex_escape, route_view, MatchView, RouteKind, RouteView};
 
 /// `controller`: this node's (other controllers' status entries are kept).
 pub fn view(route: &GrpcRoute, controller: &str) -> RouteView {
-    let spec = &route.spec;
-    let rules: Vec<RuleView> = (spec.rules.iter().flatten())
-        .map(|rule| rule_view!(rule, match_view))
-        .collect();
-    let unsupported = unsupported(route).or_else(|| {
-        (rules.iter().enumerate())
-            .flat_map(|(i, r)| r.filters.iter().map(move |f| (i, f)))
-            .find_map(|(i, f)| filter_problem(RouteKind::Grpc, i, f))
-    });
-    let (namespace, name, generation, created) = identity(&route.metadata);
-    RouteView {
-        kind: RouteKind::Grpc,
-        namespace,
-        name,
-        generation,
-        created,
-        hostnames: spec.hostnames.clone().unwrap_or_default(),
-        parents: parent_refs!(spec.parent_refs),
-        rules,
-        unsupported,
-        others_parents: (route.status.as_ref())
-            .map(|s| others_parents(&s.parents, |p| &p.controller_name, controller))
-            .unwrap_or_default(),
-    }
+    route_view!(route, RouteKind::Grpc, match_view, unsupported, controller)
 }
 
 fn unsupported(route: &GrpcRoute) -> Option<String> {

@@ -111,52 +111,79 @@ pub struct BackendRef {
     pub weight: Option<i32>,
 }
 
-/// A [`RuleView`] of a rule of the generated HTTPRoute or GRPCRoute
-/// types, whose filter, backendRef and match fields have the same names
-/// but types of their own (hence a macro, not a function); `$matches`
-/// turns one match into a [`MatchView`].
-macro_rules! rule_view {
-    ($rule:expr, $matches:expr) => {
-        $crate::route_view::RuleView {
-            matches: match $rule.matches.as_deref() {
-                Some(m) if !m.is_empty() => m.iter().map($matches).collect(),
-                _ => vec![$crate::route_view::MatchView::any()],
-            },
-            filters: ($rule.filters.iter().flatten())
-                .map($crate::route_view::filter_json)
-                .collect(),
-            backends: ($rule.backend_refs.iter().flatten())
-                .map(|b| $crate::route_view::BackendRef {
-                    group: b.group.clone(),
-                    kind: b.kind.clone(),
-                    name: b.name.clone(),
-                    namespace: b.namespace.clone(),
-                    port: b.port,
-                    weight: b.weight,
+/// The [`RouteView`] of a generated HTTPRoute or GRPCRoute (`$route`) of
+/// kind `$kind`: the two types have the same field names but types of
+/// their own (hence a macro, not a function). `$matches` turns one match
+/// into a [`MatchView`]; `$unsupported` finds what of the route's own
+/// fields this node cannot serve; `$controller` is this node's.
+macro_rules! route_view {
+    ($route:expr, $kind:expr, $matches:expr, $unsupported:expr, $controller:expr) => {{
+        use $crate::route_view::{BackendRef, MatchView, ParentRef, RouteView, RuleView};
+        let route = $route;
+        let spec = &route.spec;
+        let rules: Vec<RuleView> = (spec.rules.iter().flatten())
+            .map(|rule| RuleView {
+                matches: match rule.matches.as_deref() {
+                    Some(m) if !m.is_empty() => m.iter().map($matches).collect(),
+                    _ => vec![MatchView::any()],
+                },
+                filters: (rule.filters.iter().flatten())
+                    .map($crate::route_view::filter_json)
+                    .collect(),
+                backends: (rule.backend_refs.iter().flatten())
+                    .map(|b| BackendRef {
+                        group: b.group.clone(),
+                        kind: b.kind.clone(),
+                        name: b.name.clone(),
+                        namespace: b.namespace.clone(),
+                        port: b.port,
+                        weight: b.weight,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let unsupported =
+            $unsupported(route).or_else(|| $crate::route_view::first_filter_problem($kind, &rules));
+        let (namespace, name, generation, created) = $crate::route_view::identity(&route.metadata);
+        RouteView {
+            kind: $kind,
+            namespace,
+            name,
+            generation,
+            created,
+            hostnames: spec.hostnames.clone().unwrap_or_default(),
+            parents: (spec.parent_refs.iter().flatten())
+                .map(|p| ParentRef {
+                    group: p.group.clone(),
+                    kind: p.kind.clone(),
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    section_name: p.section_name.clone(),
+                    port: p.port,
                 })
                 .collect(),
+            rules,
+            unsupported,
+            others_parents: (route.status.as_ref())
+                .map(|s| {
+                    $crate::route_view::others_parents(
+                        &s.parents,
+                        |p| &p.controller_name,
+                        $controller,
+                    )
+                })
+                .unwrap_or_default(),
         }
-    };
+    }};
 }
-pub(crate) use rule_view;
+pub(crate) use route_view;
 
-/// The [`ParentRef`]s of a generated route's `parentRefs` (same field
-/// names, types of their own).
-macro_rules! parent_refs {
-    ($refs:expr) => {
-        ($refs.iter().flatten())
-            .map(|p| $crate::route_view::ParentRef {
-                group: p.group.clone(),
-                kind: p.kind.clone(),
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-                section_name: p.section_name.clone(),
-                port: p.port,
-            })
-            .collect()
-    };
+/// The first filter of `rules` this node does not serve, said as a reason.
+pub fn first_filter_problem(kind: RouteKind, rules: &[RuleView]) -> Option<String> {
+    (rules.iter().enumerate())
+        .flat_map(|(i, r)| r.filters.iter().map(move |f| (i, f)))
+        .find_map(|(i, f)| filter_problem(kind, i, f))
 }
-pub(crate) use parent_refs;
 
 /// A route's namespace, name, generation and creation time (seconds).
 pub fn identity(meta: &ObjectMeta) -> (String, String, Option<i64>, i64) {
