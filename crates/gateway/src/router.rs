@@ -1,5 +1,5 @@
 //! Route matching: host (exact or `*.` wildcard), path (exact, prefix or
-//! regex), method and headers. The first route in listing order that matches
+//! regex), method, headers, query parameters and scheme. The first route in listing order that matches
 //! wins, so specific routes go first. [`RouteIndex`] finds it without
 //! walking the list: hosts and paths narrow the candidates, then the earliest
 //! candidate that matches in full is the answer, the same one a walk finds.
