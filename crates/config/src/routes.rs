@@ -36,6 +36,10 @@ pub struct RouteConfig {
     /// {scheme: https}}` sends plain requests to HTTPS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheme: Option<Scheme>,
+    /// Only requests that came to a listener of this node on one of these
+    /// local ports; empty matches every listener.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
     /// The route's filter chain.
     #[serde(default)]
     pub plugins: Vec<FilterRef>,

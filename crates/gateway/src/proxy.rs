@@ -114,6 +114,7 @@ impl Gateway {
                     method: &parts.method,
                     headers: &parts.headers,
                     tls: connection.tls.is_some(),
+                    port: connection.local.port(),
                 },
             )
             .map(|i| &self.routes[i]);

@@ -1,5 +1,5 @@
 //! Route matching: host (exact or `*.` wildcard), path (exact, prefix or
-//! regex), method, headers, query parameters and scheme. The first route in listing order that matches
+//! regex), method, headers, query parameters, scheme and the listener's port. The first route in listing order that matches
 //! wins, so specific routes go first. [`RouteIndex`] finds it without
 //! walking the list: hosts and paths narrow the candidates, then the earliest
 //! candidate that matches in full is the answer, the same one a walk finds.
@@ -21,6 +21,8 @@ pub struct RouteMatcher {
     /// `Some(true)`: only requests that came over TLS; `Some(false)`: only
     /// plain ones (`scheme:`).
     tls: Option<bool>,
+    /// The node's local ports it is served on (`ports:`); empty: any.
+    ports: Vec<u16>,
 }
 
 /// What a route is matched against.
@@ -34,6 +36,8 @@ pub struct RouteInput<'a> {
     pub headers: &'a HeaderMap,
     /// Whether it came on a TLS connection (`https`).
     pub tls: bool,
+    /// The local port of the listener it came on.
+    pub port: u16,
 }
 
 enum HostPattern {
@@ -85,6 +89,7 @@ impl RouteMatcher {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             tls: route.scheme.map(|s| s == wasmgate_config::Scheme::Https),
+            ports: route.ports.clone(),
         }
     }
 
@@ -96,6 +101,7 @@ impl RouteMatcher {
             method,
             headers,
             tls,
+            port,
         } = *request;
         let host_ok = self.hosts.is_empty()
             || self.hosts.iter().any(|pattern| match pattern {
@@ -113,6 +119,7 @@ impl RouteMatcher {
         host_ok
             && path_ok
             && self.tls.is_none_or(|wanted| wanted == tls)
+            && (self.ports.is_empty() || self.ports.contains(&port))
             && (self.methods.is_empty() || self.methods.contains(method))
             && self.headers.iter().all(|(name, value)| {
                 headers
@@ -292,6 +299,7 @@ mod tests {
             method,
             headers,
             tls: false,
+            port: 80,
         }
     }
 
@@ -336,6 +344,14 @@ mod tests {
         let r = route("    scheme: https\n");
         assert!(!r.matches(&plain));
         assert!(r.matches(&RouteInput { tls: true, ..plain }));
+
+        // The listener's local port.
+        let r = route("    ports: [8080, 8443]\n");
+        assert!(!r.matches(&plain), "port 80 is not one of them");
+        assert!(r.matches(&RouteInput {
+            port: 8443,
+            ..plain
+        }));
 
         // Query parameters, decoded, each with its exact value.
         let r = route("    query: {tier: gold, q: 'a b'}\n");
