@@ -756,3 +756,193 @@ async fn https_listeners_use_tls_secrets_and_grpc_routes_reach_grpc_services() {
     .await;
     assert_eq!(run.report["code"], "NOT_FOUND", "{}", run.report);
 }
+
+/// Gateway listener ports map to the node's own listeners
+/// (`kubernetes.ports`): each route answers only on the node port of the
+/// listener it attached to, and an unmapped port is refused in the
+/// listener's status. An `ExtensionRef` filter runs a WasmPlugin on its
+/// rule alone; that WasmPlugin's module comes from a private registry (TLS
+/// with a private CA, htpasswd) with the credentials of its
+/// `imagePullSecret`, and waits for that Secret if it is not there yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_ports_extension_refs_and_pull_secrets() {
+    use k8s_openapi::api::core::v1::Secret;
+    use wasmgate_testkit::pki::{KeyType, Pki};
+    use wasmgate_testkit::{RegistryAuth, RegistryOptions, RegistryServer};
+
+    // A port map names the node's own listeners.
+    let refused = common::check_refuses(
+        "listen: 127.0.0.1:18080\nconfig: {kubernetes: {ports: {80: 18081}}}\n",
+    );
+    assert!(
+        refused.contains("config.kubernetes.ports.80")
+            && refused.contains("no listener on port 18081"),
+        "{refused}"
+    );
+
+    let cluster = Cluster::start().await;
+    let k = cluster.k.clone();
+    let app = Upstream::start_on("app", &interface_ip()).await;
+    service(&k, "app", &[&app]).await;
+    let pki = Pki::new("registry CA");
+    let registry = RegistryServer::start_with(RegistryOptions {
+        auth: RegistryAuth::Htpasswd {
+            user: "ci".into(),
+            password: "s3cret-pass".into(),
+        },
+        tls: Some((
+            pki.server(&["IP:127.0.0.1"], KeyType::EcdsaP256, 2, 1),
+            pki.ca.clone(),
+        )),
+    });
+    let host = registry.host();
+    registry.push_higress_image("filters/add-header:1", &common::plugin("add_header"), "f");
+
+    create::<Gateway>(
+        &k,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "ports"},
+            "spec": {"gatewayClassName": "wasmgate", "listeners": [
+                {"name": "web", "port": 80, "protocol": "HTTP"},
+                {"name": "internal", "port": 8080, "protocol": "HTTP"},
+                {"name": "odd", "port": 9000, "protocol": "HTTP"}]}
+        }),
+    )
+    .await;
+    let extension = json!([{"type": "ExtensionRef",
+        "extensionRef": {"group": "wasmgate.io", "kind": "WasmPlugin", "name": "private"}}]);
+    for (name, section, filters) in [
+        ("public", "web", json!([])),
+        ("internal", "internal", json!([])),
+        ("filtered", "web", extension),
+    ] {
+        let mut r = route(
+            name,
+            json!([{"matches": [{"path": {"type": "PathPrefix", "value": format!("/{name}")}}],
+                    "filters": filters, "backendRefs": [{"name": "app", "port": 80}]}]),
+        );
+        r["spec"]["parentRefs"] = json!([{"name": "ports", "sectionName": section}]);
+        create::<HttpRoute>(&k, r).await;
+    }
+    create::<WasmPlugin>(
+        &k,
+        json!({
+            "apiVersion": "wasmgate.io/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": "private"},
+            "spec": {"url": format!("oci://{host}/filters/add-header:1"), "imagePullSecret": "regcred",
+                     "defaultConfig": {"from": "the registry"}}
+        }),
+    )
+    .await;
+
+    let (web, internal) = (common::free_port(), common::free_port());
+    let gw = cluster.node_as(
+        &cluster.dir.path().join("kubeconfig"),
+        &format!(
+            ", ports: {{80: {web}, 8080: {internal}}}, registry: {{ca_file: \"{}\"}}",
+            pki.ca.display()
+        ),
+        &format!(
+            "listeners: [{{address: \"127.0.0.1:{web}\"}}, {{address: \"127.0.0.1:{internal}\"}}]\n"
+        ),
+    );
+    let c = client();
+    let get = |port: u16, path: &'static str| {
+        let c = c.clone();
+        async move {
+            send(
+                &c,
+                "GET",
+                &format!("http://127.0.0.1:{port}{path}"),
+                &[],
+                "",
+            )
+            .await
+        }
+    };
+    until(
+        "the public route is served on the web listener's port",
+        || async { get(web, "/public").await.status == 200 },
+    )
+    .await;
+    assert_eq!(get(internal, "/public").await.status, 404);
+    assert_eq!(get(internal, "/internal").await.status, 200);
+    assert_eq!(get(web, "/internal").await.status, 404);
+    assert_eq!(
+        get(gw.port, "/public").await.status,
+        404,
+        "no Gateway port maps to `listen`"
+    );
+    let gateways: Api<Gateway> = Api::default_namespaced(k.clone());
+    until("the unmapped listener says PortUnavailable", || async {
+        let g = serde_json::to_value(gateways.get("ports").await.unwrap()).unwrap();
+        let odd = (g["status"]["listeners"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+        .into_iter()
+        .find(|l| l["name"] == "odd");
+        odd.is_some_and(|l| {
+            l["conditions"][0]["reason"] == "PortUnavailable" && l["attachedRoutes"] == 0
+        })
+    })
+    .await;
+
+    // The pull Secret is not there yet: the rule that names the plugin
+    // fails closed, saying why; the others are served without it.
+    until(
+        "the rule naming the unpullable plugin answers 500",
+        || async { get(web, "/filtered").await.status == 500 },
+    )
+    .await;
+    let plugins: Api<WasmPlugin> = Api::default_namespaced(k.clone());
+    let accepted = || async {
+        let p = serde_json::to_value(plugins.get("private").await.unwrap()).unwrap();
+        p["status"]["conditions"][0].clone()
+    };
+    until(
+        "the WasmPlugin's status names the missing Secret",
+        || async {
+            let c = accepted().await;
+            c["status"] == "False" && c["message"].as_str().is_some_and(|m| m.contains("regcred"))
+        },
+    )
+    .await;
+    let public = get(web, "/public").await;
+    assert_eq!(
+        (public.status, header(&public, "x-seen-path")),
+        (200, String::new())
+    );
+
+    create::<Secret>(
+        &k,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+               "type": "kubernetes.io/dockerconfigjson",
+               "stringData": {".dockerconfigjson": json!({"auths": {&host: {"username": "ci", "password": "s3cret-pass"}}}).to_string()}}),
+    )
+    .await;
+    until(
+        "the plugin, pulled with the Secret's credentials, runs on its rule",
+        || async { header(&get(web, "/filtered/x").await, "x-seen-path") == "/filtered/x" },
+    )
+    .await;
+    let public = get(web, "/public").await;
+    assert_eq!(
+        (public.status, header(&public, "x-seen-path")),
+        (200, String::new()),
+        "a WasmPlugin an ExtensionRef names runs only there"
+    );
+    until(
+        "the WasmPlugin's status says it runs on one route",
+        || async {
+            let p = serde_json::to_value(plugins.get("private").await.unwrap()).unwrap();
+            p["status"]["conditions"][0]["status"] == "True" && p["status"]["attachedRoutes"] == 1
+        },
+    )
+    .await;
+    assert!(
+        !gw.logs().contains("s3cret-pass"),
+        "the password is never logged"
+    );
+}

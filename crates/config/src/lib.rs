@@ -245,7 +245,11 @@ impl GatewayConfig {
             &mut problem,
         );
         if let Some(source) = &self.config {
-            source.check(&mut problem);
+            let local_ports: Vec<u16> = (self.all_listeners().iter())
+                .filter_map(|l| l.address.parse::<std::net::SocketAddr>().ok())
+                .map(|a| a.port())
+                .collect();
+            source.check(&local_ports, &mut problem);
         }
         tls::check(
             self.config.is_some(),

@@ -2,6 +2,7 @@
 //! token, the configuration source (a file or etcd), and its limits. In
 //! cluster mode these stay in each node's file; everything else is shared.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use schemars::JsonSchema;
@@ -55,6 +56,20 @@ pub struct KubernetesSource {
     /// else `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_namespace: Option<String>,
+    /// Gateway listener port -> the local port of this node's listener that
+    /// serves it (`{80: 8080, 443: 8443}`): a route attached to a Gateway
+    /// listener is served only on the node listener its port maps to, and
+    /// a Gateway listener whose port is not here is refused in its status
+    /// (`PortUnavailable`). Empty: every Gateway listener is served on
+    /// every node listener of its scheme, whatever its port.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ports: BTreeMap<u16, u16>,
+    /// How WasmPlugins' `oci://` modules are pulled: a private CA, plain
+    /// HTTP for a registry inside the cluster, limits. Credentials come
+    /// from each WasmPlugin's `imagePullSecret`, else from these, else from
+    /// the node's Docker config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<crate::RegistryConfig>,
 }
 
 fn default_controller_name() -> String {
@@ -62,8 +77,21 @@ fn default_controller_name() -> String {
 }
 
 impl ConfigSource {
-    /// `config` names exactly one source.
-    pub(crate) fn check(&self, problem: &mut dyn FnMut(String, String)) {
+    /// `config` names exactly one source; a Kubernetes source's `ports` map
+    /// to ports this node listens on (`local_ports`).
+    pub(crate) fn check(&self, local_ports: &[u16], problem: &mut dyn FnMut(String, String)) {
+        if let Some(k) = &self.kubernetes {
+            for (gateway_port, local) in &k.ports {
+                if !local_ports.contains(local) {
+                    problem(
+                        format!("config.kubernetes.ports.{gateway_port}"),
+                        format!(
+                            "this node has no listener on port {local} (`listen`, `listeners`)"
+                        ),
+                    );
+                }
+            }
+        }
         match (self.etcd.is_empty(), &self.kubernetes) {
             (true, None) => problem(
                 "config".into(),

@@ -15,6 +15,7 @@ mod httproute;
 mod leader;
 mod listeners;
 mod plugins;
+mod pull_secrets;
 mod route_view;
 mod status;
 mod store;

@@ -10,6 +10,7 @@
 //! certificates become the node's `certificates`, chosen per handshake by
 //! SNI (the listener's `hostname`, else the certificate's own names).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use gateway_api::gateways::{Gateway, GatewayListeners, GatewayListenersTlsMode};
@@ -26,6 +27,9 @@ pub struct ListenerState<'a> {
     pub spec: &'a GatewayListeners,
     /// How its routes are reached; None when this node does not serve it.
     pub scheme: Option<Scheme>,
+    /// The node's local port it is served on (`kubernetes.ports`); None:
+    /// every node listener of its scheme.
+    pub node_port: Option<u16>,
     /// The route kinds it takes (its `allowedRoutes.kinds` that are served).
     pub kinds: Vec<RouteKind>,
     pub conditions: Vec<Condition>,
@@ -42,6 +46,7 @@ impl ListenerState<'_> {
 pub fn listeners<'a>(
     gateway: &'a Gateway,
     snapshot: &Snapshot,
+    ports: &BTreeMap<u16, (u16, Scheme)>,
     certificates: &mut Vec<CertificateConfig>,
 ) -> Vec<ListenerState<'a>> {
     let namespace = gateway.namespace().unwrap_or_default();
@@ -56,9 +61,12 @@ pub fn listeners<'a>(
             let mut state = ListenerState {
                 spec,
                 scheme,
+                node_port: None,
                 kinds,
                 conditions: Vec::new(),
             };
+            let port = u16::try_from(spec.port).unwrap_or(0);
+            let mapped = ports.get(&port);
             let accepted = match scheme {
                 None => Condition::no(
                     "Accepted",
@@ -73,8 +81,31 @@ pub fn listeners<'a>(
                     "UnsupportedValue",
                     "an HTTPS listener terminates TLS: tls.mode Passthrough is for TLS listeners, which wasmgate does not serve",
                 ),
+                Some(_) if !ports.is_empty() && mapped.is_none() => Condition::no(
+                    "Accepted",
+                    "PortUnavailable",
+                    format!(
+                        "port {port} is not one this node serves (its kubernetes.ports map {})",
+                        ports.keys().map(u16::to_string).collect::<Vec<_>>().join(", ")
+                    ),
+                ),
+                Some(wanted) if mapped.is_some_and(|(_, s)| *s != wanted) => Condition::no(
+                    "Accepted",
+                    "PortUnavailable",
+                    format!(
+                        "port {port} maps to the node's {} listener on port {}, not an {} one",
+                        scheme_name(mapped.expect("mapped").1),
+                        mapped.expect("mapped").0,
+                        scheme_name(wanted)
+                    ),
+                ),
                 Some(_) => Condition::yes("Accepted", "Accepted", "served by wasmgate"),
             };
+            state.node_port = mapped.map(|(local, _)| *local);
+            if !accepted.ok {
+                // Routes do not attach to a listener this node does not serve.
+                state.scheme = None;
+            }
             let mut resolved = if kinds_ok {
                 Condition::yes("ResolvedRefs", "ResolvedRefs", "every reference resolved")
             } else {
@@ -99,6 +130,13 @@ pub fn listeners<'a>(
             state
         })
         .collect()
+}
+
+fn scheme_name(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::Http => "HTTP",
+        Scheme::Https => "HTTPS",
+    }
 }
 
 fn passthrough(spec: &GatewayListeners) -> bool {

@@ -15,8 +15,9 @@ use std::path::PathBuf;
 
 use kube::ResourceExt;
 use serde_json::Value;
-use wasmgate_config::{FilterRef, PluginConfig};
+use wasmgate_config::{FilterRef, PluginConfig, RegistryConfig};
 
+use crate::pull_secrets::Pulls;
 use crate::route_view::RouteKind;
 use crate::translate::{host_matches, GROUP};
 use crate::wasmplugin::{FailStrategy, ImagePullPolicy, Phase, WasmPlugin};
@@ -29,21 +30,27 @@ pub struct WasmPlugins<'a> {
 struct Entry<'a> {
     resource: &'a WasmPlugin,
     namespace: String,
+    /// Whether a route's `ExtensionRef` filter names it: then, without
+    /// `targetRefs`, it runs only where it is named.
+    named: bool,
     /// The plugin's name in the node's configuration.
     plugin: String,
     /// Why it is not loaded, if it is not.
     broken: Option<String>,
+    /// How its `oci://` module is pulled.
+    registry: Option<RegistryConfig>,
 }
 
 /// Where a route sits: the HTTPRoute or GRPCRoute it came from, the
-/// Gateways that accepted it, and the one host it is served for (None:
-/// any).
+/// Gateways that accepted it, the one host it is served for (None: any),
+/// and the WasmPlugins its rule names in `ExtensionRef` filters.
 pub struct RouteContext<'a> {
     pub kind: RouteKind,
     pub namespace: &'a str,
     pub name: &'a str,
     pub gateways: &'a [(String, String)],
     pub host: Option<&'a str>,
+    pub named: &'a [&'a str],
 }
 
 /// The name a WasmPlugin's plugin has in the node's configuration.
@@ -52,21 +59,34 @@ pub fn plugin_name(namespace: &str, name: &str) -> String {
 }
 
 impl<'a> WasmPlugins<'a> {
-    /// `broken`: plugins (by their node name) that did not load, and why.
-    pub fn new(resources: &'a [WasmPlugin], broken: &BTreeMap<String, String>) -> Self {
+    /// `broken`: plugins (by their node name) that did not load, and why;
+    /// `named`: (namespace, name) of those some route's `ExtensionRef`
+    /// filter names.
+    pub fn new(
+        resources: &'a [WasmPlugin],
+        broken: &BTreeMap<String, String>,
+        named: &BTreeSet<(String, String)>,
+        pulls: &Pulls,
+    ) -> Self {
         let mut entries: Vec<Entry> = (resources.iter())
             .map(|resource| {
                 let namespace = resource.namespace().unwrap_or_default();
+                let named = named.contains(&(namespace.clone(), resource.name_any()));
                 let plugin = plugin_name(&namespace, &resource.name_any());
-                let broken = broken
-                    .get(&plugin)
-                    .cloned()
-                    .or_else(|| spec_problem(resource));
+                let (registry, secret_problem) = match pulls.registry(resource) {
+                    Ok(registry) => (registry, None),
+                    Err(why) => (None, Some(why)),
+                };
+                let broken = (broken.get(&plugin).cloned())
+                    .or_else(|| spec_problem(resource))
+                    .or(secret_problem);
                 Entry {
                     resource,
                     namespace,
+                    named,
                     plugin,
                     broken,
+                    registry,
                 }
             })
             .collect();
@@ -80,6 +100,11 @@ impl<'a> WasmPlugins<'a> {
             )
         });
         WasmPlugins { entries }
+    }
+
+    /// Whether a WasmPlugin of this namespace and name exists.
+    pub fn exists(&self, namespace: &str, name: &str) -> bool {
+        (self.entries.iter()).any(|e| e.namespace == namespace && e.resource.name_any() == name)
     }
 
     /// The plugins to load: every resource that is not known broken.
@@ -151,12 +176,18 @@ impl<'a> WasmPlugins<'a> {
 }
 
 impl Entry<'_> {
-    /// Whether the route is one this plugin may run on: one of its
-    /// targets', else one of a Gateway in the plugin's namespace.
+    /// Whether the route is one this plugin may run on: its rule names it
+    /// (`ExtensionRef`), or it is one of its targets', else (when no
+    /// route names it) one of a Gateway in the plugin's namespace.
     fn in_scope(&self, route: &RouteContext) -> bool {
+        if route.namespace == self.namespace
+            && route.named.contains(&self.resource.name_any().as_str())
+        {
+            return true;
+        }
         let targets = &self.resource.spec.target_refs;
         if targets.is_empty() {
-            return route.gateways.iter().any(|(ns, _)| *ns == self.namespace);
+            return !self.named && route.gateways.iter().any(|(ns, _)| *ns == self.namespace);
         }
         targets.iter().any(|t| {
             let group_ok = t.group.as_deref().is_none_or(|g| g == GROUP);
@@ -241,6 +272,7 @@ fn plugin_config(e: &Entry) -> PluginConfig {
         Some(FailStrategy::Close) | None => wasmgate_config::FailStrategy::Closed,
     };
     config.services = spec.services.clone();
+    config.registry = e.registry.clone();
     config
 }
 
@@ -248,6 +280,13 @@ fn plugin_config(e: &Entry) -> PluginConfig {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn no_pulls() -> Pulls<'static> {
+        Pulls {
+            defaults: None,
+            secrets: &[],
+        }
+    }
 
     fn wp(name: &str, spec: serde_json::Value) -> WasmPlugin {
         serde_json::from_value(json!({
@@ -269,6 +308,7 @@ mod tests {
             name,
             gateways: gws,
             host,
+            named: &[],
         }
     }
 
@@ -292,7 +332,7 @@ mod tests {
             ),
             wp("early", json!({"url": "/p/e.wasm", "priority": 50})),
         ];
-        let set = WasmPlugins::new(&all, &BTreeMap::new());
+        let set = WasmPlugins::new(&all, &BTreeMap::new(), &BTreeSet::new(), &no_pulls());
         let gws = [("gw".to_string(), "edge".to_string())];
         let (chain, _) = set.chain(&at("shop", "orders", &gws, None)).unwrap();
         let names: Vec<&str> = chain.iter().map(|f| f.plugin.as_str()).collect();
@@ -332,14 +372,14 @@ mod tests {
                 json!({"url": "ftp://x/y.wasm", "failStrategy": "FAIL_OPEN"}),
             ),
         ];
-        let set = WasmPlugins::new(&all, &BTreeMap::new());
+        let set = WasmPlugins::new(&all, &BTreeMap::new(), &BTreeSet::new(), &no_pulls());
         assert_eq!(set.configs().len(), 1, "the ftp:// one is broken");
         let gws = [("gw".to_string(), "edge".to_string())];
         let (chain, _) = set.chain(&at("gw", "a", &gws, None)).unwrap();
         assert_eq!(chain.len(), 1);
         assert!(set.chain(&at("gw", "b", &gws, None)).unwrap().0.is_empty());
         let broken = BTreeMap::from([("wp.gw.only".to_string(), "pull refused".to_string())]);
-        let set = WasmPlugins::new(&all, &broken);
+        let set = WasmPlugins::new(&all, &broken, &BTreeSet::new(), &no_pulls());
         let err = set.chain(&at("gw", "a", &gws, None)).unwrap_err();
         assert!(
             err.contains("pull refused") && err.contains("gw/only"),

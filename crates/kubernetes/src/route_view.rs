@@ -212,13 +212,37 @@ pub fn filter_problem(kind: RouteKind, i: usize, filter: &serde_json::Value) -> 
             "RequestMirror",
         ],
     };
+    if name == "ExtensionRef" {
+        let r = &filter["extensionRef"];
+        let (group, kind) = (
+            r["group"].as_str().unwrap_or(""),
+            r["kind"].as_str().unwrap_or(""),
+        );
+        if (group, kind) != (crate::wasmplugin::GROUP, "WasmPlugin") {
+            return Some(format!(
+                "rules[{i}].filters: an ExtensionRef to {group}/{kind}: wasmgate's is to a WasmPlugin ({}/WasmPlugin)",
+                crate::wasmplugin::GROUP
+            ));
+        }
+        return None;
+    }
     if !supported.contains(&name) {
         return Some(format!(
-            "rules[{i}].filters: {name} is not supported by wasmgate yet ({} are; WasmPlugins attach filters)",
+            "rules[{i}].filters: {name} is not supported by wasmgate yet ({}, and ExtensionRef to a WasmPlugin, are)",
             supported.join(", ")
         ));
     }
     None
+}
+
+impl RuleView {
+    /// The WasmPlugins (of the route's namespace) its `ExtensionRef`
+    /// filters name.
+    pub fn extension_plugins(&self) -> impl Iterator<Item = &str> {
+        (self.filters.iter())
+            .filter(|f| f["type"] == "ExtensionRef")
+            .filter_map(|f| f["extensionRef"]["name"].as_str())
+    }
 }
 
 /// Characters a regular expression must escape to match them as text.

@@ -25,12 +25,13 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use wasmgate_config::{GatewayConfig, KubernetesSource};
+use wasmgate_config::{GatewayConfig, KubernetesSource, Scheme};
 use wasmgate_gateway::config_store::{ConfigStore, EditError, StoreFuture};
 use wasmgate_gateway::LiveGateway;
 
+use crate::pull_secrets::DOCKER_CONFIG_JSON;
 use crate::status::{self, Written};
-use crate::translate::{translate, Snapshot, Translation};
+use crate::translate::{translate, Node, Snapshot, Translation};
 use crate::wasmplugin::WasmPlugin;
 
 /// How long a burst of changes is gathered before it is applied.
@@ -41,7 +42,8 @@ const SETTLE: Duration = Duration::from_millis(20);
 const RETRY_BROKEN: Duration = Duration::from_secs(60);
 
 pub struct KubernetesStore {
-    controller: String,
+    /// The controller name and port map the translation needs.
+    node: Node,
     local: GatewayConfig,
     live: Weak<LiveGateway>,
     client: Client,
@@ -62,6 +64,8 @@ struct Readers {
     wasmplugins: Store<WasmPlugin>,
     grants: Store<ReferenceGrant>,
     secrets: Store<Secret>,
+    /// Registry credentials of WasmPlugins (`imagePullSecret`).
+    pull_secrets: Store<Secret>,
     namespaces: Store<Namespace>,
 }
 
@@ -109,7 +113,7 @@ impl KubernetesStore {
         live: &Arc<LiveGateway>,
     ) -> Arc<KubernetesStore> {
         Arc::new(KubernetesStore {
-            controller: source.controller_name.clone(),
+            node: node(source, &local),
             local,
             live: Arc::downgrade(live),
             readers: Readers {
@@ -126,6 +130,11 @@ impl KubernetesStore {
                     Api::all(client.clone()),
                     watcher::Config::default().fields("type=kubernetes.io/tls"),
                 ),
+                // And registry credentials (WasmPlugins' imagePullSecret).
+                pull_secrets: watch_with(
+                    Api::all(client.clone()),
+                    watcher::Config::default().fields(&format!("type={DOCKER_CONFIG_JSON}")),
+                ),
                 namespaces: watch(Api::all(client.clone())),
             },
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
@@ -138,7 +147,7 @@ impl KubernetesStore {
     /// Applies every change for as long as the node lives.
     pub async fn run(self: Arc<Self>) {
         self.readers.wait_until_ready(&self.client).await;
-        tracing::info!(controller = %self.controller, "following the Kubernetes API server");
+        tracing::info!(controller = %self.node.controller, "following the Kubernetes API server");
         loop {
             let Some(live) = self.live.upgrade() else {
                 return;
@@ -167,7 +176,7 @@ impl KubernetesStore {
         let mut attempt = 0;
         let (translation, outcome) = loop {
             attempt += 1;
-            let translation = translate(&self.controller, &snapshot, &broken);
+            let translation = translate(&self.node, &snapshot, &broken);
             let config = self.config(&translation);
             let unchanged = self.state.lock().expect("state").applied.as_ref() == Some(&config);
             let outcome = if unchanged {
@@ -216,7 +225,7 @@ impl KubernetesStore {
             let generations = generations(&snapshot);
             status::write(
                 &self.client,
-                &self.controller,
+                &self.node.controller,
                 &translation,
                 &generations,
                 &mut written,
@@ -252,14 +261,45 @@ impl KubernetesStore {
     }
 }
 
-/// The spec of the WasmPlugin whose plugin is named `plugin`.
+/// The controller name, and the node's listener behind each Gateway port
+/// of `kubernetes.ports` (checked with the node file: each is one).
+fn node(source: &KubernetesSource, local: &GatewayConfig) -> Node {
+    let listeners = local.all_listeners();
+    let ports = (source.ports.iter())
+        .filter_map(|(gateway_port, port)| {
+            let listener = listeners.iter().find(|l| {
+                l.address.parse::<std::net::SocketAddr>().map(|a| a.port()) == Ok(*port)
+            })?;
+            let scheme = match listener.tls {
+                Some(_) => Scheme::Https,
+                None => Scheme::Http,
+            };
+            Some((*gateway_port, (*port, scheme)))
+        })
+        .collect();
+    Node {
+        controller: source.controller_name.clone(),
+        ports,
+        registry: source.registry.clone(),
+    }
+}
+
+/// The spec of the WasmPlugin whose plugin is named `plugin`, with the
+/// version of its pull Secret: a fixed Secret is tried at once too.
 fn spec_of(snapshot: &Snapshot, plugin: &str) -> serde_json::Value {
     (snapshot.wasmplugins.iter())
         .find(|wp| {
             crate::plugins::plugin_name(&wp.namespace().unwrap_or_default(), &wp.name_any())
                 == plugin
         })
-        .map(|wp| serde_json::to_value(&wp.spec).unwrap_or_default())
+        .map(|wp| {
+            let secret = (wp.spec.image_pull_secret.as_ref()).and_then(|name| {
+                (snapshot.pull_secrets.iter())
+                    .find(|s| s.name_any() == *name && s.namespace() == wp.namespace())
+                    .and_then(|s| s.resource_version())
+            });
+            json!({"spec": wp.spec, "pull_secret": secret})
+        })
         .unwrap_or_default()
 }
 
@@ -312,6 +352,12 @@ impl Readers {
         .await;
         optional_ready(
             client,
+            &self.pull_secrets,
+            "Secrets cannot be read (RBAC: deploy/kubernetes/rbac.yaml): WasmPlugins' imagePullSecrets are not found",
+        )
+        .await;
+        optional_ready(
+            client,
             &self.namespaces,
             "Namespaces cannot be read (RBAC: deploy/kubernetes/rbac.yaml): listeners that allow routes by namespace labels (Selector) take none",
         )
@@ -340,6 +386,7 @@ impl Readers {
             wasmplugins: all(&self.wasmplugins),
             grants: all(&self.grants),
             secrets: all(&self.secrets),
+            pull_secrets: all(&self.pull_secrets),
             namespaces: all(&self.namespaces),
         }
     }
@@ -452,14 +499,16 @@ impl ConfigStore for KubernetesStore {
     }
 
     fn cluster(&self) -> StoreFuture<'_, serde_json::Value> {
-        Box::pin(async move { json!({"source": "kubernetes", "controller_name": self.controller}) })
+        Box::pin(
+            async move { json!({"source": "kubernetes", "controller_name": self.node.controller}) },
+        )
     }
 
     fn describe(&self) -> serde_json::Value {
         let state = self.state.lock().expect("state");
         json!({
             "kubernetes": {
-                "controller_name": self.controller,
+                "controller_name": self.node.controller,
                 "passes": state.passes,
                 "routes": state.routes,
                 "rejected": state.rejected,

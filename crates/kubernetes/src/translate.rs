@@ -29,12 +29,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use wasmgate_config::{
     CertificateConfig, FixedResponse, HeaderEdits, MirrorConfig, PluginConfig, Redirect,
-    ReplacePrefix, Rewrite, RouteConfig, Scheme, UpstreamConfig,
+    RegistryConfig, ReplacePrefix, Rewrite, RouteConfig, Scheme, UpstreamConfig,
 };
 
 use crate::backends::backend;
 use crate::listeners::{listeners, ListenerState};
 use crate::plugins::{RouteContext, WasmPlugins};
+use crate::pull_secrets::Pulls;
 use crate::route_view::{BackendRef, RouteKind, RouteView, RuleView};
 use crate::wasmplugin::WasmPlugin;
 
@@ -53,6 +54,9 @@ pub struct Snapshot {
     pub secrets: Vec<Secret>,
     /// For listeners that allow routes from namespaces by label.
     pub namespaces: Vec<Namespace>,
+    /// Secrets of type kubernetes.io/dockerconfigjson: WasmPlugins'
+    /// `imagePullSecret`s.
+    pub pull_secrets: Vec<Secret>,
 }
 
 /// A condition to write: `type`, `status`, `reason`, `message`.
@@ -148,17 +152,45 @@ struct OurGateway<'a> {
     listeners: Vec<ListenerState<'a>>,
 }
 
+/// What the translation needs to know of the node itself.
+#[derive(Clone, Debug, Default)]
+pub struct Node {
+    /// The GatewayClasses of this `controllerName` are ours.
+    pub controller: String,
+    /// Gateway listener port -> the node's local port that serves it and
+    /// that listener's scheme (`kubernetes.ports`); empty: any port, every
+    /// node listener of the Gateway listener's scheme.
+    pub ports: BTreeMap<u16, (u16, Scheme)>,
+    /// What WasmPlugins' registry pulls start from (`kubernetes.registry`).
+    pub registry: Option<RegistryConfig>,
+}
+
 /// `broken`: WasmPlugins (by their plugin's name) that did not load on the
 /// last try, and why.
 pub fn translate(
-    controller: &str,
+    node: &Node,
     snapshot: &Snapshot,
     broken: &BTreeMap<String, String>,
 ) -> Translation {
-    let wasmplugins = WasmPlugins::new(&snapshot.wasmplugins, broken);
+    let routes: Vec<RouteView> = (snapshot.routes.iter())
+        .map(|r| crate::httproute::view(r, &node.controller))
+        .chain((snapshot.grpc_routes.iter()).map(|r| crate::grpcroute::view(r, &node.controller)))
+        .collect();
+    let named: BTreeSet<(String, String)> = (routes.iter())
+        .flat_map(|r| {
+            (r.rules.iter())
+                .flat_map(RuleView::extension_plugins)
+                .map(|name| (r.namespace.clone(), name.to_string()))
+        })
+        .collect();
+    let pulls = Pulls {
+        defaults: node.registry.as_ref(),
+        secrets: &snapshot.pull_secrets,
+    };
+    let wasmplugins = WasmPlugins::new(&snapshot.wasmplugins, broken, &named, &pulls);
     let mut out = Translation {
         classes: (snapshot.classes.iter())
-            .filter(|c| c.spec.controller_name == controller)
+            .filter(|c| c.spec.controller_name == node.controller)
             .map(|c| c.name_any())
             .collect(),
         plugins: wasmplugins.configs(),
@@ -170,12 +202,9 @@ pub fn translate(
         .map(|g| OurGateway {
             namespace: g.namespace().unwrap_or_default(),
             name: g.name_any(),
-            listeners: listeners(g, snapshot, &mut out.certificates),
+            listeners: listeners(g, snapshot, &node.ports, &mut out.certificates),
         })
         .collect();
-    let routes = (snapshot.routes.iter())
-        .map(|r| crate::httproute::view(r, controller))
-        .chain((snapshot.grpc_routes.iter()).map(|r| crate::grpcroute::view(r, controller)));
     let mut attached: HashMap<(String, String, String), i32> = HashMap::new();
     let mut served = Vec::new();
     for route in routes {
@@ -187,6 +216,7 @@ pub fn translate(
             hosts_by_parent,
             accepted_by,
             schemes,
+            ports,
         } = attachment;
         let resolved = if hosts_by_parent.is_empty() {
             None
@@ -203,6 +233,7 @@ pub fn translate(
                 // Served over one scheme only when every listener that took
                 // it is of that scheme.
                 scheme: (schemes.len() == 1).then(|| *schemes.iter().next().expect("one")),
+                ports: ports.map(|p| p.into_iter().collect()).unwrap_or_default(),
                 gateways: &accepted_by,
                 plugins: &wasmplugins,
             };
@@ -274,6 +305,9 @@ struct Attachment {
     accepted_by: Vec<(String, String)>,
     /// The schemes of the listeners that took it.
     schemes: BTreeSet<Scheme>,
+    /// The node's local ports of the listeners that took it; None when one
+    /// of them is served on any port (no `kubernetes.ports`).
+    ports: Option<BTreeSet<u16>>,
 }
 
 /// The route's standing with each parent of ours (None: it has none), and
@@ -290,6 +324,7 @@ fn attach(
         hosts_by_parent: Vec::new(),
         accepted_by: Vec::new(),
         schemes: BTreeSet::new(),
+        ports: Some(BTreeSet::new()),
     };
     for parent in &route.parents {
         let group = parent.group.as_deref().unwrap_or(GROUP);
@@ -352,6 +387,12 @@ fn attach(
                 );
                 *attached.entry(key).or_default() += 1;
                 out.schemes.extend(l.scheme);
+                match (&mut out.ports, l.node_port) {
+                    (Some(ports), Some(port)) => {
+                        ports.insert(port);
+                    }
+                    _ => out.ports = None,
+                }
             }
             out.hosts_by_parent.push(hosts.unwrap_or_default());
             out.accepted_by
@@ -567,10 +608,12 @@ struct Ranked {
 }
 
 /// Where a route is served: its hosts (empty: any), its scheme (None:
-/// both), the Gateways that accepted it and the WasmPlugins that may apply.
+/// both), the node's ports (empty: any), the Gateways that accepted it and
+/// the WasmPlugins that may apply.
 struct Place<'a> {
     hosts: Vec<String>,
     scheme: Option<Scheme>,
+    ports: Vec<u16>,
     gateways: &'a [(String, String)],
     plugins: &'a WasmPlugins<'a>,
 }
@@ -618,6 +661,20 @@ fn route_config(
             Endpoint::Upstream(_) => mirrors(route, rule, &base, snapshot, out, &mut problem),
             _ => Vec::new(),
         };
+        let named: Vec<&str> = rule.extension_plugins().collect();
+        let endpoint = match named.iter().find(|n| !place.plugins.exists(namespace, n)) {
+            Some(missing) => {
+                let condition = Condition::no(
+                    "ResolvedRefs",
+                    "ExtensionRefNotFound",
+                    format!("an ExtensionRef filter names WasmPlugin `{namespace}/{missing}`, which does not exist: the rule answers 500"),
+                );
+                let message = condition.message.clone();
+                problem.get_or_insert(condition);
+                Endpoint::Respond(500, message)
+            }
+            None => endpoint,
+        };
         let request_headers = header_edits(rule, "requestHeaderModifier");
         let response_headers = header_edits(rule, "responseHeaderModifier");
         for (j, m) in rule.matches.iter().enumerate() {
@@ -638,6 +695,7 @@ fn route_config(
                 .expect("a route with defaults");
                 config.hosts = hosts.clone();
                 config.scheme = place.scheme;
+                config.ports = place.ports.clone();
                 config.path = m.path.clone();
                 config.methods = m.methods.clone();
                 config.headers = m.headers.clone();
@@ -655,6 +713,7 @@ fn route_config(
                         .first()
                         .map(String::as_str)
                         .filter(|_| hosts.len() == 1),
+                    named: &named,
                 };
                 let chain = place.plugins.chain(&at);
                 let endpoint = match chain {
@@ -706,12 +765,16 @@ fn route_config(
 /// plus one per named domain the route's hosts cover (with the any-host
 /// route last), so that each host gets the chain its rules say.
 fn host_variants(route: &RouteView, place: &Place) -> Vec<Vec<String>> {
+    let all_named: Vec<&str> = (route.rules.iter())
+        .flat_map(RuleView::extension_plugins)
+        .collect();
     let at = RouteContext {
         kind: route.kind,
         namespace: &route.namespace,
         name: &route.name,
         gateways: place.gateways,
         host: None,
+        named: &all_named,
     };
     let domains = place.plugins.domains(&at);
     if domains.is_empty() {
@@ -767,6 +830,13 @@ mod tests {
     use serde_json::json;
     use wasmgate_config::{PathMatch, UpstreamProtocol};
 
+    fn node(controller: &str) -> Node {
+        Node {
+            controller: controller.into(),
+            ..Node::default()
+        }
+    }
+
     fn parse<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
         serde_json::from_value(v).unwrap()
     }
@@ -814,7 +884,7 @@ mod tests {
             "addressType": "IPv4", "ports": [{"name": "http", "port": 9000}],
             "endpoints": [{"addresses": ["10.0.1.1"]}]})));
         let resolved = |snap: &Snapshot| {
-            let t = translate("me/x", snap, &BTreeMap::new());
+            let t = translate(&node("me/x"), snap, &BTreeMap::new());
             let (_, parents, _) =
                 &t.route_status[&(RouteKind::Http, "ns".to_string(), "r".to_string())];
             let c = parents[0]
@@ -862,7 +932,7 @@ mod tests {
             "spec": {"url": "/p/auth.wasm", "defaultConfig": {"who": "any"},
                      "matchRules": [{"domain": ["api.example.com"], "config": {"who": "api"}}]}
         }))];
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         assert_eq!(t.plugins.len(), 1);
         let api: Vec<&RouteConfig> = t.routes.iter().filter(|r| r.upstream.is_some()).collect();
         assert_eq!(api.len(), 2);
@@ -885,7 +955,7 @@ mod tests {
         // The plugin broken: its routes answer 500 with the reason; the
         // status says it.
         let broken = BTreeMap::from([("wp.ns.auth".to_string(), "no such file".to_string())]);
-        let t = translate("me/x", &snap, &broken);
+        let t = translate(&node("me/x"), &snap, &broken);
         assert!(t.plugins.is_empty());
         let failing = t
             .routes
@@ -919,7 +989,7 @@ mod tests {
                 {"matches": [{"path": {"type": "Exact", "value": "/v1"}}], "backendRefs": [{"name": "s", "port": 80}]}
             ])
         )]));
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         let paths: Vec<String> = t
             .routes
             .iter()
@@ -961,7 +1031,7 @@ mod tests {
                    "conditions": []})
         };
         r["status"] = json!({"parents": [entry("me/x"), entry("someone/else")]});
-        let t = translate("me/x", &snapshot(json!([r])), &BTreeMap::new());
+        let t = translate(&node("me/x"), &snapshot(json!([r])), &BTreeMap::new());
         let (_, ours, others) =
             &t.route_status[&(RouteKind::Http, "ns".to_string(), "shared".to_string())];
         assert_eq!(ours.len(), 1);
@@ -988,7 +1058,7 @@ mod tests {
                 json!([{"backendRefs": [{"name": "s", "port": 81}]}])
             )
         ]));
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         let reason = |name: &str, kind: &str| {
             let (_, parents, _) =
                 &t.route_status[&(RouteKind::Http, "ns".to_string(), name.to_string())];
@@ -1016,7 +1086,7 @@ mod tests {
             .routes
             .iter()
             .all(|r| r.respond.as_ref().is_some_and(|f| f.status == 500)));
-        assert!(translate("someone/else", &snap, &BTreeMap::new())
+        assert!(translate(&node("someone/else"), &snap, &BTreeMap::new())
             .routes
             .is_empty());
     }
@@ -1078,7 +1148,7 @@ mod tests {
                 .map(|c| (c.kind, c.ok, c.reason))
                 .collect()
         };
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         assert!(listener(&t, "secure").iter().all(|c| c.1));
         assert!(listener(&t, "gone").contains(&("ResolvedRefs", false, "InvalidCertificateRef")));
         assert!(listener(&t, "gone").contains(&("Programmed", false, "Invalid")));
@@ -1098,7 +1168,7 @@ mod tests {
             "from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "ns"}],
             "to": [{"group": "", "kind": "Secret"}]}}),
         )];
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         assert!(listener(&t, "far").iter().all(|c| c.1));
         assert_eq!(t.certificates.len(), 2);
         assert!(
@@ -1122,7 +1192,7 @@ mod tests {
                  "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "x-via", "value": "gw"}]}}],
                  "backendRefs": [{"name": "s", "port": 80}]}]}}),
         )];
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         assert_eq!(t.routes.len(), 2);
         assert_eq!(
             t.routes[0].path.exact.as_deref(),
@@ -1145,7 +1215,7 @@ mod tests {
         snap.grpc_routes[0].spec.rules.as_mut().unwrap()[0].filters = Some(vec![parse(
             json!({"type": "ExtensionRef", "extensionRef": {"group": "x.io", "kind": "K", "name": "n"}}),
         )]);
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         let (_, parents, _) = &t.route_status[&(RouteKind::Grpc, "ns".into(), "echo".into())];
         assert_eq!(parents[0].conditions[0].reason, "UnsupportedValue");
     }
@@ -1172,7 +1242,7 @@ mod tests {
                  "backendRefs": [{"name": "s", "port": 80}]}
             ])
         )]));
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), "r".into())];
         assert!(parents[0].conditions.iter().all(|c| c.ok), "{parents:?}");
         let by_name = |suffix: &str| t.routes.iter().find(|r| r.name.ends_with(suffix)).unwrap();
@@ -1227,7 +1297,7 @@ mod tests {
             r["spec"]["parentRefs"] = json!([{"name": "g", "namespace": "ns"}]);
             snap.routes.push(parse(r));
         }
-        let t = translate("me/x", &snap, &BTreeMap::new());
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
         let accepted = |ns: &str| {
             let (_, parents, _) = &t.route_status[&(RouteKind::Http, ns.into(), "r".into())];
             (parents[0].conditions[0].ok, parents[0].conditions[0].reason)
@@ -1235,5 +1305,145 @@ mod tests {
         assert_eq!(accepted("shop"), (true, "Accepted"));
         assert_eq!(accepted("shop-dev"), (false, "NotAllowedByListeners"));
         assert_eq!(accepted("other"), (false, "NotAllowedByListeners"));
+    }
+
+    /// With `kubernetes.ports`, a route is served only on the node port its
+    /// listeners map to; a listener whose port is not mapped, or is mapped
+    /// to a listener of the other scheme, is refused (`PortUnavailable`).
+    #[test]
+    fn listener_ports_map_to_the_nodes_own_ports() {
+        let mut snap = snapshot(json!([]));
+        snap.gateways = vec![parse(json!({"metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"gatewayClassName": "c", "listeners": [
+                {"name": "web", "port": 80, "protocol": "HTTP"},
+                {"name": "admin", "port": 8080, "protocol": "HTTP"},
+                {"name": "odd", "port": 9000, "protocol": "HTTP"},
+                {"name": "mixed", "port": 8443, "protocol": "HTTP"}]}}))];
+        for (name, section) in [("public", "web"), ("internal", "admin"), ("nowhere", "odd")] {
+            let mut r = route(
+                name,
+                json!([]),
+                json!([{"backendRefs": [{"name": "s", "port": 80}]}]),
+            );
+            r["spec"]["parentRefs"] = json!([{"name": "g", "sectionName": section}]);
+            snap.routes.push(parse(r));
+        }
+        let mut both = route(
+            "both",
+            json!([]),
+            json!([{"backendRefs": [{"name": "s", "port": 80}]}]),
+        );
+        both["spec"]["parentRefs"] =
+            json!([{"name": "g", "sectionName": "web"}, {"name": "g", "sectionName": "admin"}]);
+        snap.routes.push(parse(both));
+        let mapped = Node {
+            ports: BTreeMap::from([
+                (80, (18080, Scheme::Http)),
+                (8080, (18081, Scheme::Http)),
+                (8443, (18443, Scheme::Https)),
+            ]),
+            ..node("me/x")
+        };
+        let t = translate(&mapped, &snap, &BTreeMap::new());
+        let ports = |name: &str| -> Vec<u16> {
+            let r = (t.routes.iter())
+                .find(|r| r.name.starts_with(&format!("ns.{name}.")))
+                .unwrap();
+            r.ports.clone()
+        };
+        assert_eq!(ports("public"), [18080]);
+        assert_eq!(ports("internal"), [18081]);
+        assert_eq!(ports("both"), [18080, 18081]);
+        assert!(t.routes.iter().all(|r| !r.name.starts_with("ns.nowhere.")));
+        let listener = |name: &str| {
+            let all = &t.gateways[&("ns".into(), "g".into())];
+            let l = all.iter().find(|l| l.name == name).unwrap();
+            (l.conditions[0].ok, l.conditions[0].reason)
+        };
+        assert_eq!(listener("web"), (true, "Accepted"));
+        assert_eq!(listener("odd"), (false, "PortUnavailable"));
+        assert_eq!(
+            listener("mixed"),
+            (false, "PortUnavailable"),
+            "an HTTP listener on a TLS port"
+        );
+        let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), "nowhere".into())];
+        assert_eq!(parents[0].conditions[0].reason, "NotAllowedByListeners");
+        // Without a map every listener is served on every node port.
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
+        assert!(t.routes.iter().all(|r| r.ports.is_empty()));
+    }
+
+    /// An `ExtensionRef` filter runs a WasmPlugin of the route's namespace
+    /// on that rule alone (a WasmPlugin so named no longer covers the whole
+    /// namespace by itself); one that does not exist fails the rule with
+    /// 500 and says so; another kind is not accepted.
+    #[test]
+    fn extension_ref_filters_run_the_wasmplugins_they_name() {
+        let ext = |name: &str, kind: &str| json!([{"type": "ExtensionRef", "extensionRef": {"group": "wasmgate.io", "kind": kind, "name": name}}]);
+        let mut snap = snapshot(json!([
+            route(
+                "named",
+                json!([]),
+                json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/a"}}], "filters": ext("auth", "WasmPlugin"),
+                 "backendRefs": [{"name": "s", "port": 80}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/b"}}], "backendRefs": [{"name": "s", "port": 80}]}])
+            ),
+            route(
+                "plain",
+                json!([]),
+                json!([{"backendRefs": [{"name": "s", "port": 80}]}])
+            ),
+            route(
+                "missing",
+                json!([]),
+                json!([{"filters": ext("gone", "WasmPlugin"), "backendRefs": [{"name": "s", "port": 80}]}])
+            ),
+            route(
+                "other",
+                json!([]),
+                json!([{"filters": ext("x", "Other"), "backendRefs": [{"name": "s", "port": 80}]}])
+            )
+        ]));
+        snap.wasmplugins = vec![
+            parse(
+                json!({"metadata": {"name": "auth", "namespace": "ns"}, "spec": {"url": "/p/a.wasm"}}),
+            ),
+            parse(
+                json!({"metadata": {"name": "everywhere", "namespace": "ns"}, "spec": {"url": "/p/e.wasm"}}),
+            ),
+        ];
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
+        let chain = |prefix: &str| -> Vec<String> {
+            let r = (t.routes.iter())
+                .find(|r| r.name.starts_with(prefix))
+                .unwrap();
+            r.plugins.iter().map(|f| f.plugin.clone()).collect()
+        };
+        assert_eq!(chain("ns.named.r0."), ["wp.ns.auth", "wp.ns.everywhere"]);
+        assert_eq!(chain("ns.named.r1."), ["wp.ns.everywhere"]);
+        assert_eq!(chain("ns.plain."), ["wp.ns.everywhere"]);
+        let missing = (t.routes.iter())
+            .find(|r| r.name.starts_with("ns.missing."))
+            .unwrap();
+        assert_eq!(missing.respond.as_ref().map(|r| r.status), Some(500));
+        let condition = |name: &str, kind: &str| {
+            let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), name.into())];
+            let c = parents[0]
+                .conditions
+                .iter()
+                .find(|c| c.kind == kind)
+                .unwrap();
+            (c.ok, c.reason)
+        };
+        assert_eq!(
+            condition("missing", "ResolvedRefs"),
+            (false, "ExtensionRefNotFound")
+        );
+        assert_eq!(condition("other", "Accepted"), (false, "UnsupportedValue"));
+        assert_eq!(condition("named", "ResolvedRefs"), (true, "ResolvedRefs"));
+        let (_, auth, attached) = &t.plugin_status[&("ns".into(), "auth".into())];
+        assert_eq!((auth.ok, *attached), (true, 1));
     }
 }

@@ -9,6 +9,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The API group of wasmgate's own resources.
+pub const GROUP: &str = "wasmgate.io";
+
 /// A filter for the routes of the Gateways in its namespace, or of the
 /// Gateways, HTTPRoutes and GRPCRoutes its `targetRefs` name.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -35,6 +38,11 @@ pub struct WasmPluginSpec {
     /// for `latest` and untagged images, else `IfNotPresent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<ImagePullPolicy>,
+    /// A Secret of type `kubernetes.io/dockerconfigjson` in this namespace
+    /// (`kubectl create secret docker-registry`) with the credentials of
+    /// the `oci://` module's registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secret: Option<String>,
     /// The plugin's root context id (`root_id`), as Higress's `pluginName`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin_name: Option<String>,
