@@ -189,8 +189,9 @@ routes:
 
 /// A route's URL changes: a prefix replaced by whole segments (the query
 /// kept) and the host replaced, as the upstream sees them; query matches
-/// with decoded values; a redirect that replaces a prefix. `check`
-/// refuses a rewrite that gives both a path and a prefix.
+/// with decoded values, header and query expressions; a redirect that
+/// replaces a prefix. `check` refuses a rewrite that gives both a path and
+/// a prefix, and an expression that does not compile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewrites_query_matches_and_prefix_redirects() {
     let (_up, gw) = with_upstream(
@@ -204,6 +205,11 @@ routes:
     query: {tier: gold, who: "a b"}
     rewrite: {replace_prefix: {from: /shop, to: /store}, host: internal.example}
     upstream: backend
+  - name: patterned
+    path: {prefix: /shop}
+    header_regex: {x-tier: "silver|bronze"}
+    query_regex: {id: "[0-9]+"}
+    respond: {status: 200, body: "patterned"}
   - name: others
     path: {prefix: /shop}
     respond: {status: 200, body: "not gold"}
@@ -226,6 +232,20 @@ routes:
     ] {
         assert_eq!(get(&c, &gw.url(other)).await.text(), "not gold", "{other}");
     }
+    // Expressions match whole values: of any of a header's values, and of
+    // the decoded query parameter.
+    let patterned = |path: &'static str, tier: &'static str| {
+        let (c, url) = (c.clone(), gw.url(path));
+        async move { send(&c, "GET", &url, &[("x-tier", tier)], "").await.text() }
+    };
+    assert_eq!(patterned("/shop?id=42", "bronze").await, "patterned");
+    assert_eq!(patterned("/shop?id=42x", "bronze").await, "not gold");
+    assert_eq!(patterned("/shop?id=42", "bronzed").await, "not gold");
+    assert_eq!(patterned("/shop", "silver").await, "not gold");
+    let stderr = common::check_refuses(
+        "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, header_regex: {x: '('}}]\n",
+    );
+    assert!(stderr.contains("routes[r].header_regex.x"), "{stderr}");
     // A prefix is replaced by whole segments only.
     let reply = get(&c, &gw.url("/shopping?tier=gold&who=a+b")).await;
     assert_eq!(reply.json()["path"], "/shopping?tier=gold&who=a+b");

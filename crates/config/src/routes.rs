@@ -31,6 +31,14 @@ pub struct RouteConfig {
     /// carry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub query: BTreeMap<String, String>,
+    /// Header name -> regular expression one of its values must match
+    /// whole (anchored).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub header_regex: BTreeMap<String, String>,
+    /// Query parameter -> regular expression its (decoded) value must match
+    /// whole (anchored).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub query_regex: BTreeMap<String, String>,
     /// Only requests that came over `https` (a TLS listener) or plain
     /// `http`; absent matches both. A route `{scheme: http, redirect:
     /// {scheme: https}}` sends plain requests to HTTPS.
@@ -468,6 +476,19 @@ fn check_match(at: &str, r: &RouteConfig, problem: &mut dyn FnMut(String, String
     if let Some(pattern) = &path.regex {
         if let Err(e) = regex::Regex::new(pattern) {
             problem(format!("{at}.path.regex"), format!("invalid regex: {e}"));
+        }
+    }
+    for (field, patterns) in [
+        ("header_regex", &r.header_regex),
+        ("query_regex", &r.query_regex),
+    ] {
+        for (name, pattern) in patterns {
+            if let Err(e) = regex::Regex::new(pattern) {
+                problem(
+                    format!("{at}.{field}.{name}"),
+                    format!("invalid regex: {e}"),
+                );
+            }
         }
     }
     for (j, host) in r.hosts.iter().enumerate() {

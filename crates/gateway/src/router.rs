@@ -18,6 +18,10 @@ pub struct RouteMatcher {
     headers: Vec<(String, String)>,
     /// Query parameters and the values they must have (decoded).
     query: Vec<(String, String)>,
+    /// Headers one of whose values must match an expression.
+    header_regex: Vec<(String, Regex)>,
+    /// Query parameters whose (decoded) value must match an expression.
+    query_regex: Vec<(String, Regex)>,
     /// `Some(true)`: only requests that came over TLS; `Some(false)`: only
     /// plain ones (`scheme:`).
     tls: Option<bool>,
@@ -67,9 +71,7 @@ impl RouteMatcher {
         let path = match (&route.path.exact, &route.path.prefix, &route.path.regex) {
             (Some(p), _, _) => PathPattern::Exact(p.clone()),
             (_, Some(p), _) => PathPattern::Prefix(p.clone()),
-            (_, _, Some(r)) => PathPattern::Regex(
-                Regex::new(&format!("^(?:{r})$")).expect("regex checked with the configuration"),
-            ),
+            (_, _, Some(r)) => PathPattern::Regex(anchored(r)),
             _ => PathPattern::Any,
         };
         RouteMatcher {
@@ -90,6 +92,12 @@ impl RouteMatcher {
                 .collect(),
             tls: route.scheme.map(|s| s == wasmgate_config::Scheme::Https),
             ports: route.ports.clone(),
+            header_regex: (route.header_regex.iter())
+                .map(|(k, r)| (k.to_ascii_lowercase(), anchored(r)))
+                .collect(),
+            query_regex: (route.query_regex.iter())
+                .map(|(k, r)| (k.clone(), anchored(r)))
+                .collect(),
         }
     }
 
@@ -128,7 +136,29 @@ impl RouteMatcher {
                     .any(|v| v.as_bytes() == value.as_bytes())
             })
             && (self.query.is_empty() || query_matches(&self.query, query))
+            && self.header_regex.iter().all(|(name, expression)| {
+                (headers.get_all(name.as_str()).iter())
+                    .any(|v| v.to_str().is_ok_and(|v| expression.is_match(v)))
+            })
+            && (self.query_regex.is_empty() || query_regex_matches(&self.query_regex, query))
     }
+}
+
+/// A route's expression, matching whole values; checked with the
+/// configuration, so a bad one here is a bug.
+fn anchored(expression: &str) -> Regex {
+    Regex::new(&format!("^(?:{expression})$")).expect("regex checked with the configuration")
+}
+
+/// Whether every wanted parameter is in `query` with a value that matches.
+fn query_regex_matches(wanted: &[(String, Regex)], query: Option<&str>) -> bool {
+    let Some(query) = query else {
+        return false;
+    };
+    wanted.iter().all(|(name, expression)| {
+        form_urlencoded::parse(query.as_bytes())
+            .any(|(n, v)| n == name.as_str() && expression.is_match(&v))
+    })
 }
 
 /// Whether every wanted parameter is in `query` with its value.
@@ -344,6 +374,27 @@ mod tests {
         let r = route("    scheme: https\n");
         assert!(!r.matches(&plain));
         assert!(r.matches(&RouteInput { tls: true, ..plain }));
+
+        // Expressions over headers and query parameters, whole values.
+        let r =
+            route("    header_regex: {x-tier: 'gold|silver'}\n    query_regex: {id: '[0-9]+'}\n");
+        let mut silver = HeaderMap::new();
+        silver.append("x-tier", "bronze".parse().unwrap());
+        silver.append("x-tier", "silver".parse().unwrap());
+        let with = |query, headers| RouteInput {
+            query: Some(query),
+            headers,
+            ..plain
+        };
+        assert!(
+            r.matches(&with("id=42", &silver)),
+            "any value of the header"
+        );
+        assert!(!r.matches(&with("id=42x", &silver)), "the whole value");
+        assert!(!r.matches(&with("id=42", &none)));
+        let mut golden = HeaderMap::new();
+        golden.insert("x-tier", "golden".parse().unwrap());
+        assert!(!r.matches(&with("id=42", &golden)), "anchored");
 
         // The listener's local port.
         let r = route("    ports: [8080, 8443]\n");

@@ -27,13 +27,6 @@ fn unsupported(route: &GrpcRoute) -> Option<String> {
                 "rules[{i}].backendRefs[].filters: not supported by wasmgate yet"
             ));
         }
-        for (j, m) in rule.matches.iter().flatten().enumerate() {
-            if (m.headers.iter().flatten())
-                .any(|h| h.r#type == Some(GrpcRouteRulesMatchesHeadersType::RegularExpression))
-            {
-                return Some(format!("rules[{i}].matches[{j}].headers: RegularExpression is not supported by wasmgate yet"));
-            }
-        }
     }
     None
 }
@@ -45,10 +38,16 @@ fn match_view(m: &GrpcRouteRulesMatches) -> MatchView {
         path_rank,
         length,
         headers: (m.headers.iter().flatten())
+            .filter(|h| h.r#type != Some(GrpcRouteRulesMatchesHeadersType::RegularExpression))
             .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
             .collect::<BTreeMap<_, _>>(),
+        header_regex: (m.headers.iter().flatten())
+            .filter(|h| h.r#type == Some(GrpcRouteRulesMatchesHeadersType::RegularExpression))
+            .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
+            .collect(),
         methods: Vec::new(),
         query: BTreeMap::new(),
+        query_regex: BTreeMap::new(),
         prefix: None,
     }
 }

@@ -1,5 +1,6 @@
 //! An HTTPRoute as a [`RouteView`]: its paths (a Gateway API prefix
-//! matches whole segments), exact headers and method per match.
+//! matches whole segments), headers and query parameters (exact or by
+//! expression) and method per match.
 
 use std::collections::BTreeMap;
 
@@ -26,18 +27,6 @@ fn unsupported(route: &HttpRoute) -> Option<String> {
                 ));
             }
         }
-        for (j, m) in rule.matches.iter().flatten().enumerate() {
-            if (m.query_params.iter().flatten())
-                .any(|q| q.r#type == Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression))
-            {
-                return Some(format!("rules[{i}].matches[{j}].queryParams: RegularExpression is not supported by wasmgate yet"));
-            }
-            if (m.headers.iter().flatten())
-                .any(|h| h.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression))
-            {
-                return Some(format!("rules[{i}].matches[{j}].headers: RegularExpression is not supported by wasmgate yet"));
-            }
-        }
     }
     None
 }
@@ -49,14 +38,24 @@ fn match_view(m: &HttpRouteRulesMatches) -> MatchView {
         path_rank,
         length,
         headers: (m.headers.iter().flatten())
+            .filter(|h| h.r#type != Some(HttpRouteRulesMatchesHeadersType::RegularExpression))
             .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
             .collect::<BTreeMap<_, _>>(),
+        header_regex: (m.headers.iter().flatten())
+            .filter(|h| h.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression))
+            .map(|h| (h.name.to_ascii_lowercase(), h.value.clone()))
+            .collect(),
         methods: (m.method.as_ref())
             .and_then(|method| serde_json::to_value(method).ok())
             .and_then(|v| v.as_str().map(str::to_string))
             .into_iter()
             .collect(),
         query: (m.query_params.iter().flatten())
+            .filter(|q| q.r#type != Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression))
+            .map(|q| (q.name.clone(), q.value.clone()))
+            .collect(),
+        query_regex: (m.query_params.iter().flatten())
+            .filter(|q| q.r#type == Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression))
             .map(|q| (q.name.clone(), q.value.clone()))
             .collect(),
         prefix: match (m.path.as_ref()).and_then(|p| p.r#type.clone()) {

@@ -83,6 +83,9 @@ pub struct MatchView {
     pub methods: Vec<String>,
     /// Query parameters and their exact values.
     pub query: BTreeMap<String, String>,
+    /// `RegularExpression` header and query matches.
+    pub header_regex: BTreeMap<String, String>,
+    pub query_regex: BTreeMap<String, String>,
     /// A `PathPrefix` match's prefix (what ReplacePrefixMatch replaces).
     pub prefix: Option<String>,
 }
@@ -97,6 +100,8 @@ impl MatchView {
             headers: BTreeMap::new(),
             methods: Vec::new(),
             query: BTreeMap::new(),
+            header_regex: BTreeMap::new(),
+            query_regex: BTreeMap::new(),
             prefix: Some("/".into()),
         }
     }

@@ -700,6 +700,8 @@ fn route_config(
                 config.methods = m.methods.clone();
                 config.headers = m.headers.clone();
                 config.query = m.query.clone();
+                config.header_regex = m.header_regex.clone();
+                config.query_regex = m.query_regex.clone();
                 config.rewrite = rewrite(rule, m.prefix.as_deref());
                 config.mirror = mirrors.clone();
                 config.request_headers = request_headers.clone();
@@ -744,8 +746,8 @@ fn route_config(
                         m.path_rank,
                         -m.length,
                         u8::from(m.methods.is_empty()),
-                        -(m.headers.len() as i64),
-                        -(m.query.len() as i64),
+                        -((m.headers.len() + m.header_regex.len()) as i64),
+                        -((m.query.len() + m.query_regex.len()) as i64),
                         format!("{:020}", route.created),
                         format!("{namespace}/{name}"),
                     ),
@@ -1445,5 +1447,45 @@ mod tests {
         assert_eq!(condition("named", "ResolvedRefs"), (true, "ResolvedRefs"));
         let (_, auth, attached) = &t.plugin_status[&("ns".into(), "auth".into())];
         assert_eq!((auth.ok, *attached), (true, 1));
+    }
+
+    /// `RegularExpression` header and query matches become the route's
+    /// expressions (the exact ones stay exact) and count toward precedence.
+    #[test]
+    fn regular_expression_header_and_query_matches() {
+        let snap = snapshot(json!([route(
+            "r",
+            json!([]),
+            json!([
+            {"matches": [{"headers": [{"type": "RegularExpression", "name": "X-Tier", "value": "gold|silver"},
+                                      {"name": "x-env", "value": "prod"}],
+                          "queryParams": [{"type": "RegularExpression", "name": "id", "value": "[0-9]+"}]}],
+             "backendRefs": [{"name": "s", "port": 80}]},
+            {"backendRefs": [{"name": "s", "port": 80}]}])
+        )]));
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
+        let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), "r".into())];
+        assert!(
+            parents[0].conditions.iter().all(|c| c.ok),
+            "{:?}",
+            parents[0].conditions
+        );
+        let first = &t.routes[0];
+        assert_eq!(
+            first.header_regex,
+            BTreeMap::from([("x-tier".to_string(), "gold|silver".to_string())])
+        );
+        assert_eq!(
+            first.headers,
+            BTreeMap::from([("x-env".to_string(), "prod".to_string())])
+        );
+        assert_eq!(
+            first.query_regex,
+            BTreeMap::from([("id".to_string(), "[0-9]+".to_string())])
+        );
+        assert!(
+            t.routes[1].header_regex.is_empty(),
+            "the match with more headers goes first"
+        );
     }
 }

@@ -306,8 +306,14 @@ function describeMatch(r) {
   if (p.prefix) parts.push("path " + p.prefix + "*");
   if (p.regex) parts.push("path ~ " + p.regex);
   if (r.methods && r.methods.length) parts.push(r.methods.join(","));
-  const query = Object.entries(r.query || {}).map(([k, v]) => `${k}=${v}`);
+  const headers = Object.entries(r.headers || {}).map(([k, v]) => `${k}: ${v}`)
+    .concat(Object.entries(r.header_regex || {}).map(([k, v]) => `${k} ~ ${v}`));
+  if (headers.length) parts.push(headers.join(", "));
+  const query = Object.entries(r.query || {}).map(([k, v]) => `${k}=${v}`)
+    .concat(Object.entries(r.query_regex || {}).map(([k, v]) => `${k}~${v}`));
   if (query.length) parts.push("?" + query.join("&"));
+  if (r.scheme) parts.push(r.scheme + " only");
+  if (r.ports && r.ports.length) parts.push("port " + r.ports.join(","));
   return parts.join("; ") || "everything";
 }
 
