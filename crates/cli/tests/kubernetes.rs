@@ -760,12 +760,13 @@ async fn https_listeners_use_tls_secrets_and_grpc_routes_reach_grpc_services() {
 /// Gateway listener ports map to the node's own listeners
 /// (`kubernetes.ports`): each route answers only on the node port of the
 /// listener it attached to, and an unmapped port is refused in the
-/// listener's status. An `ExtensionRef` filter runs a WasmPlugin on its
-/// rule alone; that WasmPlugin's module comes from a private registry (TLS
+/// listener's status. WasmPlugins of kind Component and Extism named in
+/// `backendRefs` serve their rules. An `ExtensionRef` filter runs a
+/// WasmPlugin on its rule alone; that WasmPlugin's module comes from a private registry (TLS
 /// with a private CA, htpasswd) with the credentials of its
 /// `imagePullSecret`, and waits for that Secret if it is not there yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn listener_ports_extension_refs_and_pull_secrets() {
+async fn listener_ports_extension_refs_wasm_backends_and_pull_secrets() {
     use k8s_openapi::api::core::v1::Secret;
     use wasmgate_testkit::pki::{KeyType, Pki};
     use wasmgate_testkit::{RegistryAuth, RegistryOptions, RegistryServer};
@@ -812,15 +813,26 @@ async fn listener_ports_extension_refs_and_pull_secrets() {
     .await;
     let extension = json!([{"type": "ExtensionRef",
         "extensionRef": {"group": "wasmgate.io", "kind": "WasmPlugin", "name": "private"}}]);
-    for (name, section, filters) in [
-        ("public", "web", json!([])),
-        ("internal", "internal", json!([])),
-        ("filtered", "web", extension),
+    let app_backend = json!([{"name": "app", "port": 80}]);
+    let wasm_backend =
+        |name: &str| json!([{"group": "wasmgate.io", "kind": "WasmPlugin", "name": name}]);
+    for (name, section, filters, backends) in [
+        ("public", "web", json!([]), app_backend.clone()),
+        ("internal", "internal", json!([]), app_backend.clone()),
+        ("filtered", "web", extension, app_backend),
+        // The component answers `/`: the rule's prefix is rewritten away.
+        (
+            "component",
+            "web",
+            json!([{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}]),
+            wasm_backend("handler"),
+        ),
+        ("function", "web", json!([]), wasm_backend("greeter")),
     ] {
         let mut r = route(
             name,
             json!([{"matches": [{"path": {"type": "PathPrefix", "value": format!("/{name}")}}],
-                    "filters": filters, "backendRefs": [{"name": "app", "port": 80}]}]),
+                    "filters": filters, "backendRefs": backends}]),
         );
         r["spec"]["parentRefs"] = json!([{"name": "ports", "sectionName": section}]);
         create::<HttpRoute>(&k, r).await;
@@ -835,6 +847,24 @@ async fn listener_ports_extension_refs_and_pull_secrets() {
         }),
     )
     .await;
+
+    // Modules that serve a rule themselves: a `wasi:http` component and an
+    // Extism function.
+    for (name, kind, module, function) in [
+        ("handler", "Component", "component_rust", None),
+        ("greeter", "Extism", "hello", Some("hello")),
+    ] {
+        create::<WasmPlugin>(
+            &k,
+            json!({
+                "apiVersion": "wasmgate.io/v1alpha1", "kind": "WasmPlugin",
+                "metadata": {"name": name},
+                "spec": {"url": format!("file://{}", common::plugin(module).display()),
+                         "kind": kind, "function": function}
+            }),
+        )
+        .await;
+    }
 
     let (web, internal) = (common::free_port(), common::free_port());
     let gw = cluster.node_as(
@@ -874,6 +904,14 @@ async fn listener_ports_extension_refs_and_pull_secrets() {
         404,
         "no Gateway port maps to `listen`"
     );
+    let component = get(web, "/component").await;
+    assert_eq!(
+        (component.status, component.text()),
+        (200, "hello from rust component".to_string())
+    );
+    let url = format!("http://127.0.0.1:{web}/function/x");
+    let function = send(&c, "POST", &url, &[], "k8s").await;
+    assert_eq!(function.text(), r#"{"message":"Hello k8s"}"#);
     let gateways: Api<Gateway> = Api::default_namespaced(k.clone());
     until("the unmapped listener says PortUnavailable", || async {
         let g = serde_json::to_value(gateways.get("ports").await.unwrap()).unwrap();

@@ -20,7 +20,7 @@ use wasmgate_config::{FilterRef, PluginConfig, RegistryConfig};
 use crate::pull_secrets::Pulls;
 use crate::route_view::RouteKind;
 use crate::translate::{host_matches, GROUP};
-use crate::wasmplugin::{FailStrategy, ImagePullPolicy, Phase, WasmPlugin};
+use crate::wasmplugin::{FailStrategy, ImagePullPolicy, Phase, WasmPlugin, WasmPluginKind};
 
 /// The node's plugins from WasmPlugin resources, and what routes get.
 pub struct WasmPlugins<'a> {
@@ -51,6 +51,14 @@ pub struct RouteContext<'a> {
     pub gateways: &'a [(String, String)],
     pub host: Option<&'a str>,
     pub named: &'a [&'a str],
+}
+
+/// What serves a rule whose backend is a WasmPlugin: the plugin's node
+/// name (and the Extism function, if the WasmPlugin names one).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WasmBackend {
+    Component(String),
+    Function(String, Option<String>),
 }
 
 /// The name a WasmPlugin's plugin has in the node's configuration.
@@ -104,7 +112,46 @@ impl<'a> WasmPlugins<'a> {
 
     /// Whether a WasmPlugin of this namespace and name exists.
     pub fn exists(&self, namespace: &str, name: &str) -> bool {
-        (self.entries.iter()).any(|e| e.namespace == namespace && e.resource.name_any() == name)
+        self.find(namespace, name).is_some()
+    }
+
+    fn find(&self, namespace: &str, name: &str) -> Option<&Entry<'a>> {
+        (self.entries.iter()).find(|e| e.namespace == namespace && e.resource.name_any() == name)
+    }
+
+    /// The endpoint a backendRef to the WasmPlugin `namespace/name` makes,
+    /// or the ResolvedRefs reason and message of why it cannot be one.
+    pub fn backend(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<WasmBackend, (&'static str, String)> {
+        let e = self.find(namespace, name).ok_or_else(|| {
+            (
+                "BackendNotFound",
+                format!("backendRef: no WasmPlugin `{namespace}/{name}`"),
+            )
+        })?;
+        let spec = &e.resource.spec;
+        let kind = spec.kind.unwrap_or_default();
+        if kind == WasmPluginKind::ProxyWasm {
+            return Err((
+                "InvalidKind",
+                format!("backendRef: WasmPlugin `{namespace}/{name}` is a filter (kind ProxyWasm); a backend is a Component or an Extism plugin"),
+            ));
+        }
+        if let Some(reason) = &e.broken {
+            return Err((
+                "BackendNotFound",
+                format!("backendRef: WasmPlugin `{namespace}/{name}` is not loaded: {reason}"),
+            ));
+        }
+        Ok(match kind {
+            WasmPluginKind::Extism => {
+                WasmBackend::Function(e.plugin.clone(), spec.function.clone())
+            }
+            _ => WasmBackend::Component(e.plugin.clone()),
+        })
     }
 
     /// The plugins to load: every resource that is not known broken.
@@ -120,7 +167,7 @@ impl<'a> WasmPlugins<'a> {
     /// chain.
     pub fn domains(&self, route: &RouteContext) -> BTreeSet<String> {
         (self.entries.iter())
-            .filter(|e| e.in_scope(route))
+            .filter(|e| e.is_filter() && e.in_scope(route))
             .flat_map(|e| e.resource.spec.match_rules.iter())
             .flat_map(|r| r.domain.iter().cloned())
             .collect()
@@ -132,7 +179,7 @@ impl<'a> WasmPlugins<'a> {
     pub fn chain(&self, route: &RouteContext) -> Result<(Vec<FilterRef>, Vec<String>), String> {
         let mut filters = Vec::new();
         let mut used = Vec::new();
-        for e in self.entries.iter().filter(|e| e.in_scope(route)) {
+        for e in (self.entries.iter()).filter(|e| e.is_filter() && e.in_scope(route)) {
             let spec = &e.resource.spec;
             let conf = match spec.match_rules.iter().find(|r| e.rule_matches(r, route)) {
                 Some(rule) if rule.config_disable == Some(true) => continue,
@@ -176,6 +223,11 @@ impl<'a> WasmPlugins<'a> {
 }
 
 impl Entry<'_> {
+    /// A Proxy-Wasm filter, not a module that serves rules itself.
+    fn is_filter(&self) -> bool {
+        self.resource.spec.kind.unwrap_or_default() == WasmPluginKind::ProxyWasm
+    }
+
     /// Whether the route is one this plugin may run on: its rule names it
     /// (`ExtensionRef`), or it is one of its targets', else (when no
     /// route names it) one of a Gateway in the plugin's namespace.
@@ -273,6 +325,11 @@ fn plugin_config(e: &Entry) -> PluginConfig {
     };
     config.services = spec.services.clone();
     config.registry = e.registry.clone();
+    config.kind = match spec.kind.unwrap_or_default() {
+        WasmPluginKind::ProxyWasm => wasmgate_config::PluginKind::ProxyWasm,
+        WasmPluginKind::Component => wasmgate_config::PluginKind::Component,
+        WasmPluginKind::Extism => wasmgate_config::PluginKind::Extism,
+    };
     config
 }
 

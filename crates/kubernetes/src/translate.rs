@@ -28,13 +28,14 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use wasmgate_config::{
-    CertificateConfig, FixedResponse, HeaderEdits, MirrorConfig, PluginConfig, Redirect,
-    RegistryConfig, ReplacePrefix, Rewrite, RouteConfig, Scheme, UpstreamConfig,
+    CertificateConfig, ComponentEndpoint, FixedResponse, FunctionEndpoint, HeaderEdits,
+    MirrorConfig, PluginConfig, Redirect, RegistryConfig, ReplacePrefix, Rewrite, RouteConfig,
+    Scheme, UpstreamConfig,
 };
 
 use crate::backends::backend;
 use crate::listeners::{listeners, ListenerState};
-use crate::plugins::{RouteContext, WasmPlugins};
+use crate::plugins::{RouteContext, WasmBackend, WasmPlugins};
 use crate::pull_secrets::Pulls;
 use crate::route_view::{BackendRef, RouteKind, RouteView, RuleView};
 use crate::wasmplugin::WasmPlugin;
@@ -640,23 +641,33 @@ fn route_config(
     };
     for (i, rule) in route.rules.iter().enumerate() {
         let base = entry_name(&format!("{prefix}.r{i}"));
-        let resolved = backend(route.kind, &rule.backends, namespace, snapshot);
         let has_redirect = rule.filters.iter().any(|f| f["type"] == "RequestRedirect");
-        let endpoint = match (has_redirect, resolved) {
-            (true, _) => Endpoint::Redirect,
-            (false, Ok(b)) if b.nodes.is_empty() => {
-                Endpoint::Respond(503, "no ready endpoints for this route's backends".into())
+        let wasm =
+            (rule.backends.iter()).any(|b| b.group.as_deref() == Some(crate::wasmplugin::GROUP));
+        let resolved = match (has_redirect, wasm) {
+            (true, _) => Ok(Endpoint::Redirect),
+            // A WasmPlugin serves the rule itself.
+            (false, true) => {
+                wasm_backend(rule, namespace, place.plugins).map(|(endpoint, plugin)| {
+                    let key = (route.kind, namespace.to_string(), name.to_string());
+                    used.entry(plugin).or_default().insert(key);
+                    endpoint
+                })
             }
-            (false, Ok(b)) => {
-                out.upstreams.push(b.upstream(base.clone()));
-                Endpoint::Upstream(base.clone())
-            }
-            (false, Err(condition)) => {
-                let message = condition.message.clone();
-                problem.get_or_insert(condition);
-                Endpoint::Respond(500, message)
-            }
+            (false, false) => backend(route.kind, &rule.backends, namespace, snapshot).map(|b| {
+                if b.nodes.is_empty() {
+                    Endpoint::Respond(503, "no ready endpoints for this route's backends".into())
+                } else {
+                    out.upstreams.push(b.upstream(base.clone()));
+                    Endpoint::Upstream(base.clone())
+                }
+            }),
         };
+        let endpoint = resolved.unwrap_or_else(|condition| {
+            let message = condition.message.clone();
+            problem.get_or_insert(condition);
+            Endpoint::Respond(500, message)
+        });
         let mirrors = match &endpoint {
             Endpoint::Upstream(_) => mirrors(route, rule, &base, snapshot, out, &mut problem),
             _ => Vec::new(),
@@ -731,6 +742,12 @@ fn route_config(
                 };
                 match endpoint {
                     Endpoint::Upstream(upstream) => config.upstream = Some(upstream),
+                    Endpoint::Component(plugin) => {
+                        config.component = Some(ComponentEndpoint { plugin })
+                    }
+                    Endpoint::Function(plugin, function) => {
+                        config.function = Some(FunctionEndpoint { plugin, function })
+                    }
                     Endpoint::Redirect => config.redirect = redirect(rule, m.prefix.as_deref()),
                     Endpoint::Respond(status, body) => {
                         config.respond = Some(FixedResponse {
@@ -799,10 +816,55 @@ fn host_variants(route: &RouteView, place: &Place) -> Vec<Vec<String>> {
 #[derive(Clone)]
 enum Endpoint {
     Upstream(String),
+    /// A WasmPlugin of kind Component named in `backendRefs`.
+    Component(String),
+    /// A WasmPlugin of kind Extism, and its function.
+    Function(String, Option<String>),
     /// The rule's RequestRedirect (made per match: a prefix replacement
     /// depends on the match's prefix).
     Redirect,
     Respond(u16, String),
+}
+
+/// A rule whose backendRef is a WasmPlugin (one, alone, of the route's
+/// namespace): the endpoint it makes and the plugin's node name, or the
+/// ResolvedRefs condition that says why it does not.
+fn wasm_backend(
+    rule: &RuleView,
+    namespace: &str,
+    plugins: &WasmPlugins,
+) -> Result<(Endpoint, String), Condition> {
+    let invalid = |message: String| Condition::no("ResolvedRefs", "InvalidKind", message);
+    let [b] = rule.backends.as_slice() else {
+        return Err(invalid(
+            "backendRefs: a WasmPlugin serves a rule alone (one backendRef), not beside others"
+                .into(),
+        ));
+    };
+    if b.kind.as_deref() != Some("WasmPlugin") {
+        return Err(invalid(format!(
+            "backendRef {}: of group {}, only WasmPlugins are backends",
+            b.name,
+            crate::wasmplugin::GROUP
+        )));
+    }
+    if b.namespace.as_deref().is_some_and(|ns| ns != namespace) {
+        return Err(Condition::no(
+            "ResolvedRefs",
+            "RefNotPermitted",
+            format!(
+                "backendRef {}: a WasmPlugin backend is one of the route's namespace",
+                b.name
+            ),
+        ));
+    }
+    match plugins.backend(namespace, &b.name) {
+        Ok(WasmBackend::Component(plugin)) => Ok((Endpoint::Component(plugin.clone()), plugin)),
+        Ok(WasmBackend::Function(plugin, function)) => {
+            Ok((Endpoint::Function(plugin.clone(), function), plugin))
+        }
+        Err((reason, message)) => Err(Condition::no("ResolvedRefs", reason, message)),
+    }
 }
 
 /// A name within the configuration's rule (64 characters at most): long
@@ -1487,5 +1549,91 @@ mod tests {
             t.routes[1].header_regex.is_empty(),
             "the match with more headers goes first"
         );
+    }
+
+    /// A WasmPlugin of kind Component or Extism named in `backendRefs`
+    /// serves the rule itself (and is never a filter); a filter, a missing
+    /// one, or one beside other backends is not a backend.
+    #[test]
+    fn wasmplugin_backends_serve_rules_themselves() {
+        let to = |name: &str| json!([{"backendRefs": [{"group": "wasmgate.io", "kind": "WasmPlugin", "name": name}]}]);
+        let mut snap = snapshot(json!([
+            route("comp", json!([]), to("handler")),
+            route("func", json!([]), to("greeter")),
+            route("filter", json!([]), to("auth")),
+            route("gone", json!([]), to("nothing")),
+            route(
+                "mixed",
+                json!([]),
+                json!([{"backendRefs": [
+                {"group": "wasmgate.io", "kind": "WasmPlugin", "name": "handler"}, {"name": "s", "port": 80}]}])
+            ),
+        ]));
+        snap.wasmplugins = vec![
+            parse(
+                json!({"metadata": {"name": "handler", "namespace": "ns"}, "spec": {"url": "/p/c.wasm", "kind": "Component"}}),
+            ),
+            parse(
+                json!({"metadata": {"name": "greeter", "namespace": "ns"}, "spec": {"url": "/p/e.wasm", "kind": "Extism", "function": "greet"}}),
+            ),
+            parse(
+                json!({"metadata": {"name": "auth", "namespace": "ns"}, "spec": {"url": "/p/a.wasm"}}),
+            ),
+        ];
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
+        let at = |name: &str| {
+            (t.routes.iter())
+                .find(|r| r.name.starts_with(&format!("ns.{name}.")))
+                .unwrap()
+        };
+        assert_eq!(
+            at("comp").component.as_ref().unwrap().plugin,
+            "wp.ns.handler"
+        );
+        assert_eq!(
+            at("comp")
+                .plugins
+                .iter()
+                .map(|f| f.plugin.as_str())
+                .collect::<Vec<_>>(),
+            ["wp.ns.auth"]
+        );
+        let function = at("func").function.as_ref().unwrap();
+        assert_eq!(
+            (function.plugin.as_str(), function.function.as_deref()),
+            ("wp.ns.greeter", Some("greet"))
+        );
+        let resolved = |name: &str| {
+            let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), name.into())];
+            let c = parents[0]
+                .conditions
+                .iter()
+                .find(|c| c.kind == "ResolvedRefs")
+                .unwrap();
+            (c.ok, c.reason)
+        };
+        assert_eq!(resolved("comp"), (true, "ResolvedRefs"));
+        assert_eq!(resolved("filter"), (false, "InvalidKind"));
+        assert_eq!(resolved("gone"), (false, "BackendNotFound"));
+        assert_eq!(resolved("mixed"), (false, "InvalidKind"));
+        for name in ["filter", "gone", "mixed"] {
+            assert_eq!(
+                at(name).respond.as_ref().map(|r| r.status),
+                Some(500),
+                "{name}"
+            );
+        }
+        let kinds: BTreeMap<&str, wasmgate_config::PluginKind> = t
+            .plugins
+            .iter()
+            .map(|p| (p.name.as_str(), p.kind))
+            .collect();
+        assert_eq!(
+            kinds["wp.ns.handler"],
+            wasmgate_config::PluginKind::Component
+        );
+        assert_eq!(kinds["wp.ns.greeter"], wasmgate_config::PluginKind::Extism);
+        let (_, _, attached) = &t.plugin_status[&("ns".into(), "handler".into())];
+        assert_eq!(*attached, 1, "comp runs on it; mixed does not resolve");
     }
 }

@@ -77,6 +77,23 @@ pub struct WasmPluginSpec {
     /// plugin may use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<String>,
+    /// What the module is: a Proxy-Wasm filter (`ProxyWasm`, the default),
+    /// or what serves a rule named in its `backendRefs`: a `wasi:http`
+    /// component (`Component`) or an Extism plugin (`Extism`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<WasmPluginKind>,
+    /// `Extism`: the function a rule's requests call (absent: the last
+    /// segment of the request's path names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum WasmPluginKind {
+    #[default]
+    ProxyWasm,
+    Component,
+    Extism,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
