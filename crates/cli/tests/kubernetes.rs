@@ -984,3 +984,108 @@ async fn listener_ports_extension_refs_wasm_backends_and_pull_secrets() {
         "the password is never logged"
     );
 }
+
+/// A BackendTLSPolicy makes the node speak TLS to a Service's endpoints,
+/// verified with the CA of a ConfigMap for the policy's `hostname`; a
+/// second policy on the same Service is `Conflicted`; a policy whose CA
+/// ConfigMap is missing fails its route with 500 (never plain text) and
+/// says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policies_reach_services_over_tls() {
+    use gateway_api::backendtlspolicies::BackendTlsPolicy;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use wasmgate_testkit::pki::{KeyType, Pki};
+
+    let cluster = Cluster::start().await;
+    let k = cluster.k.clone();
+    let ip = interface_ip();
+    let pki = Pki::new("backend CA");
+    let issued = pki.server(&["app.internal"], KeyType::EcdsaP256, 3, 1);
+    let secure = Upstream::start_tls_on("secure", &ip, &issued.cert, &issued.key, None).await;
+    let other = Upstream::start_tls_on("other", &ip, &issued.cert, &issued.key, None).await;
+    service(&k, "secure", &[&secure]).await;
+    service(&k, "other", &[&other]).await;
+    create::<ConfigMap>(
+        &k,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "backend-ca"},
+               "data": {"ca.crt": std::fs::read_to_string(&pki.ca).unwrap()}}),
+    )
+    .await;
+    let policy = |name: &str, service: &str, config_map: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+               "metadata": {"name": name},
+               "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": service}],
+                        "validation": {"hostname": "app.internal",
+                                       "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": config_map}]}}})
+    };
+    create::<BackendTlsPolicy>(&k, policy("secure-tls", "secure", "backend-ca")).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // a later creation time
+    create::<BackendTlsPolicy>(&k, policy("secure-late", "secure", "backend-ca")).await;
+    create::<BackendTlsPolicy>(&k, policy("other-tls", "other", "no-such-ca")).await;
+    for name in ["secure", "other"] {
+        create::<HttpRoute>(
+            &k,
+            route(
+                name,
+                json!([
+                    {"matches": [{"path": {"type": "PathPrefix", "value": format!("/{name}")}}],
+                     "backendRefs": [{"name": name, "port": 80}]}
+                ]),
+            ),
+        )
+        .await;
+    }
+    let gw = cluster.node("");
+    let c = client();
+    let reply = until_status(&c, &gw, "/secure/x", 200).await;
+    assert_eq!(reply.json()["upstream"], "secure", "{}", reply.text());
+    let failing = until_status(&c, &gw, "/other/x", 500).await;
+    assert!(failing.text().contains("no-such-ca"), "{}", failing.text());
+    assert_eq!(other.hits(), 0, "never in plain text");
+
+    let policies: Api<BackendTlsPolicy> = Api::default_namespaced(k.clone());
+    let ancestor = |name: &'static str| {
+        let policies = policies.clone();
+        async move {
+            let p = serde_json::to_value(policies.get(name).await.unwrap()).unwrap();
+            let a = p["status"]["ancestors"][0].clone();
+            let reason = |kind: &str| {
+                (a["conditions"].as_array().into_iter().flatten())
+                    .find(|c| c["type"] == kind)
+                    .map(|c| c["reason"].as_str().unwrap_or_default().to_string())
+                    .unwrap_or_default()
+            };
+            (
+                a["ancestorRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                reason("Accepted"),
+                reason("ResolvedRefs"),
+            )
+        }
+    };
+    let wanted = [
+        ("secure-tls", "Accepted", "ResolvedRefs"),
+        ("secure-late", "Conflicted", "ResolvedRefs"),
+        (
+            "other-tls",
+            "NoValidCACertificate",
+            "InvalidCACertificateRef",
+        ),
+    ];
+    for (name, accepted, resolved) in wanted {
+        until(
+            "the policy's status names the Gateway and says how it stands",
+            || async {
+                ancestor(name).await
+                    == (
+                        "edge".to_string(),
+                        accepted.to_string(),
+                        resolved.to_string(),
+                    )
+            },
+        )
+        .await;
+    }
+}

@@ -716,6 +716,9 @@ upstreams:
   - name: verified
     nodes: [{{address: "{backend}"}}]
     tls: {{sni: backend.internal, ca_file: "{ca}"}}
+  - name: inline-ca
+    nodes: [{{address: "{backend}"}}]
+    tls: {{sni: backend.internal, ca_pem: {ca_pem:?}}}
   - name: wrong-ca
     nodes: [{{address: "{backend}"}}]
     tls: {{sni: backend.internal, ca_file: "{wrong}"}}
@@ -734,6 +737,7 @@ routes:
   - {{name: mtls, path: {{prefix: /mtls}}, upstream: mtls}}
   - {{name: mtls-without-certificate, path: {{prefix: /anonymous}}, upstream: mtls-without-certificate}}
   - {{name: verified, path: {{prefix: /verified}}, upstream: verified}}
+  - {{name: inline-ca, path: {{prefix: /inline-ca}}, upstream: inline-ca}}
   - {{name: wrong-ca, path: {{prefix: /wrong-ca}}, upstream: wrong-ca}}
   - {{name: wrong-name, path: {{prefix: /wrong-name}}, upstream: wrong-name}}
   - {{name: plain, path: {{prefix: /plain}}, upstream: plain-to-tls}}
@@ -743,9 +747,18 @@ routes:
         client_cert = gateway_identity.cert.display(),
         client_key = gateway_identity.key.display(),
         ca = pki.ca.display(),
+        ca_pem = std::fs::read_to_string(&pki.ca).unwrap(),
         wrong = wrong_ca.ca.display()
     ));
     let c = client();
+    // The CA as PEM text (as Kubernetes ConfigMaps give it) does the same.
+    let r = send(&c, "GET", &gw.url("/inline-ca/x"), &[], "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let refused = common::check_refuses(&format!(
+        "listen: 127.0.0.1:1\nupstreams: [{{name: u, nodes: [{{address: \"127.0.0.1:2\"}}], tls: {{ca_file: a.pem, ca_pem: {:?}}}}}]\n",
+        "x"
+    ));
+    assert!(refused.contains("ca_file or ca_pem"), "{refused}");
     for i in 0..5 {
         let r = send(&c, "GET", &gw.url(&format!("/verified/{i}")), &[], "").await;
         assert_eq!(r.status, 200, "{}", r.text());
@@ -792,7 +805,11 @@ routes:
     // Plain HTTP to a TLS node is not TLS: no answer it could trust.
     let r = send(&c, "GET", &gw.url("/plain"), &[], "").await;
     assert_eq!(r.status, 502, "{}", r.text());
-    assert_eq!(upstream.hits(), 5);
+    assert_eq!(
+        upstream.hits(),
+        6,
+        "five verified, one through the inline CA"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

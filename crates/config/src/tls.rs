@@ -115,6 +115,10 @@ pub struct UpstreamTls {
     /// PEM file of the CAs to trust (default: the Mozilla roots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
+    /// The same as PEM text (as a Kubernetes ConfigMap's `ca.crt` brings
+    /// them); one of `ca_file` and `ca_pem`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_pem: Option<String>,
     /// Verify the node's certificate (default: yes). Turning it off is for
     /// tests; the log says so at every build.
     #[serde(default = "yes")]
@@ -221,6 +225,12 @@ pub(crate) fn check_upstream(at: &str, tls: &UpstreamTls, problem: &mut dyn FnMu
         problem(
             format!("{at}.tls"),
             "give client_cert and client_key together".into(),
+        );
+    }
+    if tls.ca_file.is_some() && tls.ca_pem.is_some() {
+        problem(
+            format!("{at}.tls"),
+            "give ca_file or ca_pem, not both".into(),
         );
     }
 }

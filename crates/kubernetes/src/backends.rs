@@ -6,8 +6,9 @@
 
 use k8s_openapi::api::core::v1::ServicePort;
 use kube::ResourceExt;
-use wasmgate_config::{NodeConfig, UpstreamConfig, UpstreamProtocol};
+use wasmgate_config::{NodeConfig, UpstreamConfig, UpstreamProtocol, UpstreamTls};
 
+use crate::backend_tls::TlsPolicies;
 use crate::route_view::{BackendRef, RouteKind};
 use crate::translate::{Condition, Snapshot, GROUP};
 
@@ -15,15 +16,26 @@ use crate::translate::{Condition, Snapshot, GROUP};
 pub struct Backend {
     pub nodes: Vec<NodeConfig>,
     pub protocol: UpstreamProtocol,
+    /// The BackendTLSPolicy (its index) that covers the Services, and the
+    /// TLS it gives them (Err: why they cannot be reached).
+    pub tls: Option<(usize, Result<UpstreamTls, String>)>,
 }
 
 impl Backend {
-    pub fn upstream(self, name: String) -> UpstreamConfig {
+    /// The upstream, or why the rule cannot reach it (a policy whose CAs
+    /// cannot be used: never plain text instead).
+    pub fn upstream(self, name: String) -> Result<UpstreamConfig, String> {
         let yaml = serde_json::json!({"name": name, "nodes": self.nodes});
         let mut upstream: UpstreamConfig =
             serde_json::from_value(yaml).expect("an upstream with defaults");
         upstream.protocol = self.protocol;
-        upstream
+        if let Some((_, tls)) = self.tls {
+            upstream.tls = Some(tls?);
+            if upstream.protocol == UpstreamProtocol::H2c {
+                upstream.protocol = UpstreamProtocol::H2;
+            }
+        }
+        Ok(upstream)
     }
 }
 
@@ -35,9 +47,11 @@ pub fn backend(
     backends: &[BackendRef],
     namespace: &str,
     snapshot: &Snapshot,
+    policies: &TlsPolicies,
 ) -> Result<Backend, Condition> {
     let mut nodes = Vec::new();
     let mut protocol = kind.default_protocol();
+    let mut covered: Option<Option<usize>> = None;
     for backend in backends {
         let group = backend.group.as_deref().unwrap_or("");
         let kind_name = backend.kind.as_deref().unwrap_or("Service");
@@ -111,6 +125,15 @@ pub fn backend(
             ));
         };
         protocol = port_protocol(service_port).unwrap_or(protocol);
+        let policy = policies.covering(service_ns, &backend.name, service_port.name.as_deref());
+        if covered.is_some_and(|c| c != policy) {
+            return Err(Condition::no(
+                "ResolvedRefs",
+                "UnsupportedValue",
+                "the backends of one rule are covered by different BackendTLSPolicies (or some by none): one upstream speaks one way",
+            ));
+        }
+        covered = Some(policy);
         let endpoints = ready_endpoints(
             snapshot,
             service_ns,
@@ -127,7 +150,12 @@ pub fn backend(
             });
         }
     }
-    Ok(Backend { nodes, protocol })
+    let tls = (covered.flatten()).map(|i| (i, policies.states[i].tls.clone()));
+    Ok(Backend {
+        nodes,
+        protocol,
+        tls,
+    })
 }
 
 /// What a Service port's `appProtocol` says its endpoints speak, when it

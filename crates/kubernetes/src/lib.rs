@@ -9,6 +9,7 @@
 //! Kubernetes client is kube-rs; the Gateway API types are the kube-rs
 //! project's `gateway-api` crate.
 
+mod backend_tls;
 mod backends;
 mod grpcroute;
 mod httproute;

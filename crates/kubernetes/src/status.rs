@@ -4,12 +4,14 @@
 //! `attachedRoutes`, `supportedKinds` and conditions; each HTTPRoute's and
 //! GRPCRoute's `parents` entry for every parent of ours, `Accepted` and `ResolvedRefs` with their reasons;
 //! each WasmPlugin's `Accepted` (or why it did not load) and the number of
-//! HTTPRoutes it runs on.
+//! HTTPRoutes it runs on; each BackendTLSPolicy used by a route of ours,
+//! one `ancestors` entry per Gateway of those routes.
 //! A status is written only when what it says changed (the watch sees the
 //! node's own writes too).
 
 use std::collections::HashMap;
 
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -136,6 +138,18 @@ pub async fn write(
                 patch(written, &key, api, name, body, &now).await;
             }
         }
+    }
+    for ((namespace, name), (gen, ancestors, list, others)) in &translation.policy_status {
+        let key = format!("backendtlspolicy/{namespace}/{name}");
+        let body = |time: &str| {
+            json!({"ancestors": ancestors.iter().map(|(gw_namespace, gateway)| json!({
+                "ancestorRef": {"group": GROUP, "kind": "Gateway", "namespace": gw_namespace, "name": gateway},
+                "controllerName": controller,
+                "conditions": conditions(list, *gen, time),
+            })).chain(others.iter().cloned()).collect::<Vec<_>>()})
+        };
+        let api: Api<BackendTlsPolicy> = Api::namespaced(client.clone(), namespace);
+        patch(written, &key, api, name, body, &now).await;
     }
     for ((namespace, name), (gen, accepted, attached)) in &translation.plugin_status {
         let key = format!("wasmplugin/{namespace}/{name}");

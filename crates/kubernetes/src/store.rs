@@ -14,12 +14,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -67,6 +68,9 @@ struct Readers {
     /// Registry credentials of WasmPlugins (`imagePullSecret`).
     pull_secrets: Store<Secret>,
     namespaces: Store<Namespace>,
+    tls_policies: Store<BackendTlsPolicy>,
+    /// The CAs BackendTLSPolicies name.
+    config_maps: Store<ConfigMap>,
 }
 
 #[derive(Default)]
@@ -136,6 +140,8 @@ impl KubernetesStore {
                     watcher::Config::default().fields(&format!("type={DOCKER_CONFIG_JSON}")),
                 ),
                 namespaces: watch(Api::all(client.clone())),
+                tls_policies: watch(Api::all(client.clone())),
+                config_maps: watch(Api::all(client.clone())),
             },
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
@@ -358,6 +364,18 @@ impl Readers {
         .await;
         optional_ready(
             client,
+            &self.tls_policies,
+            "the BackendTLSPolicy CRD is not installed (or not readable): backends are reached without TLS until it is",
+        )
+        .await;
+        optional_ready(
+            client,
+            &self.config_maps,
+            "ConfigMaps cannot be read (RBAC: deploy/kubernetes/rbac.yaml): BackendTLSPolicies' CA certificates are not found",
+        )
+        .await;
+        optional_ready(
+            client,
             &self.namespaces,
             "Namespaces cannot be read (RBAC: deploy/kubernetes/rbac.yaml): listeners that allow routes by namespace labels (Selector) take none",
         )
@@ -387,6 +405,8 @@ impl Readers {
             grants: all(&self.grants),
             secrets: all(&self.secrets),
             pull_secrets: all(&self.pull_secrets),
+            tls_policies: all(&self.tls_policies),
+            config_maps: all(&self.config_maps),
             namespaces: all(&self.namespaces),
         }
     }

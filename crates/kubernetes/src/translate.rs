@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::{
     Gateway, GatewayListenersAllowedRoutesNamespacesFrom,
@@ -24,7 +25,7 @@ use gateway_api::gateways::{
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use wasmgate_config::{
@@ -33,6 +34,7 @@ use wasmgate_config::{
     Scheme, UpstreamConfig,
 };
 
+use crate::backend_tls::TlsPolicies;
 use crate::backends::backend;
 use crate::listeners::{listeners, ListenerState};
 use crate::plugins::{RouteContext, WasmBackend, WasmPlugins};
@@ -58,6 +60,9 @@ pub struct Snapshot {
     /// Secrets of type kubernetes.io/dockerconfigjson: WasmPlugins'
     /// `imagePullSecret`s.
     pub pull_secrets: Vec<Secret>,
+    pub tls_policies: Vec<BackendTlsPolicy>,
+    /// The CAs of BackendTLSPolicies (`ca.crt`).
+    pub config_maps: Vec<ConfigMap>,
 }
 
 /// A condition to write: `type`, `status`, `reason`, `message`.
@@ -136,7 +141,20 @@ pub struct Translation {
     /// one status per such parent, and the `status.parents` entries of
     /// other controllers, kept as they are (the list is written whole).
     pub route_status: BTreeMap<RouteKey, RouteStatus>,
+    /// BackendTLSPolicies that cover a backend of a route of ours:
+    /// (namespace, name) -> generation, the Gateways of those routes (its
+    /// ancestors), its conditions, other controllers' ancestor entries.
+    pub policy_status: BTreeMap<(String, String), PolicyStatus>,
 }
+
+/// A BackendTLSPolicy's generation, ancestors, conditions and the
+/// ancestors other controllers wrote.
+pub type PolicyStatus = (
+    Option<i64>,
+    BTreeSet<(String, String)>,
+    Vec<Condition>,
+    Vec<serde_json::Value>,
+);
 
 /// A route's kind, namespace and name.
 pub type RouteKey = (RouteKind, String, String);
@@ -189,6 +207,8 @@ pub fn translate(
         secrets: &snapshot.pull_secrets,
     };
     let wasmplugins = WasmPlugins::new(&snapshot.wasmplugins, broken, &named, &pulls);
+    let tls_policies = TlsPolicies::new(snapshot, &node.controller);
+    let mut policy_ancestors: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
     let mut out = Translation {
         classes: (snapshot.classes.iter())
             .filter(|c| c.spec.controller_name == node.controller)
@@ -237,8 +257,12 @@ pub fn translate(
                 ports: ports.map(|p| p.into_iter().collect()).unwrap_or_default(),
                 gateways: &accepted_by,
                 plugins: &wasmplugins,
+                tls: &tls_policies,
             };
-            let used = &mut plugin_routes;
+            let used = Used {
+                plugins: &mut plugin_routes,
+                policies: &mut policy_ancestors,
+            };
             Some(route_config(
                 &route,
                 &place,
@@ -258,6 +282,18 @@ pub fn translate(
         out.route_status.insert(
             (route.kind, route.namespace, route.name),
             (route.generation, parents, route.others_parents),
+        );
+    }
+    for (i, ancestors) in policy_ancestors {
+        let p = &tls_policies.states[i];
+        out.policy_status.insert(
+            (p.namespace.clone(), p.name.clone()),
+            (
+                p.generation,
+                ancestors,
+                p.conditions.clone(),
+                p.others.clone(),
+            ),
         );
     }
     served.sort_by(|a: &Ranked, b: &Ranked| a.rank.cmp(&b.rank));
@@ -520,6 +556,7 @@ fn mirrors(
     route: &RouteView,
     rule: &RuleView,
     base: &str,
+    place: &Place,
     snapshot: &Snapshot,
     out: &mut Translation,
     problem: &mut Option<Condition>,
@@ -550,11 +587,23 @@ fn mirrors(
         if percent == 0 {
             continue;
         }
-        match backend(route.kind, &[backend_ref], &route.namespace, snapshot) {
+        let resolved = backend(
+            route.kind,
+            &[backend_ref],
+            &route.namespace,
+            snapshot,
+            place.tls,
+        );
+        match resolved {
             Ok(b) if b.nodes.is_empty() => {}
             Ok(b) => {
                 let name = entry_name(&format!("{base}.mirror{n}"));
-                out.upstreams.push(b.upstream(name.clone()));
+                // A mirror whose TLS cannot be used is left out: it never
+                // changes what the original gets.
+                let Ok(upstream) = b.upstream(name.clone()) else {
+                    continue;
+                };
+                out.upstreams.push(upstream);
                 found.push(MirrorConfig {
                     upstream: name,
                     percent: percent.min(100) as u32,
@@ -617,6 +666,14 @@ struct Place<'a> {
     ports: Vec<u16>,
     gateways: &'a [(String, String)],
     plugins: &'a WasmPlugins<'a>,
+    tls: &'a TlsPolicies,
+}
+
+/// What a route's rules use, for the statuses: the routes each plugin
+/// runs on, and the Gateways each BackendTLSPolicy (by index) is used by.
+struct Used<'a> {
+    plugins: &'a mut BTreeMap<String, BTreeSet<RouteKey>>,
+    policies: &'a mut BTreeMap<usize, BTreeSet<(String, String)>>,
 }
 
 /// The routes and upstream of `route`'s rules (into `out` and `served`), or
@@ -629,7 +686,7 @@ fn route_config(
     snapshot: &Snapshot,
     out: &mut Translation,
     served: &mut Vec<Ranked>,
-    used: &mut BTreeMap<String, BTreeSet<RouteKey>>,
+    used: Used,
 ) -> Result<(), Condition> {
     let (namespace, name) = (route.namespace.as_str(), route.name.as_str());
     let variants = host_variants(route, place);
@@ -650,18 +707,32 @@ fn route_config(
             (false, true) => {
                 wasm_backend(rule, namespace, place.plugins).map(|(endpoint, plugin)| {
                     let key = (route.kind, namespace.to_string(), name.to_string());
-                    used.entry(plugin).or_default().insert(key);
+                    used.plugins.entry(plugin).or_default().insert(key);
                     endpoint
                 })
             }
-            (false, false) => backend(route.kind, &rule.backends, namespace, snapshot).map(|b| {
-                if b.nodes.is_empty() {
-                    Endpoint::Respond(503, "no ready endpoints for this route's backends".into())
-                } else {
-                    out.upstreams.push(b.upstream(base.clone()));
-                    Endpoint::Upstream(base.clone())
-                }
-            }),
+            (false, false) => backend(route.kind, &rule.backends, namespace, snapshot, place.tls)
+                .map(|b| {
+                    if let Some((policy, _)) = &b.tls {
+                        for p in [*policy].iter().chain(place.tls.rivals(*policy)) {
+                            let gateways = place.gateways.iter().cloned();
+                            used.policies.entry(*p).or_default().extend(gateways);
+                        }
+                    }
+                    if b.nodes.is_empty() {
+                        return Endpoint::Respond(
+                            503,
+                            "no ready endpoints for this route's backends".into(),
+                        );
+                    }
+                    match b.upstream(base.clone()) {
+                        Ok(upstream) => {
+                            out.upstreams.push(upstream);
+                            Endpoint::Upstream(base.clone())
+                        }
+                        Err(why) => Endpoint::Respond(500, format!("BackendTLSPolicy: {why}")),
+                    }
+                }),
         };
         let endpoint = resolved.unwrap_or_else(|condition| {
             let message = condition.message.clone();
@@ -669,7 +740,9 @@ fn route_config(
             Endpoint::Respond(500, message)
         });
         let mirrors = match &endpoint {
-            Endpoint::Upstream(_) => mirrors(route, rule, &base, snapshot, out, &mut problem),
+            Endpoint::Upstream(_) => {
+                mirrors(route, rule, &base, place, snapshot, out, &mut problem)
+            }
             _ => Vec::new(),
         };
         let named: Vec<&str> = rule.extension_plugins().collect();
@@ -733,7 +806,7 @@ fn route_config(
                     Ok((filters, plugins)) => {
                         for plugin in plugins {
                             let key = (route.kind, namespace.to_string(), name.to_string());
-                            used.entry(plugin).or_default().insert(key);
+                            used.plugins.entry(plugin).or_default().insert(key);
                         }
                         config.plugins = filters;
                         endpoint.clone()

@@ -77,6 +77,7 @@ pub async fn install_crds(c: &Client) {
         "httproutes",
         "grpcroutes",
         "referencegrants",
+        "backendtlspolicies",
     ]
     .map(gateway_api_crd)
     .into_iter()

@@ -60,6 +60,17 @@ impl Upstream {
         key: &std::path::Path,
         client_ca: Option<&std::path::Path>,
     ) -> Upstream {
+        Upstream::start_tls_on(name, "127.0.0.1", cert, key, client_ca).await
+    }
+
+    /// The same on address `ip`.
+    pub async fn start_tls_on(
+        name: &str,
+        ip: &str,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        client_ca: Option<&std::path::Path>,
+    ) -> Upstream {
         use rustls::pki_types::pem::PemObject;
         let chain = rustls::pki_types::CertificateDer::pem_file_iter(cert)
             .unwrap()
@@ -90,7 +101,7 @@ impl Upstream {
         Upstream::serve(
             name,
             Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
-            "127.0.0.1",
+            ip,
         )
         .await
     }

@@ -53,17 +53,26 @@ pub(crate) fn client_config(
         .map_err(|e| format!("TLS versions: {e}"))?;
     let builder = if tls.verify {
         let mut roots = rustls::RootCertStore::empty();
-        match &tls.ca_file {
-            Some(file) => {
+        let (pem, source) = match (&tls.ca_file, &tls.ca_pem) {
+            (Some(file), _) => {
                 let path = resolve(base, file);
                 let pem = std::fs::read(&path)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                (Some(pem), path.display().to_string())
+            }
+            (None, Some(text)) => (Some(text.as_bytes().to_vec()), "ca_pem".to_string()),
+            (None, None) => (None, String::new()),
+        };
+        match pem {
+            Some(pem) => {
                 for cert in CertificateDer::pem_slice_iter(&pem) {
-                    let cert =
-                        cert.map_err(|e| format!("{}: not PEM certificates: {e}", path.display()))?;
+                    let cert = cert.map_err(|e| format!("{source}: not PEM certificates: {e}"))?;
                     roots
                         .add(cert)
-                        .map_err(|e| format!("{}: unusable CA certificate: {e}", path.display()))?;
+                        .map_err(|e| format!("{source}: unusable CA certificate: {e}"))?;
+                }
+                if roots.is_empty() {
+                    return Err(format!("{source}: no CA certificate in it"));
                 }
             }
             None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
