@@ -1089,3 +1089,93 @@ async fn backend_tls_policies_reach_services_over_tls() {
         .await;
     }
 }
+
+/// Services from a ConfigMap (`kubernetes.services`), each password from
+/// a Secret: a WasmPlugin reaches a password-protected Redis through them,
+/// and a rotated Secret reaches the node without a reload (the old
+/// password refused, connections dropped: counting goes on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_come_from_a_config_map_with_passwords_from_secrets() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use kube::api::{Patch, PatchParams};
+    use wasmgate_testkit::RedisOptions;
+
+    let cluster = Cluster::start().await;
+    let k = cluster.k.clone();
+    let mut redis = RedisServer::start_with(RedisOptions {
+        password: Some("first-pass".into()),
+        ..RedisOptions::default()
+    });
+    let app = Upstream::start_on("app", &interface_ip()).await;
+    service(&k, "app", &[&app]).await;
+    create::<HttpRoute>(&k, route("counted", json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/counted"}}], "backendRefs": [{"name": "app", "port": 80}]}
+    ])))
+    .await;
+    let list = format!(
+        "- {{name: redis, redis: \"redis://127.0.0.1:{}/0\", password_secret: {{name: redis-auth, key: password}}}}\n",
+        redis.port()
+    );
+    create::<ConfigMap>(
+        &k,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "wasmgate-services"},
+               "data": {"services.yaml": list}}),
+    )
+    .await;
+    let secret = |password: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "redis-auth"},
+               "type": "Opaque", "stringData": {"password": password}})
+    };
+    create::<Secret>(&k, secret("first-pass")).await;
+    create::<WasmPlugin>(&k, json!({
+        "apiVersion": "wasmgate.io/v1alpha1", "kind": "WasmPlugin",
+        "metadata": {"name": "rules"},
+        "spec": {"url": format!("file://{}", common::plugin("higress_rules_counter").display()),
+                 "services": ["redis"],
+                 "defaultConfig": {"redis": {"service_name": "redis.dns"}, "tag": "from-config-map"}}
+    }))
+    .await;
+    let gw = cluster.node_as(
+        &cluster.dir.path().join("kubeconfig"),
+        ", services: default/wasmgate-services",
+        "",
+    );
+    let c = client();
+    let count = || async {
+        let reply = get_host(&c, &gw, "/counted", "x").await;
+        header(&reply, "x-rule-count").parse::<u32>().unwrap_or(0)
+    };
+    until(
+        "the plugin counts in Redis with the Secret's password",
+        || async { count().await >= 1 },
+    )
+    .await;
+    assert!(
+        !gw.logs().contains("first-pass"),
+        "the password is never logged"
+    );
+
+    // Rotation: Redis takes only the new password and drops every
+    // connection; the Secret changes; the node follows with no reload.
+    redis.change_password("second-pass");
+    let secrets: Api<Secret> = Api::default_namespaced(k.clone());
+    secrets
+        .patch(
+            "redis-auth",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "second-pass"}})),
+        )
+        .await
+        .unwrap();
+    redis.command(&["CLIENT", "KILL", "TYPE", "normal"]);
+    let before = count().await;
+    until("counting goes on with the rotated password", || async {
+        count().await > before
+    })
+    .await;
+    let reloads = gw.logs().matches("trigger=\"kubernetes: watch\"").count();
+    assert!(
+        reloads >= 2,
+        "the Secret's change was applied as a watch pass"
+    );
+}

@@ -70,6 +70,12 @@ pub struct KubernetesSource {
     /// the node's Docker config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry: Option<crate::RegistryConfig>,
+    /// `namespace/name` of a ConfigMap whose `services.yaml` lists more
+    /// services (Redis, PostgreSQL) as `services` does, each password from
+    /// a Secret of that namespace (`password_secret: {name, key}`);
+    /// followed like every other resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<String>,
 }
 
 fn default_controller_name() -> String {
@@ -81,6 +87,15 @@ impl ConfigSource {
     /// to ports this node listens on (`local_ports`).
     pub(crate) fn check(&self, local_ports: &[u16], problem: &mut dyn FnMut(String, String)) {
         if let Some(k) = &self.kubernetes {
+            if (k.services.as_deref()).is_some_and(|s| {
+                !s.split_once('/')
+                    .is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty())
+            }) {
+                problem(
+                    "config.kubernetes.services".into(),
+                    "`namespace/name` of a ConfigMap".into(),
+                );
+            }
             for (gateway_port, local) in &k.ports {
                 if !local_ports.contains(local) {
                     problem(

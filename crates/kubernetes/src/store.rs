@@ -69,8 +69,11 @@ struct Readers {
     pull_secrets: Store<Secret>,
     namespaces: Store<Namespace>,
     tls_policies: Store<BackendTlsPolicy>,
-    /// The CAs BackendTLSPolicies name.
+    /// The CAs BackendTLSPolicies name; the services' list.
     config_maps: Store<ConfigMap>,
+    /// Opaque Secrets of the services ConfigMap's namespace, when there is
+    /// one (`kubernetes.services`): the services' passwords.
+    service_secrets: Option<Store<Secret>>,
 }
 
 #[derive(Default)]
@@ -81,6 +84,8 @@ struct State {
     routes: usize,
     /// WasmPlugins (by plugin name) that did not load, left out for now.
     broken: BTreeMap<String, Broken>,
+    /// Why the services ConfigMap's services are not used, if they are not.
+    services_problem: Option<String>,
 }
 
 struct Broken {
@@ -142,6 +147,14 @@ impl KubernetesStore {
                 namespaces: watch(Api::all(client.clone())),
                 tls_policies: watch(Api::all(client.clone())),
                 config_maps: watch(Api::all(client.clone())),
+                service_secrets: (source.services.as_deref())
+                    .and_then(|s| s.split_once('/'))
+                    .map(|(namespace, _)| {
+                        watch_with(
+                            Api::namespaced(client.clone(), namespace),
+                            watcher::Config::default().fields("type=Opaque"),
+                        )
+                    }),
             },
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
@@ -198,6 +211,12 @@ impl KubernetesStore {
             };
             if failed.is_empty() {
                 let mut state = self.state.lock().expect("state");
+                if state.services_problem != translation.services_problem {
+                    if let Some(why) = &translation.services_problem {
+                        tracing::warn!("the services of kubernetes.services are not used (the node file's are): {why}");
+                    }
+                    state.services_problem = translation.services_problem.clone();
+                }
                 if outcome.is_ok() {
                     state.routes = config.routes.len();
                     state.applied = Some(config);
@@ -252,6 +271,7 @@ impl KubernetesStore {
             .cloned()
             .collect();
         config.plugins.extend(translation.plugins.iter().cloned());
+        config.services.extend(translation.services.iter().cloned());
         config
     }
 
@@ -287,6 +307,9 @@ fn node(source: &KubernetesSource, local: &GatewayConfig) -> Node {
         controller: source.controller_name.clone(),
         ports,
         registry: source.registry.clone(),
+        services: (source.services.as_deref())
+            .and_then(|s| s.split_once('/'))
+            .map(|(ns, name)| (ns.to_string(), name.to_string())),
     }
 }
 
@@ -374,6 +397,14 @@ impl Readers {
             "ConfigMaps cannot be read (RBAC: deploy/kubernetes/rbac.yaml): BackendTLSPolicies' CA certificates are not found",
         )
         .await;
+        if let Some(secrets) = &self.service_secrets {
+            optional_ready(
+                client,
+                secrets,
+                "Secrets cannot be read (RBAC: deploy/kubernetes/rbac.yaml): the services' passwords are not found",
+            )
+            .await;
+        }
         optional_ready(
             client,
             &self.namespaces,
@@ -407,6 +438,7 @@ impl Readers {
             pull_secrets: all(&self.pull_secrets),
             tls_policies: all(&self.tls_policies),
             config_maps: all(&self.config_maps),
+            service_secrets: self.service_secrets.as_ref().map(all).unwrap_or_default(),
             namespaces: all(&self.namespaces),
         }
     }
@@ -533,6 +565,7 @@ impl ConfigStore for KubernetesStore {
                 "routes": state.routes,
                 "rejected": state.rejected,
                 "status_writer": self.leader.is_leader(),
+                "services_problem": state.services_problem,
                 "wasmplugins_not_loaded": state.broken.iter()
                     .map(|(plugin, b)| (plugin.clone(), b.reason.clone()))
                     .collect::<BTreeMap<_, _>>(),

@@ -31,7 +31,7 @@ use kube::ResourceExt;
 use wasmgate_config::{
     CertificateConfig, ComponentEndpoint, FixedResponse, FunctionEndpoint, HeaderEdits,
     MirrorConfig, PluginConfig, Redirect, RegistryConfig, ReplacePrefix, Rewrite, RouteConfig,
-    Scheme, UpstreamConfig,
+    Scheme, ServiceConfig, UpstreamConfig,
 };
 
 use crate::backend_tls::TlsPolicies;
@@ -61,8 +61,10 @@ pub struct Snapshot {
     /// `imagePullSecret`s.
     pub pull_secrets: Vec<Secret>,
     pub tls_policies: Vec<BackendTlsPolicy>,
-    /// The CAs of BackendTLSPolicies (`ca.crt`).
+    /// The CAs of BackendTLSPolicies (`ca.crt`), the services' list.
     pub config_maps: Vec<ConfigMap>,
+    /// Opaque Secrets of the services ConfigMap's namespace: passwords.
+    pub service_secrets: Vec<Secret>,
 }
 
 /// A condition to write: `type`, `status`, `reason`, `message`.
@@ -130,6 +132,10 @@ pub struct Translation {
     pub certificates: Vec<CertificateConfig>,
     /// One per WasmPlugin that is not known broken.
     pub plugins: Vec<PluginConfig>,
+    /// The services of the `kubernetes.services` ConfigMap ...
+    pub services: Vec<ServiceConfig>,
+    /// ... or why they cannot be used (the file's services still are).
+    pub services_problem: Option<String>,
     /// WasmPlugins: (namespace, name) -> generation, Accepted, how many
     /// routes it runs on.
     pub plugin_status: BTreeMap<(String, String), (Option<i64>, Condition, i64)>,
@@ -182,6 +188,9 @@ pub struct Node {
     pub ports: BTreeMap<u16, (u16, Scheme)>,
     /// What WasmPlugins' registry pulls start from (`kubernetes.registry`).
     pub registry: Option<RegistryConfig>,
+    /// The ConfigMap (namespace, name) that lists services
+    /// (`kubernetes.services`).
+    pub services: Option<(String, String)>,
 }
 
 /// `broken`: WasmPlugins (by their plugin's name) that did not load on the
@@ -217,6 +226,14 @@ pub fn translate(
         plugins: wasmplugins.configs(),
         ..Translation::default()
     };
+    if let Some((ns, name)) = &node.services {
+        let listed =
+            crate::services::services((ns, name), &snapshot.config_maps, &snapshot.service_secrets);
+        match listed {
+            Ok(services) => out.services = services,
+            Err(why) => out.services_problem = Some(why),
+        }
+    }
     let mut plugin_routes: BTreeMap<String, BTreeSet<RouteKey>> = BTreeMap::new();
     let ours: Vec<OurGateway> = (snapshot.gateways.iter())
         .filter(|g| out.classes.contains(&g.spec.gateway_class_name))

@@ -177,10 +177,16 @@ impl ServiceConfig {
     /// files, so a pushed service carries its password as a URL written
     /// through the admin API does.
     pub fn with_password_inlined(&self) -> anyhow::Result<ServiceConfig> {
+        match self.password()? {
+            Some(password) => self.with_password(&password),
+            None => Ok(self.clone()),
+        }
+    }
+
+    /// This entry with `password` written into its URL (and no
+    /// `password_file`): a password from a file or a Kubernetes Secret.
+    pub fn with_password(&self, password: &str) -> anyhow::Result<ServiceConfig> {
         let mut inlined = self.clone();
-        let Some(password) = self.password()? else {
-            return Ok(inlined);
-        };
         for url in [&mut inlined.redis, &mut inlined.postgres]
             .into_iter()
             .flatten()
@@ -188,7 +194,7 @@ impl ServiceConfig {
             let mut parsed =
                 url::Url::parse(url).map_err(|e| anyhow::anyhow!("`{}`: {e}", redact(url)))?;
             parsed
-                .set_password(Some(&password))
+                .set_password(Some(password))
                 .map_err(|()| anyhow::anyhow!("`{}` cannot carry a password", redact(url)))?;
             *url = parsed.to_string();
         }

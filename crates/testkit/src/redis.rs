@@ -169,6 +169,13 @@ impl RedisServer {
         }
     }
 
+    /// Changes the server's password (`CONFIG SET requirepass`); connections
+    /// already open stay authenticated, new ones need the new password.
+    pub fn change_password(&mut self, password: &str) {
+        self.command(&["CONFIG", "SET", "requirepass", password]);
+        self.password = Some(password.to_string());
+    }
+
     /// Sends one command on a fresh connection (authenticated if the server
     /// has a password) and returns the reply; for fixtures and checks.
     pub fn command(&self, args: &[&str]) -> RedisReply {
