@@ -92,19 +92,23 @@ for case in ${CASES:-proxy/none proxy/rust local/none local/rust local/go local/
     -- "$bin" run -c {config} --no-watch --log-level warn
 done
 # The Gateway API's route features (issue 36): a query match with a URL
-# rewrite, and a mirror copying every request to a second upstream (the
+# rewrite, a mirror copying every request to a second upstream (the
 # same nginx, not counted; the copy's sending and its answer's reading are
 # the gateway's and counted). In a config of their own, so that the cases
 # above keep their route table. ROUTE_CASES=0 skips them.
-if [ "${ROUTE_CASES:-1}" = 1 ] && "$bin" schema 2>/dev/null | grep -q '"mirror"'; then
+if [ "${ROUTE_CASES:-1}" = 1 ] && "$bin" schema 2>/dev/null | grep -q '"header_regex"'; then
   { cat "$tmp/gateway.yaml"; cat <<EOF2
   - {name: proxy-rewrite, path: {prefix: /proxy/rewrite}, query: {tier: gold}, rewrite: {replace_prefix: {from: /proxy/rewrite, to: /r}, host: up.internal}, upstream: up}
   - {name: proxy-mirror, path: {prefix: /proxy/mirror}, upstream: up, mirror: [{upstream: up}]}
+  - {name: proxy-match, path: {prefix: /proxy/match}, header_regex: {host: "127[.]0[.]0[.]1:[0-9]+"}, query_regex: {id: "[0-9]+"}, upstream: up}
 EOF2
   } >"$tmp/gateway-routes.yaml"
   count "gateway proxy/rewrite" --path "/proxy/rewrite/x?tier=gold" --expect "hello from upstream" \
     --config "$tmp/gateway-routes.yaml" -- "$bin" run -c {config} --no-watch --log-level warn
   count "gateway proxy/mirror" --path /proxy/mirror --expect "hello from upstream" \
+    --config "$tmp/gateway-routes.yaml" -- "$bin" run -c {config} --no-watch --log-level warn
+  # Expressions over a header and a query parameter (header_regex, query_regex).
+  count "gateway proxy/match" --path "/proxy/match?id=42" --expect "hello from upstream" \
     --config "$tmp/gateway-routes.yaml" -- "$bin" run -c {config} --no-watch --log-level warn
   # nginx's proxy with its `mirror` to the same upstream: the baseline of a copy's cost.
   nginx_conf "$tmp/proxy-mirror" "upstream up { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 1000000; }

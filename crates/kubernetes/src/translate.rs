@@ -991,6 +991,15 @@ mod tests {
         }
     }
 
+    /// The first parent's condition `kind` of HTTPRoute `ns/name`.
+    fn condition(t: &Translation, name: &str, kind: &str) -> (bool, &'static str) {
+        let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), name.into())];
+        let c = (parents[0].conditions.iter())
+            .find(|c| c.kind == kind)
+            .unwrap();
+        (c.ok, c.reason)
+    }
+
     fn parse<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
         serde_json::from_value(v).unwrap()
     }
@@ -1213,16 +1222,7 @@ mod tests {
             )
         ]));
         let t = translate(&node("me/x"), &snap, &BTreeMap::new());
-        let reason = |name: &str, kind: &str| {
-            let (_, parents, _) =
-                &t.route_status[&(RouteKind::Http, "ns".to_string(), name.to_string())];
-            let c = parents[0]
-                .conditions
-                .iter()
-                .find(|c| c.kind == kind)
-                .unwrap();
-            (c.ok, c.reason)
-        };
+        let reason = |name: &str, kind: &str| condition(&t, name, kind);
         assert_eq!(
             reason("other-host", "Accepted"),
             (false, "NoMatchingListenerHostname")
@@ -1582,21 +1582,18 @@ mod tests {
             .find(|r| r.name.starts_with("ns.missing."))
             .unwrap();
         assert_eq!(missing.respond.as_ref().map(|r| r.status), Some(500));
-        let condition = |name: &str, kind: &str| {
-            let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), name.into())];
-            let c = parents[0]
-                .conditions
-                .iter()
-                .find(|c| c.kind == kind)
-                .unwrap();
-            (c.ok, c.reason)
-        };
         assert_eq!(
-            condition("missing", "ResolvedRefs"),
+            condition(&t, "missing", "ResolvedRefs"),
             (false, "ExtensionRefNotFound")
         );
-        assert_eq!(condition("other", "Accepted"), (false, "UnsupportedValue"));
-        assert_eq!(condition("named", "ResolvedRefs"), (true, "ResolvedRefs"));
+        assert_eq!(
+            condition(&t, "other", "Accepted"),
+            (false, "UnsupportedValue")
+        );
+        assert_eq!(
+            condition(&t, "named", "ResolvedRefs"),
+            (true, "ResolvedRefs")
+        );
         let (_, auth, attached) = &t.plugin_status[&("ns".into(), "auth".into())];
         assert_eq!((auth.ok, *attached), (true, 1));
     }
@@ -1693,15 +1690,7 @@ mod tests {
             (function.plugin.as_str(), function.function.as_deref()),
             ("wp.ns.greeter", Some("greet"))
         );
-        let resolved = |name: &str| {
-            let (_, parents, _) = &t.route_status[&(RouteKind::Http, "ns".into(), name.into())];
-            let c = parents[0]
-                .conditions
-                .iter()
-                .find(|c| c.kind == "ResolvedRefs")
-                .unwrap();
-            (c.ok, c.reason)
-        };
+        let resolved = |name: &str| condition(&t, name, "ResolvedRefs");
         assert_eq!(resolved("comp"), (true, "ResolvedRefs"));
         assert_eq!(resolved("filter"), (false, "InvalidKind"));
         assert_eq!(resolved("gone"), (false, "BackendNotFound"));
