@@ -393,7 +393,16 @@ async fn a_late_node_catches_up_and_a_node_without_etcd_waits_or_uses_its_cache(
         &format!(r#", cache_file: "{}""#, cache_file.display()),
     );
     until_serves(&c, &late, "/late", "made before").await;
-    assert!(cache_file.exists());
+    // Written just after the configuration is swapped in, so a request may
+    // see it served a moment before the file is there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !cache_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cache file was not written"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 
     // etcd down: a node without a cache serves 503 and is not ready...
     etcd.kill();
