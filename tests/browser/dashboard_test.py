@@ -210,7 +210,7 @@ routes:
   - {{name: constructor, path: {{prefix: /constructor}}, plugins: [{{plugin: constructor}}], respond: {{status: 200, body: c}}}}
   - {{name: functions, path: {{prefix: /f/}}, function: {{plugin: faults}}}}
   - {{name: chat, path: {{prefix: /chat}}, upstream: chat}}
-  - {{name: shadowed, path: {{prefix: /v2}}, query: {{tier: gold}}, query_regex: {{id: "[0-9]+"}}, header_regex: {{x-tier: "gold|silver"}}, ports: [8443], rewrite: {{replace_prefix: {{from: /v2, to: /api}}}}, upstream: backend, mirror: [{{upstream: chat, percent: 10}}]}}
+  - {{name: shadowed, path: {{prefix: /v2}}, query: {{tier: gold}}, query_regex: {{id: "[0-9]+"}}, header_regex: {{x-tier: "gold|silver"}}, ports: [8443], cors: {{allow_origins: ["https://*.example.com"]}}, rewrite: {{replace_prefix: {{from: /v2, to: /api}}}}, upstream: backend, mirror: [{{upstream: chat, percent: 10}}]}}
 """)
         try:
             for _ in range(30):
@@ -276,7 +276,7 @@ routes:
             self.assertIn("component handler", page.locator('#routes-table tr[data-route="app"]').text_content())
             shadowed = page.locator('#routes-table tr[data-route="shadowed"]').text_content()
             self.assertIn("x-tier ~ gold|silver; ?tier=gold&id~[0-9]+", shadowed)
-            self.assertIn("; port 8443", shadowed)
+            self.assertIn("; port 8443; CORS from https://*.example.com", shadowed)
             self.assertIn("upstream backend; rewrite /v2* → /api*; mirror chat 10%", shadowed)
             upstream_row = page.locator("#upstreams-table tbody tr").first.text_content()
             self.assertIn(f"127.0.0.1:{self.upstream.server_port}", upstream_row)

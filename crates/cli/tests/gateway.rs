@@ -1513,3 +1513,138 @@ routes:
     }
     assert_eq!(closed.load(Ordering::SeqCst), 5);
 }
+
+/// CORS: a preflight from an allowed origin (exact or `*.` wildcard) is
+/// answered by the gateway with what the route allows, never reaching the
+/// upstream; answers to allowed origins carry the origin, credentials and
+/// exposed headers (and `Vary: Origin`); another
+/// origin, or none, gets nothing added. With `*` origins and no
+/// credentials the answer says `*`. `check` refuses an origin that is not
+/// one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_preflights_are_answered_and_allowed_origins_marked() {
+    let (up, gw) = with_upstream(
+        "backend",
+        r#"
+listen: "{listen}"
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
+routes:
+  - name: app
+    path: {prefix: /app}
+    cors:
+      allow_origins: ["https://app.example.com", "https://*.example.org"]
+      allow_methods: [GET, PUT]
+      allow_headers: [x-token]
+      expose_headers: [x-trace]
+      max_age_seconds: 600
+      allow_credentials: true
+    upstream: backend
+  - name: public
+    path: {prefix: /public}
+    cors: {allow_origins: ["*"], allow_methods: ["*"], allow_headers: ["*"]}
+    upstream: backend
+"#,
+    )
+    .await;
+    let c = client();
+    let preflight = send(
+        &c,
+        "OPTIONS",
+        &gw.url("/app/items"),
+        &[
+            ("origin", "https://app.example.com"),
+            ("access-control-request-method", "PUT"),
+            ("access-control-request-headers", "x-token"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(preflight.status, 204, "{}", preflight.text());
+    let got =
+        |reply: &common::Reply, name: &str| header(reply, name).unwrap_or_default().to_string();
+    assert_eq!(
+        got(&preflight, "access-control-allow-origin"),
+        "https://app.example.com"
+    );
+    assert_eq!(got(&preflight, "access-control-allow-methods"), "GET, PUT");
+    assert_eq!(got(&preflight, "access-control-allow-headers"), "x-token");
+    assert_eq!(got(&preflight, "access-control-max-age"), "600");
+    assert_eq!(got(&preflight, "access-control-allow-credentials"), "true");
+    assert_eq!(up.hits(), 0, "a preflight never reaches the upstream");
+
+    let reply = send(
+        &c,
+        "GET",
+        &gw.url("/app/items"),
+        &[("origin", "https://shop.example.org")],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        got(&reply, "access-control-allow-origin"),
+        "https://shop.example.org"
+    );
+    assert_eq!(got(&reply, "access-control-expose-headers"), "x-trace");
+    assert_eq!(got(&reply, "access-control-allow-credentials"), "true");
+    assert!(
+        got(&reply, "vary").contains("Origin"),
+        "{:?}",
+        reply.headers
+    );
+    for origin in [
+        "https://evil.example",
+        "https://example.org",
+        "http://app.example.com",
+    ] {
+        let reply = send(&c, "GET", &gw.url("/app/items"), &[("origin", origin)], "").await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(
+            header(&reply, "access-control-allow-origin"),
+            None,
+            "{origin}"
+        );
+    }
+    // Another origin's preflight is the upstream's to answer.
+    let hits = up.hits();
+    let other = send(
+        &c,
+        "OPTIONS",
+        &gw.url("/app/items"),
+        &[
+            ("origin", "https://evil.example"),
+            ("access-control-request-method", "PUT"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(header(&other, "access-control-allow-origin"), None);
+    assert_eq!(up.hits(), hits + 1);
+    let reply = get(&c, &gw.url("/app/items")).await;
+    assert_eq!(
+        header(&reply, "access-control-allow-origin"),
+        None,
+        "no Origin, no CORS"
+    );
+
+    let public = send(
+        &c,
+        "OPTIONS",
+        &gw.url("/public"),
+        &[
+            ("origin", "https://any.example"),
+            ("access-control-request-method", "DELETE"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(public.status, 204);
+    assert_eq!(got(&public, "access-control-allow-origin"), "*");
+    assert_eq!(got(&public, "access-control-allow-methods"), "*");
+    assert_eq!(got(&public, "access-control-max-age"), "5");
+
+    let stderr = common::check_refuses(
+        "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, cors: {allow_origins: [app.example.com]}}]\n",
+    );
+    assert!(stderr.contains("routes[r].cors.allow_origins"), "{stderr}");
+}

@@ -817,7 +817,12 @@ async fn listener_ports_extension_refs_wasm_backends_and_pull_secrets() {
     let wasm_backend =
         |name: &str| json!([{"group": "wasmgate.io", "kind": "WasmPlugin", "name": name}]);
     for (name, section, filters, backends) in [
-        ("public", "web", json!([]), app_backend.clone()),
+        (
+            "public",
+            "web",
+            json!([{"type": "CORS", "cors": {"allowOrigins": ["https://*.example.com"], "allowMethods": ["PUT"]}}]),
+            app_backend.clone(),
+        ),
         ("internal", "internal", json!([]), app_backend.clone()),
         ("filtered", "web", extension, app_backend),
         // The component answers `/`: the rule's prefix is rewritten away.
@@ -897,6 +902,20 @@ async fn listener_ports_extension_refs_wasm_backends_and_pull_secrets() {
     )
     .await;
     assert_eq!(get(internal, "/public").await.status, 404);
+    // The route's CORS filter: a preflight answered by the node.
+    let url = format!("http://127.0.0.1:{web}/public");
+    let origin = [
+        ("origin", "https://app.example.com"),
+        ("access-control-request-method", "PUT"),
+    ];
+    let preflight = send(&c, "OPTIONS", &url, &origin, "").await;
+    assert_eq!(
+        (
+            preflight.status,
+            header(&preflight, "access-control-allow-methods")
+        ),
+        (204, "PUT".to_string())
+    );
     assert_eq!(get(internal, "/internal").await.status, 200);
     assert_eq!(get(web, "/internal").await.status, 404);
     assert_eq!(

@@ -42,8 +42,8 @@ pub use plugins::{
 };
 pub use rewrite::{ReplacePrefix, Rewrite};
 pub use routes::{
-    ComponentEndpoint, FixedResponse, FunctionEndpoint, HeaderEdits, MirrorConfig, PathMatch,
-    Redirect, RouteConfig, Scheme, UpgradeConfig,
+    ComponentEndpoint, CorsConfig, FixedResponse, FunctionEndpoint, HeaderEdits, MirrorConfig,
+    PathMatch, Redirect, RouteConfig, Scheme, UpgradeConfig,
 };
 pub use tls::{
     CertificateConfig, ClientAuth, ListenerConfig, TlsListener, UnknownSni, UpstreamTls,

@@ -98,6 +98,83 @@ pub struct RouteConfig {
     /// Only a route whose endpoint is an upstream mirrors.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<MirrorConfig>,
+    /// Cross-origin requests it allows (CORS): preflights answered by the
+    /// gateway, answers to allowed origins marked so browsers let pages
+    /// read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<CorsConfig>,
+}
+/// Cross-origin requests a route allows (CORS; the Gateway API's CORS
+/// filter): browsers' preflights from these origins are answered by the
+/// gateway, and the route's answers to them carry the headers that let the
+/// page read them.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CorsConfig {
+    /// `https://app.example.com`, `https://*.example.com` (any subdomain)
+    /// or `*` (any origin).
+    pub allow_origins: Vec<String>,
+    /// Methods a preflight may ask for (`*`: any); GET, HEAD and POST are
+    /// always allowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_methods: Vec<String>,
+    /// Request headers a preflight may ask for (`*`: any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_headers: Vec<String>,
+    /// Response headers the page may read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expose_headers: Vec<String>,
+    /// How long a browser may keep a preflight's answer (default 5 s).
+    #[serde(default = "five_seconds")]
+    pub max_age_seconds: u32,
+    /// Whether the page may send cookies and credentials
+    /// (`Access-Control-Allow-Credentials: true`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_credentials: bool,
+}
+
+fn five_seconds() -> u32 {
+    5
+}
+
+impl CorsConfig {
+    /// Origins, methods and header names are ones HTTP allows.
+    pub fn check(&self, at: &str, problem: &mut dyn FnMut(String, String)) {
+        if self.allow_origins.is_empty() {
+            problem(
+                format!("{at}.allow_origins"),
+                "name at least one origin (or `*`)".into(),
+            );
+        }
+        for origin in &self.allow_origins {
+            let (scheme, host) = origin.split_once("://").unwrap_or(("", ""));
+            let host_ok = !host.is_empty()
+                && !host.contains('/')
+                && host.strip_prefix("*.").unwrap_or(host).find('*').is_none();
+            if origin != "*" && (!matches!(scheme, "http" | "https") || !host_ok) {
+                problem(
+                    format!("{at}.allow_origins"),
+                    format!("`{origin}`: an origin is `scheme://host[:port]`, its host may begin with `*.`, or `*`"),
+                );
+            }
+        }
+        for method in &self.allow_methods {
+            if method != "*" && http::Method::from_bytes(method.as_bytes()).is_err() {
+                problem(
+                    format!("{at}.allow_methods"),
+                    format!("`{method}` is not a method"),
+                );
+            }
+        }
+        for name in self.allow_headers.iter().chain(&self.expose_headers) {
+            if name != "*" && http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                problem(
+                    format!("{at}.allow_headers"),
+                    format!("`{name}` is not a header name"),
+                );
+            }
+        }
+    }
 }
 
 /// A copy of a route's requests sent to another upstream.
@@ -310,6 +387,9 @@ pub(crate) fn check(
         check_endpoint(&at, r, declared, problem);
         check_match(&at, r, problem);
         check_upgrade(&format!("{at}.upgrade"), &r.upgrade, problem);
+        if let Some(cors) = &r.cors {
+            cors.check(&format!("{at}.cors"), problem);
+        }
         r.request_headers
             .check(&format!("{at}.request_headers"), problem);
         r.response_headers

@@ -91,6 +91,8 @@ pub(crate) struct Route {
     pub rewrite: Option<Box<crate::url_rewrite::UrlRewriter>>,
     /// Upstreams that get copies of its requests (`mirror`).
     pub mirrors: Vec<Arc<crate::endpoint::mirror::Mirror>>,
+    /// The cross-origin requests it allows, when it says.
+    pub cors: Option<Box<crate::cors::Cors>>,
 }
 
 impl Route {

@@ -18,6 +18,7 @@ mod build;
 mod chain;
 mod component_route;
 pub mod config_store;
+mod cors;
 mod endpoint;
 pub mod error_response;
 mod function_route;

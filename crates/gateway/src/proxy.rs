@@ -1,8 +1,9 @@
 //! The gateway's request path, in the order a request takes it:
 //!
 //! 1. match a route (404 when none does);
-//! 2. apply the route's own request header and URL changes, start its
-//!    filter chain and run `on_request_headers`;
+//! 2. apply the route's own request header and URL changes (and answer a
+//!    CORS preflight it allows, `cors.rs`), start its filter chain and run
+//!    `on_request_headers`;
 //! 3. send the request to the endpoint (`endpoint/`: an upstream, with
 //!    copies to the route's mirrors (`endpoint/mirror.rs`), or a
 //!    `wasi:http` component, which take the body as it streams through
@@ -10,8 +11,8 @@
 //!    it whole);
 //! 4. run `on_response_headers`, then stream the response body through
 //!    `on_response_body` after the headers have gone out;
-//! 5. the route's own response header changes go onto every response it
-//!    gives, then `on_log` / `on_done` once the response body is over;
+//! 5. the route's own response header changes (and an allowed origin's
+//!    CORS headers) go onto every response it gives, then `on_log` / `on_done` once the response body is over;
 //! 6. the access-log line (`access.rs`), when the node keeps a log and the
 //!    route wants one: begun with the request, queued when the response
 //!    body ends.
@@ -44,6 +45,7 @@ use crate::access::{self, logged, Pending};
 use crate::body::{self, Body, ClientBody, ClientBodyError};
 use crate::body_pump::{channel_body, channel_body_after, BodyPump};
 use crate::chain::{Chain, ChainNotes, Direction, Stop};
+use crate::cors;
 use crate::endpoint::component;
 use crate::endpoint::mirror::{self, Mirror};
 use crate::endpoint::tunnel::{self, UpgradeRequest};
@@ -140,6 +142,23 @@ impl Gateway {
         if let Some(rewrite) = &route.rewrite {
             rewrite.apply(&mut parts);
         }
+        // A cross-origin request the route allows (cors.rs): its preflight
+        // is answered here; its answer gets the headers at the end.
+        let cors = match route
+            .cors
+            .as_ref()
+            .and_then(|c| c.judge(&parts.method, &parts.headers))
+        {
+            Some(cors::Verdict::Preflight(mut response)) => {
+                if let Some(edits) = &route.response_headers {
+                    edits.apply(response.headers_mut());
+                }
+                route.count(response.status());
+                return logged(pending, response);
+            }
+            Some(cors::Verdict::Answer(headers)) => Some(headers),
+            None => None,
+        };
         let mut notes = None;
         if let Some(pending) = &mut pending {
             pending.set_route(&route.name);
@@ -208,6 +227,9 @@ impl Gateway {
         };
         if let Some(edits) = &route.response_headers {
             edits.apply(response.headers_mut());
+        }
+        if let Some(headers) = cors {
+            cors::add(response.headers_mut(), headers);
         }
         route.latency.record(started.elapsed());
         route.count(response.status());

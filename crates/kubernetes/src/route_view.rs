@@ -210,6 +210,7 @@ pub fn filter_problem(kind: RouteKind, i: usize, filter: &serde_json::Value) -> 
             "RequestHeaderModifier",
             "ResponseHeaderModifier",
             "RequestMirror",
+            "CORS",
         ],
         RouteKind::Grpc => &[
             "RequestHeaderModifier",
@@ -237,7 +238,34 @@ pub fn filter_problem(kind: RouteKind, i: usize, filter: &serde_json::Value) -> 
             supported.join(", ")
         ));
     }
+    if name == "CORS" {
+        let mut problems = Vec::new();
+        cors(filter).check("", &mut |_, why| problems.push(why));
+        if let Some(why) = problems.first() {
+            return Some(format!("rules[{i}].filters: CORS: {why}"));
+        }
+    }
     None
+}
+
+/// A rule's `CORS` filter as the route's `cors`.
+pub fn cors(filter: &serde_json::Value) -> wasmgate_config::CorsConfig {
+    let c = &filter["cors"];
+    let list = |key: &str| -> Vec<String> {
+        (c[key].as_array().into_iter().flatten())
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    wasmgate_config::CorsConfig {
+        allow_origins: list("allowOrigins"),
+        allow_methods: list("allowMethods"),
+        allow_headers: list("allowHeaders"),
+        expose_headers: list("exposeHeaders"),
+        max_age_seconds: c["maxAge"]
+            .as_u64()
+            .map_or(5, |s| s.min(u64::from(u32::MAX)) as u32),
+        allow_credentials: c["allowCredentials"].as_bool().unwrap_or(false),
+    }
 }
 
 impl RuleView {

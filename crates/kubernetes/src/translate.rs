@@ -806,6 +806,9 @@ fn route_config(
                 config.rewrite = rewrite(rule, m.prefix.as_deref());
                 config.mirror = mirrors.clone();
                 config.request_headers = request_headers.clone();
+                config.cors = (rule.filters.iter())
+                    .find(|f| f["type"] == "CORS")
+                    .map(crate::route_view::cors);
                 config.response_headers = response_headers.clone();
                 let at = RouteContext {
                     kind: route.kind,
@@ -1714,5 +1717,38 @@ mod tests {
         assert_eq!(kinds["wp.ns.greeter"], wasmgate_config::PluginKind::Extism);
         let (_, _, attached) = &t.plugin_status[&("ns".into(), "handler".into())];
         assert_eq!(*attached, 1, "comp runs on it; mixed does not resolve");
+    }
+
+    /// A CORS filter becomes the route's `cors`; one whose origins are not
+    /// origins is not accepted.
+    #[test]
+    fn cors_filters_translate_and_bad_ones_are_refused() {
+        let cors = |origins: serde_json::Value| {
+            json!([{"filters": [{"type": "CORS", "cors": {"allowOrigins": origins, "allowMethods": ["GET", "PUT"],
+                "exposeHeaders": ["x-trace"], "maxAge": 600, "allowCredentials": true}}],
+                "backendRefs": [{"name": "s", "port": 80}]}])
+        };
+        let snap = snapshot(json!([
+            route("good", json!([]), cors(json!(["https://*.example.com"]))),
+            route("bad", json!([]), cors(json!(["app.example.com"]))),
+        ]));
+        let t = translate(&node("me/x"), &snap, &BTreeMap::new());
+        let good = (t.routes.iter())
+            .find(|r| r.name.starts_with("ns.good."))
+            .unwrap();
+        let c = good.cors.as_ref().unwrap();
+        assert_eq!(
+            (
+                c.allow_origins.as_slice(),
+                c.allow_methods.len(),
+                c.max_age_seconds,
+                c.allow_credentials
+            ),
+            (&["https://*.example.com".to_string()][..], 2, 600, true)
+        );
+        assert_eq!(
+            condition(&t, "bad", "Accepted"),
+            (false, "UnsupportedValue")
+        );
     }
 }

@@ -314,6 +314,7 @@ function describeMatch(r) {
   if (query.length) parts.push("?" + query.join("&"));
   if (r.scheme) parts.push(r.scheme + " only");
   if (r.ports && r.ports.length) parts.push("port " + r.ports.join(","));
+  if (r.cors) parts.push("CORS from " + (r.cors.allow_origins || []).join(", "));
   return parts.join("; ") || "everything";
 }
 

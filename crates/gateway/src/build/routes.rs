@@ -88,6 +88,7 @@ pub(super) async fn build(
                         Some(Arc::new(Mirror::new(upstream, m.percent)))
                     })
                     .collect(),
+                cors: (r.cors.as_ref()).map(|c| Box::new(crate::cors::Cors::new(c))),
             });
         }
     }
