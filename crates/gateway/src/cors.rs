@@ -26,6 +26,8 @@ const REQUEST_HEADERS: &str = "access-control-request-headers";
 /// A route's CORS policy, its header values made once.
 pub struct Cors {
     origins: Vec<Origin>,
+    /// `*` among the origins.
+    any_origin: bool,
     /// `*` among the methods / headers: any.
     any_method: bool,
     any_header: bool,
@@ -36,8 +38,8 @@ pub struct Cors {
     credentials: bool,
 }
 
+/// An allowed origin other than `*`.
 enum Origin {
-    Any,
     Exact(String),
     /// `https://*.example.com` as (`https://`, `.example.com`).
     Wildcard(String, String),
@@ -63,9 +65,10 @@ impl Cors {
             (!listed.is_empty()).then(|| value(&listed.join(", ")))
         };
         Cors {
+            any_origin: config.allow_origins.iter().any(|o| o == "*"),
             origins: (config.allow_origins.iter())
+                .filter(|o| *o != "*")
                 .map(|o| match o.split_once("*.") {
-                    _ if o == "*" => Origin::Any,
                     Some((scheme, rest)) => Origin::Wildcard(
                         scheme.to_ascii_lowercase(),
                         format!(".{}", rest.to_ascii_lowercase()),
@@ -87,19 +90,20 @@ impl Cors {
     pub fn judge(&self, method: &Method, request: &HeaderMap) -> Option<Verdict> {
         let origin = request.get(hyper::header::ORIGIN)?;
         let text = origin.to_str().ok()?.to_ascii_lowercase();
-        let any = self.origins.iter().any(|o| matches!(o, Origin::Any));
-        let allowed = self.origins.iter().any(|o| match o {
-            Origin::Any => true,
-            Origin::Exact(exact) => *exact == text,
-            Origin::Wildcard(scheme, suffix) => (text.strip_prefix(scheme.as_str()))
-                .is_some_and(|host| host.len() > suffix.len() && host.ends_with(suffix.as_str())),
-        });
+        let allowed = self.any_origin
+            || self.origins.iter().any(|o| match o {
+                Origin::Exact(exact) => *exact == text,
+                Origin::Wildcard(scheme, suffix) => (text.strip_prefix(scheme.as_str()))
+                    .is_some_and(|host| {
+                        host.len() > suffix.len() && host.ends_with(suffix.as_str())
+                    }),
+            });
         if !allowed {
             return None;
         }
         let mut headers = HeaderMap::new();
         // `*` only when no credentials go with the request (Fetch).
-        let echo = !any || self.credentials;
+        let echo = !self.any_origin || self.credentials;
         headers.insert(
             ALLOW_ORIGIN,
             if echo {

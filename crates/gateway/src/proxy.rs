@@ -12,7 +12,8 @@
 //! 4. run `on_response_headers`, then stream the response body through
 //!    `on_response_body` after the headers have gone out;
 //! 5. the route's own response header changes (and an allowed origin's
-//!    CORS headers) go onto every response it gives, then `on_log` / `on_done` once the response body is over;
+//!    CORS headers) go onto every response it gives, then `on_log` /
+//!    `on_done` once the response body is over;
 //! 6. the access-log line (`access.rs`), when the node keeps a log and the
 //!    route wants one: begun with the request, queued when the response
 //!    body ends.

@@ -1,6 +1,7 @@
 //! Route matching: host (exact or `*.` wildcard), path (exact, prefix or
-//! regex), method, headers, query parameters, scheme and the listener's port. The first route in listing order that matches
-//! wins, so specific routes go first. [`RouteIndex`] finds it without
+//! regex), method, headers and query parameters (exact or by expression),
+//! scheme and the listener's port. The first route in listing order that
+//! matches wins, so specific routes go first. [`RouteIndex`] finds it without
 //! walking the list: hosts and paths narrow the candidates, then the earliest
 //! candidate that matches in full is the answer, the same one a walk finds.
 
@@ -15,13 +16,12 @@ pub struct RouteMatcher {
     hosts: Vec<HostPattern>,
     path: PathPattern,
     methods: Vec<Method>,
-    headers: Vec<(String, String)>,
-    /// Query parameters and the values they must have (decoded).
-    query: Vec<(String, String)>,
-    /// Headers one of whose values must match an expression.
-    header_regex: Vec<(String, Regex)>,
-    /// Query parameters whose (decoded) value must match an expression.
-    query_regex: Vec<(String, Regex)>,
+    /// Headers one of whose values each must match (`headers`,
+    /// `header_regex`).
+    headers: Vec<(String, ValueMatch)>,
+    /// Query parameters and what their (decoded) values must match
+    /// (`query`, `query_regex`).
+    query: Vec<(String, ValueMatch)>,
     /// `Some(true)`: only requests that came over TLS; `Some(false)`: only
     /// plain ones (`scheme:`).
     tls: Option<bool>,
@@ -42,6 +42,35 @@ pub struct RouteInput<'a> {
     pub tls: bool,
     /// The local port of the listener it came on.
     pub port: u16,
+}
+
+/// What a header's or query parameter's value must be.
+enum ValueMatch {
+    Exact(String),
+    /// Anchored: the whole value.
+    Regex(Regex),
+}
+
+impl ValueMatch {
+    fn matches(&self, value: &[u8]) -> bool {
+        match self {
+            ValueMatch::Exact(wanted) => value == wanted.as_bytes(),
+            ValueMatch::Regex(expression) => {
+                std::str::from_utf8(value).is_ok_and(|v| expression.is_match(v))
+            }
+        }
+    }
+}
+
+/// Exact values, then expressions, of a route's `names -> values` maps.
+fn value_matches(
+    exact: &std::collections::BTreeMap<String, String>,
+    regex: &std::collections::BTreeMap<String, String>,
+    name: fn(&str) -> String,
+) -> Vec<(String, ValueMatch)> {
+    let exact = (exact.iter()).map(|(k, v)| (name(k), ValueMatch::Exact(v.clone())));
+    let regex = (regex.iter()).map(|(k, r)| (name(k), ValueMatch::Regex(anchored(r))));
+    exact.chain(regex).collect()
 }
 
 enum HostPattern {
@@ -82,22 +111,12 @@ impl RouteMatcher {
                 .iter()
                 .filter_map(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
                 .collect(),
-            headers: route
-                .headers
-                .iter()
-                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
-                .collect(),
-            query: (route.query.iter())
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            headers: value_matches(&route.headers, &route.header_regex, |k| {
+                k.to_ascii_lowercase()
+            }),
+            query: value_matches(&route.query, &route.query_regex, str::to_string),
             tls: route.scheme.map(|s| s == wasmgate_config::Scheme::Https),
             ports: route.ports.clone(),
-            header_regex: (route.header_regex.iter())
-                .map(|(k, r)| (k.to_ascii_lowercase(), anchored(r)))
-                .collect(),
-            query_regex: (route.query_regex.iter())
-                .map(|(k, r)| (k.clone(), anchored(r)))
-                .collect(),
         }
     }
 
@@ -129,18 +148,10 @@ impl RouteMatcher {
             && self.tls.is_none_or(|wanted| wanted == tls)
             && (self.ports.is_empty() || self.ports.contains(&port))
             && (self.methods.is_empty() || self.methods.contains(method))
-            && self.headers.iter().all(|(name, value)| {
-                headers
-                    .get_all(name.as_str())
-                    .iter()
-                    .any(|v| v.as_bytes() == value.as_bytes())
+            && self.headers.iter().all(|(name, wanted)| {
+                (headers.get_all(name.as_str()).iter()).any(|v| wanted.matches(v.as_bytes()))
             })
             && (self.query.is_empty() || query_matches(&self.query, query))
-            && self.header_regex.iter().all(|(name, expression)| {
-                (headers.get_all(name.as_str()).iter())
-                    .any(|v| v.to_str().is_ok_and(|v| expression.is_match(v)))
-            })
-            && (self.query_regex.is_empty() || query_regex_matches(&self.query_regex, query))
     }
 }
 
@@ -151,24 +162,13 @@ fn anchored(expression: &str) -> Regex {
 }
 
 /// Whether every wanted parameter is in `query` with a value that matches.
-fn query_regex_matches(wanted: &[(String, Regex)], query: Option<&str>) -> bool {
-    let Some(query) = query else {
-        return false;
-    };
-    wanted.iter().all(|(name, expression)| {
-        form_urlencoded::parse(query.as_bytes())
-            .any(|(n, v)| n == name.as_str() && expression.is_match(&v))
-    })
-}
-
-/// Whether every wanted parameter is in `query` with its value.
-fn query_matches(wanted: &[(String, String)], query: Option<&str>) -> bool {
+fn query_matches(wanted: &[(String, ValueMatch)], query: Option<&str>) -> bool {
     let Some(query) = query else {
         return false;
     };
     wanted.iter().all(|(name, value)| {
         form_urlencoded::parse(query.as_bytes())
-            .any(|(n, v)| n == name.as_str() && v == value.as_str())
+            .any(|(n, v)| n == name.as_str() && value.matches(v.as_bytes()))
     })
 }
 

@@ -121,8 +121,17 @@ impl KubernetesStore {
         client: Client,
         live: &Arc<LiveGateway>,
     ) -> Arc<KubernetesStore> {
+        let node = node(source, &local);
+        // The services' passwords: Opaque Secrets of their ConfigMap's
+        // namespace only.
+        let service_secrets = (node.services.as_ref()).map(|(namespace, _)| {
+            watch_with(
+                Api::namespaced(client.clone(), namespace),
+                watcher::Config::default().fields("type=Opaque"),
+            )
+        });
         Arc::new(KubernetesStore {
-            node: node(source, &local),
+            node,
             local,
             live: Arc::downgrade(live),
             readers: Readers {
@@ -147,14 +156,7 @@ impl KubernetesStore {
                 namespaces: watch(Api::all(client.clone())),
                 tls_policies: watch(Api::all(client.clone())),
                 config_maps: watch(Api::all(client.clone())),
-                service_secrets: (source.services.as_deref())
-                    .and_then(|s| s.split_once('/'))
-                    .map(|(namespace, _)| {
-                        watch_with(
-                            Api::namespaced(client.clone(), namespace),
-                            watcher::Config::default().fields("type=Opaque"),
-                        )
-                    }),
+                service_secrets,
             },
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
