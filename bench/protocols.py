@@ -32,6 +32,7 @@ sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -111,15 +112,35 @@ def measure(scenario, proxy, seconds, processes):
         command = ["grpc-load", f"127.0.0.1:{port}", authority, str(in_flight), str(seconds), str(SIZE)]
     pid = processes[server].pid if server else None
     before = cpu_seconds(pid) if pid else 0
+    # The peers' CPU too (the echo server's from /proc, the load client's
+    # from its rusage): with the proxy on CPU 0 and both peers on CPU 1,
+    # whether CPU 1 is what bounds the rate, and what the hop costs them.
+    upstream = processes["ws-echo" if scenario == "websocket" else "grpc-echo"].pid
+    upstream_before = cpu_seconds(upstream)
+    reads_before = read_calls(upstream)
+    client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(["taskset", "-c", "1", PEERS, *command], capture_output=True, text=True,
                          env={**os.environ, "GOMAXPROCS": "1"})
     if out.returncode:
         sys.exit(f"{scenario} {proxy}: {out.stderr[-500:]}")
     run = json.loads(out.stdout)
     cpu = (cpu_seconds(pid) - before) if pid else 0
+    client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (client_after.ru_utime - client_before.ru_utime) + (client_after.ru_stime - client_before.ru_stime)
+    peers_cpu = client_cpu + cpu_seconds(upstream) - upstream_before
+    upstream_reads = read_calls(upstream) - reads_before
     return {"scenario": scenario, "proxy": proxy or "direct", "rate": run["per_second"],
             "count": run["messages"], "p50_us": run["p50_us"], "p99_us": run["p99_us"],
-            "errors": run["errors"], "cpu_us": cpu / max(run["messages"], 1) * 1e6}
+            "errors": run["errors"], "cpu_us": cpu / max(run["messages"], 1) * 1e6,
+            "peers_cpu_us": peers_cpu / max(run["messages"], 1) * 1e6,
+            "upstream_reads_per_message": upstream_reads / max(run["messages"], 1)}
+
+
+def read_calls(pid):
+    """The read system calls a process has made (`syscr` of /proc/<pid>/io):
+    how many pieces the messages reached the upstream in."""
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("syscr:"))
 
 
 def plot(result):
@@ -165,7 +186,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--scenarios", default="websocket,grpc,grpc-128",
+                        help="a subset while working on one (no plot then)")
     args = parser.parse_args()
+    chosen = args.scenarios.split(",")
+    cases = [c for c in CASES if c[0] in chosen]
     for tool in ("nginx", "go", "taskset"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
             sys.exit(f"{tool} is missing: scripts/install-deps.sh --bench")
@@ -173,14 +198,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="wasmgate-protocols-bench.")
     processes = start(tmp)
     try:
-        for scenario, proxy in CASES:  # warm-up, and a check that every path answers
+        for scenario, proxy in cases:  # warm-up, and a check that every path answers
             run = measure(scenario, proxy, 1, processes)
             if run["count"] == 0 or run["errors"]:
                 sys.exit(f"{scenario} through {proxy}: {run}")
         load_before = open("/proc/loadavg").read().split()[:3]
         runs = []
         for r in range(1, args.rounds + 1):
-            for scenario, proxy in (CASES if r % 2 else CASES[::-1]):
+            for scenario, proxy in (cases if r % 2 else cases[::-1]):
                 run = measure(scenario, proxy, args.seconds, processes)
                 run["round"] = r
                 runs.append(run)
@@ -192,22 +217,23 @@ def main():
             p.wait()
         subprocess.run(["rm", "-rf", tmp])
     summary = {}
-    for scenario, proxy in CASES:
+    for scenario, proxy in cases:
         key = f"{scenario} {proxy or 'direct'}"
         mine = [r for r in runs if r["scenario"] == scenario and r["proxy"] == (proxy or "direct")]
-        summary[key] = {k: statistics.median(r[k] for r in mine) for k in ("rate", "p50_us", "p99_us", "cpu_us")}
+        summary[key] = {k: statistics.median(r[k] for r in mine) for k in ("rate", "p50_us", "p99_us", "cpu_us", "peers_cpu_us", "upstream_reads_per_message")}
     result = {"rounds": args.rounds, "seconds": args.seconds, "connections": CONNECTIONS, "size": SIZE,
               "loadavg_before": load_before, "loadavg_after": open("/proc/loadavg").read().split()[:3],
               "runs": runs, "summary": summary}
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results", "protocols.json"), "w") as f:
         json.dump(result, f, indent=1)
-    plot(result)
-    print("| case | per second | p50 µs | p99 µs | proxy CPU µs per message |")
-    print("|---|---|---|---|---|")
+    if len(cases) == len(CASES):
+        plot(result)
+    print("| case | per second | p50 µs | p99 µs | proxy CPU µs per message | peers' CPU µs per message | upstream reads per message |")
+    print("|---|---|---|---|---|---|---|")
     for key, v in summary.items():
         cpu = f"{v['cpu_us']:.1f}" if not key.endswith("direct") else "-"
-        print(f"| {key} | {v['rate']:,.0f} | {v['p50_us']:.0f} | {v['p99_us']:.0f} | {cpu} |")
+        print(f"| {key} | {v['rate']:,.0f} | {v['p50_us']:.0f} | {v['p99_us']:.0f} | {cpu} | {v['peers_cpu_us']:.1f} | {v['upstream_reads_per_message']:.3f} |")
     print(f"\nerrors: {sum(r['errors'] for r in runs)}")
 
 
