@@ -17,10 +17,13 @@ so that they cost little beside the proxy measured. The proxies (one worker,
 one thread each) are pinned to CPU 0; peers and load clients to CPU 1.
 Scenarios rotate round by round. Beside messages (calls) per second and
 p99, the proxy's CPU time per message (call) from /proc, the steadier
-measure on this machine.
+measure on this machine; and the peers' CPU per message (server and load
+client) with the upstream's read calls per message, which show whether
+CPU 1 bounds the rate and how a proxy's hop changes the peers' batches.
 
-Writes bench/results/protocols.json and docs/img/protocols.png, prints a
-Markdown table. Usage: bench/protocols.py [--rounds 3] [--seconds 5]
+Writes bench/results/protocols.json and (when every scenario ran)
+docs/img/protocols.png, prints a Markdown table. Usage:
+bench/protocols.py [--rounds 3] [--seconds 5] [--scenarios websocket,grpc,grpc-128]
 """
 
 import os
@@ -190,6 +193,9 @@ def main():
                         help="a subset while working on one (no plot then)")
     args = parser.parse_args()
     chosen = args.scenarios.split(",")
+    known = {scenario for scenario, _ in CASES}
+    if not chosen or not set(chosen) <= known:
+        sys.exit(f"--scenarios: {args.scenarios!r}; choose from {', '.join(sorted(known))}")
     cases = [c for c in CASES if c[0] in chosen]
     for tool in ("nginx", "go", "taskset"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
