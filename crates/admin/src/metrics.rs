@@ -656,7 +656,7 @@ fn tunnel_metrics(out: &mut String) {
     }
 }
 
-/// The access log's lines: written, and lost (the queue full because the
+/// The access log's lines: written, and lost (a buffer full because the
 /// disk is slower than the traffic, or a write that failed), by reason.
 fn access_log_metrics(out: &mut String) {
     use std::sync::atomic::Ordering::Relaxed;
@@ -679,7 +679,7 @@ fn access_log_metrics(out: &mut String) {
         out,
         "wasmgate_access_log_lost_total",
         "counter",
-        "Access-log lines lost, by reason (queue_full: the writer fell behind; write_error).",
+        "Access-log lines lost, by reason (queue_full: the writer fell behind and a thread's buffer was full; write_error).",
     );
     for (reason, n) in [
         ("queue_full", stats.dropped.load(Relaxed)),

@@ -2,7 +2,7 @@
 //! known when the request comes in ([`Pending::begin`]), what its answer
 //! says ([`Pending::finish`]: the status, the node that answered, the
 //! gateway's own error kind), and what its chain did (`ChainNotes`). The
-//! line is queued when the response body ends, or is dropped by a client
+//! line is written (into its thread's buffer) when the response body ends, or is dropped by a client
 //! that went away, so `bytes_out` and `duration_ms` cover the whole answer.
 //! The request's trace (`wasmgate_observe::trace`) goes the same way: its
 //! span begins with the request (the upstream request carries its
@@ -376,7 +376,7 @@ pub(crate) fn logged(pending: Option<Box<Pending>>, response: Response<Body>) ->
     }
 }
 
-/// The response body, counted; its end (or drop) queues the line.
+/// The response body, counted; its end (or drop) writes the line.
 struct LoggedBody {
     inner: Body,
     sent: u64,

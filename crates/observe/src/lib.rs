@@ -1,7 +1,8 @@
 //! What wasmgate tells about each request, apart from its metrics: the
-//! access log, one line per request ([`access_log`]). Its writing happens
-//! on a thread of its own, so a slow disk costs a request nothing but a
-//! queue slot, and a full queue costs a counted line, never a wait. And
+//! access log, one line per request ([`access_log`]). A request formats
+//! its line into its thread's buffer; the writing happens on a thread of
+//! its own, so a slow disk costs a request nothing, and a buffer grown
+//! past its limit costs a counted line, never a wait. And
 //! traces ([`trace`]): a span per request with its filters and upstream
 //! call, exported over OTLP in batches, off the request path too.
 
