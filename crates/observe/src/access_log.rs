@@ -146,6 +146,11 @@ struct Lines {
     /// In the text format, the same lines as JSON, for the dashboard's
     /// list (in the JSON format `text` serves both).
     json: Vec<u8>,
+    /// When each of the requests in `json` (or `text` in the JSON format)
+    /// came in: the dashboard's list orders requests by it, since request
+    /// ids are counted per thread and the threads' lines reach the writer
+    /// in rounds (a request's line can be taken after a later request's).
+    arrivals: Vec<Instant>,
     /// Lines in `text` the writer has not taken yet.
     pending: u64,
     /// Lines put here so far (dropped ones not counted).
@@ -226,6 +231,9 @@ impl AccessLog {
             }
             lines.pending += 1;
             lines.recorded += 1;
+            lines
+                .arrivals
+                .push(entry.began.unwrap_or_else(Instant::now));
             match self.format {
                 Format::Json => line::json(&entry, time, &mut lines.text),
                 Format::Text => {
@@ -271,6 +279,7 @@ impl AccessLog {
         let recent = lock(&self.shared.recent);
         recent
             .newest_first()
+            .into_iter()
             .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
             .filter(|value| {
                 let route = value["route"].as_str().unwrap_or("");
@@ -385,11 +394,13 @@ impl Writer {
             for (buffer, batch) in buffers.iter().zip(&mut batches) {
                 batch.text.clear();
                 batch.json.clear();
+                batch.arrivals.clear();
                 let mut lines = lock(buffer);
                 // The emptied buffers go back, so both sides keep their
                 // capacity.
                 std::mem::swap(&mut lines.text, &mut batch.text);
                 std::mem::swap(&mut lines.json, &mut batch.json);
+                std::mem::swap(&mut lines.arrivals, &mut batch.arrivals);
                 let taken = std::mem::take(&mut lines.pending);
                 drop(lines);
                 if taken > 0 {
@@ -398,9 +409,12 @@ impl Writer {
                 }
             }
             if handled > 0 {
-                let json = batches.iter().map(|batch| match self.format {
-                    Format::Json => batch.text.as_slice(),
-                    Format::Text => batch.json.as_slice(),
+                let json = batches.iter().map(|batch| {
+                    let json = match self.format {
+                        Format::Json => batch.text.as_slice(),
+                        Format::Text => batch.json.as_slice(),
+                    };
+                    (json, batch.arrivals.as_slice())
                 });
                 lock(&shared.recent).keep(json);
                 shared.stats.handled.fetch_add(handled, Ordering::Release);
@@ -440,63 +454,55 @@ impl Writer {
 /// allocation.
 #[derive(Default)]
 struct Recent {
-    slots: Vec<Vec<u8>>,
+    /// Each request's arrival and its line.
+    slots: Vec<(Instant, Vec<u8>)>,
     /// Requests kept so far: the n-th went to slot `n % RECENT`.
     kept: usize,
 }
 
 impl Recent {
     /// Keeps the newest lines of a round's batches (JSON lines, each with
-    /// its newline; one batch per thread). Each batch is in its thread's
-    /// order, but the threads' requests interleave: the lines are put in
-    /// the order of their request ids (the order the requests came in), so
-    /// that the dashboard's "newest first" holds across threads. Of a
+    /// its newline, and each line's arrival; one batch per thread). Of a
     /// batch longer than the ring only its last lines matter, so each is
-    /// read from its end.
-    fn keep<'a>(&mut self, batches: impl Iterator<Item = &'a [u8]>) {
-        let mut lines: Vec<(u64, &[u8])> = Vec::new();
-        for json in batches {
+    /// read from its end; of the round's lines the latest arrivals are
+    /// kept.
+    fn keep<'a>(&mut self, batches: impl Iterator<Item = (&'a [u8], &'a [Instant])>) {
+        let mut lines: Vec<(Instant, &[u8])> = Vec::new();
+        for (json, arrivals) in batches {
             let mut end = json.len();
-            let mut taken = 0;
-            while taken < RECENT && end > 0 {
+            for &arrival in arrivals.iter().rev().take(RECENT) {
+                if end == 0 {
+                    break;
+                }
                 // `end` is just past a line's newline; the line begins
                 // after the newline before it.
                 let start = memchr::memrchr(b'\n', &json[..end - 1]).map_or(0, |at| at + 1);
-                lines.push((request_id(&json[start..end]), &json[start..end]));
-                taken += 1;
+                lines.push((arrival, &json[start..end]));
                 end = start;
             }
         }
-        lines.sort_by_key(|&(id, _)| id);
-        for &(_, line) in &lines[lines.len().saturating_sub(RECENT)..] {
+        lines.sort_by_key(|&(arrival, _)| arrival);
+        for &(arrival, line) in &lines[lines.len().saturating_sub(RECENT)..] {
             let at = self.kept % RECENT;
             self.kept += 1;
             if at == self.slots.len() {
-                self.slots.push(Vec::new());
+                self.slots.push((arrival, Vec::new()));
             }
             let slot = &mut self.slots[at];
-            slot.clear();
-            slot.extend_from_slice(line);
+            slot.0 = arrival;
+            slot.1.clear();
+            slot.1.extend_from_slice(line);
         }
     }
 
-    fn newest_first(&self) -> impl Iterator<Item = &[u8]> {
-        (1..=self.slots.len()).map(move |back| self.slots[(self.kept - back) % RECENT].as_slice())
+    /// The kept lines, latest arrival first. A round can hold a request
+    /// that came in before one an earlier round kept (its line was
+    /// written a little later), so the ring's order is not enough.
+    fn newest_first(&self) -> Vec<&[u8]> {
+        let mut slots: Vec<&(Instant, Vec<u8>)> = self.slots.iter().collect();
+        slots.sort_by_key(|slot| std::cmp::Reverse(slot.0));
+        slots.into_iter().map(|(_, line)| line.as_slice()).collect()
     }
-}
-
-/// The `request_id` of one of our JSON lines (0 if it has none).
-fn request_id(line: &[u8]) -> u64 {
-    const KEY: &[u8] = b"\"request_id\":";
-    let Some(at) = memchr::memmem::find(line, KEY) else {
-        return 0;
-    };
-    line[at + KEY.len()..]
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .fold(0u64, |id, b| {
-            id.wrapping_mul(10).wrapping_add(u64::from(b - b'0'))
-        })
 }
 
 /// `entry` as one line (with its newline) in `format`, for a request that
@@ -683,46 +689,42 @@ mod tests {
         assert!(!log.drain(Duration::from_millis(50)));
     }
 
-    /// Two threads' lines taken in one round, the thread whose buffer the
-    /// writer takes first holding the newest request: the dashboard's
-    /// list is still newest first. (A round may fall between the two
-    /// threads' lines, which then come in the rounds' order, so the case
-    /// is tried a few times; without the ordering no try gives 4, 3, 2, 1.)
+    /// Two threads' lines, the later requests' taken by the writer first
+    /// (in an earlier round), and request ids that do not follow arrival
+    /// (they are counted per thread): the dashboard's list is still newest
+    /// first, by arrival.
     #[test]
-    fn the_dashboards_list_orders_the_threads_lines_by_request() {
+    fn the_dashboards_list_orders_the_threads_lines_by_arrival() {
         let dir = tempfile::tempdir().unwrap();
-        let mut seen = Vec::new();
-        for _ in 0..5 {
-            let log = Arc::new(
-                AccessLog::start(Target::File(dir.path().join("a.log")), Format::Json).unwrap(),
-            );
-            let record = |ids: [u64; 2]| {
-                let log = log.clone();
-                std::thread::spawn(move || {
-                    for id in ids {
-                        log.record(Entry {
-                            request_id: id,
-                            ..entry()
-                        });
-                    }
-                })
-                .join()
-                .unwrap()
-            };
-            record([2, 4]);
-            record([1, 3]);
-            assert!(log.drain(Duration::from_secs(10)));
-            let ids: Vec<u64> = log
-                .recent(|_, _| true, 10)
-                .iter()
-                .map(|e| e["request_id"].as_u64().unwrap())
-                .collect();
-            if ids == [4, 3, 2, 1] {
-                return;
-            }
-            seen.push(ids);
-        }
-        panic!("never newest first: {seen:?}");
+        let log = Arc::new(
+            AccessLog::start(Target::File(dir.path().join("a.log")), Format::Json).unwrap(),
+        );
+        let base = Instant::now();
+        // Request n came in n ms after `base`; its id is 100 - n.
+        let record = |arrivals: [u64; 2]| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for n in arrivals {
+                    log.record(Entry {
+                        request_id: 100 - n,
+                        began: Some(base + Duration::from_millis(n)),
+                        ..entry()
+                    });
+                }
+            })
+            .join()
+            .unwrap()
+        };
+        record([3, 4]);
+        assert!(log.drain(Duration::from_secs(10)));
+        record([1, 2]);
+        assert!(log.drain(Duration::from_secs(10)));
+        let ids: Vec<u64> = log
+            .recent(|_, _| true, 10)
+            .iter()
+            .map(|e| e["request_id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, [96, 97, 98, 99]);
     }
 
     #[test]
