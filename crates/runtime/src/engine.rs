@@ -33,7 +33,7 @@ pub struct RuntimeConfig {
     pub max_memory_bytes: u64,
     /// Period of the epoch ticker: the granularity of deadlines and of the
     /// yields of long calls (a quarter of it while long calls run, see
-    /// `start_epoch_ticker`). Default 1 ms.
+    /// `ticker`). Default 1 ms.
     pub epoch_tick: Duration,
 }
 
@@ -102,7 +102,7 @@ struct RuntimeInner {
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Runtime> {
         let (engine, pooling) = build_engine(&config)?;
-        start_epoch_ticker(&engine, config.epoch_tick);
+        crate::ticker::start(&engine, config.epoch_tick);
         let cache = match &config.cache_dir {
             Some(dir) => Some(ModuleCache::open(dir.clone())?),
             None => None,
@@ -528,43 +528,6 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool)> {
         .map_err(anyhow::Error::from)
         .context("creating the wasmtime engine")?;
     Ok((engine, false))
-}
-
-/// One thread per engine advances the epoch; it stops when the engine is dropped.
-///
-/// The tick is `tick` while guest calls are short (they end before any
-/// tick-driven callback) and a quarter of it for 10 ms after a long call
-/// yielded. Most long calls leave their worker at their first yield (see
-/// `slow_lane`); the faster tick is for those that cannot move (instance
-/// start-up: `_start`, `proxy_on_vm_start`, `proxy_on_configure`), which
-/// yield in place and so hold their thread for a quarter tick per turn. With
-/// the slow lane, R3's figures (docs/reliability.md) did not tell the two
-/// tick rates apart. Ticking faster all the time cost ~5 % of throughput (a
-/// wake-up every 250 µs on a serving core); only while long calls run, it
-/// costs nothing otherwise.
-fn start_epoch_ticker(engine: &Engine, tick: Duration) {
-    let weak = engine.weak();
-    let busy_tick = tick / 4;
-    let busy_for = Duration::from_millis(10);
-    std::thread::Builder::new()
-        .name("wasmgate-epoch".into())
-        .spawn(move || {
-            let mut busy_until = std::time::Instant::now();
-            loop {
-                let now = std::time::Instant::now();
-                if crate::limits::take_yield_notice() {
-                    busy_until = now + busy_for;
-                }
-                let period = if now < busy_until { busy_tick } else { tick };
-                crate::profiler::set_tick(period);
-                std::thread::sleep(period);
-                match weak.upgrade() {
-                    Some(engine) => engine.increment_epoch(),
-                    None => return,
-                }
-            }
-        })
-        .expect("spawning the epoch ticker thread");
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //! - [`slow_lane`]: calls that run long move off their worker thread to
 //!   low-priority threads, so they do not delay other requests.
 //! - [`stats`]: per-plugin call counts, latency, failures and memory.
+//! - `ticker`: the epoch ticker, which rests while no guest code runs.
 //!
 //! The ABI crates build their own `Linker`s and store data on top of this.
 
@@ -32,6 +33,7 @@ pub mod pool;
 pub mod profiler;
 pub mod slow_lane;
 pub mod stats;
+mod ticker;
 pub mod wasi;
 
 pub use crash::{CrashReport, FailureKind, Frame};

@@ -184,6 +184,7 @@ impl CallBudget {
         self.waited = Duration::ZERO;
         self.deadline = timeout.map(|t| now + t);
         self.timed_out = false;
+        crate::ticker::guest_running();
         1
     }
 
@@ -237,6 +238,7 @@ impl CallBudget {
     }
 
     fn on_epoch(&mut self) -> UpdateDeadline {
+        crate::ticker::guest_running();
         let now = Instant::now();
         if self.deadline.is_some_and(|deadline| now >= deadline) {
             self.timed_out = true;
@@ -257,7 +259,7 @@ impl CallBudget {
 }
 
 /// Set when a long call yields; the epoch ticker then ticks faster for a
-/// while (see `start_epoch_ticker`).
+/// while (see `ticker`).
 static YIELDED: AtomicBool = AtomicBool::new(false);
 
 /// Whether a long call yielded since the last look (and clears the notice).
