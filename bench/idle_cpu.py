@@ -14,8 +14,9 @@ Usage: bench/idle_cpu.py [--runs 3] [--seconds 10] [--plot docs/img/idle-cpu.png
 import os
 import sys
 
-# bench/ holds folders named like standard modules (http): not on the path.
 HERE = os.path.dirname(os.path.abspath(__file__))
+from procstat import wait_port  # noqa: E402 (from this folder, before it leaves sys.path)
+# bench/ holds folders named like standard modules (http): not on the path.
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 import argparse  # noqa: E402
@@ -60,15 +61,9 @@ routes:
     gateway = subprocess.Popen([binary, "run", "-c", config],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{PORT}/", timeout=1).read()
-                break
-            except OSError:
-                if time.time() > deadline or gateway.poll() is not None:
-                    raise SystemExit(f"{binary} did not answer")
-                time.sleep(0.1)
+        wait_port(PORT, gateway)
+        # One request, so that the filter has run once; then quiet.
+        urllib.request.urlopen(f"http://127.0.0.1:{PORT}/", timeout=5).read()
         time.sleep(1)
         before = threads_cpu(gateway.pid)
         time.sleep(seconds)
