@@ -18,11 +18,13 @@
 //! (docs/benchmarks.md, "Idle"). So when no call has started and no running
 //! call has reached a tick for [`QUIET_TICKS`] ticks, the ticker rests: it
 //! ticks every [`RESTING_TICK`] until a call starts, and the call wakes it
-//! (one relaxed load per call when it is awake). What resting can delay:
-//! a call that waited in a host function (a Redis command, an HTTP call)
-//! for longer than the quiet period and then spins reaches its first yield
-//! up to one resting tick late, once; at that tick it wakes the ticker.
-//! Deadlines are wall-clock times, so none of them moves.
+//! (three relaxed loads per call, a store at most once per tick). What
+//! resting can delay: a call that waited in a host function (a Redis
+//! command, an HTTP call) for longer than the quiet period and then spins,
+//! or one that starts in the instant the ticker goes to rest (the call's
+//! look is not a fence), reaches its first yield up to one resting tick
+//! late, once; at that tick it wakes the ticker. Deadlines are wall-clock
+//! times, so none of them moves.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
