@@ -2,7 +2,7 @@
 """Kubernetes benchmark (issue 36, docs/benchmarks.md "Kubernetes"): one
 `wasmgate run` node following a real kube-apiserver (the tests' one, built by
 scripts/install-deps.sh), measured by the ignored test
-crates/cli/tests/kubernetes_bench.rs, which this script runs and plots:
+crates/cli/tests/e2e/kubernetes_bench.rs, which this script runs and plots:
 
   - propagation: CHANGES HTTPRoutes created one after another, the time from
     the create call until the node serves each (p50/p99; target p99 < 500 ms);
@@ -38,7 +38,7 @@ def main():
     env = {**os.environ, "CHANGES": str(args.changes), "ROUTES": str(args.routes),
            "WASMGATE_BENCH_OUT": OUT}
     done = subprocess.run(["cargo", "test", "--release", "-p", "wasmgate-cli", "--test",
-                           "kubernetes_bench", "--", "--ignored", "--nocapture"],
+                           "e2e", "kubernetes_bench::", "--", "--ignored", "--nocapture"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(done.stdout[-4000:] + done.stderr[-4000:])

@@ -63,7 +63,7 @@ cargo build --release --target wasm32-wasip2 -p http_handler
 cp target/wasm32-wasip2/release/http_handler.wasm "$out/component_rust.wasm"
 
 # Plugins from the other SDKs of docs/compatibility.md (tests:
-# crates/cli/tests/sdk_compat.rs). Toolchains from scripts/install-deps.sh:
+# crates/cli/tests/e2e/sdk_compat.rs). Toolchains from scripts/install-deps.sh:
 # Node/npm, Debian's emscripten, clang and lld. Each module is one command, run
 # only when its output is missing or older than one of its inputs (this
 # script included), so a second `make plugins` skips them.

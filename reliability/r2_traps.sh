@@ -106,7 +106,7 @@ check "serve: still running" $? ""
 gw="$(free_port)"
 admin="$(free_port)"
 # error_details: the answers carry the crash reports R2 checks (by default
-# they stay in the log and /plugins/{name}/status: crates/cli/tests/trust.rs).
+# they stay in the log and /plugins/{name}/status: crates/cli/tests/e2e/trust.rs).
 cat >"$TMP/gateway.yaml" <<EOF
 listen: 127.0.0.1:$gw
 admin: 127.0.0.1:$admin

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # R6: every host function of both ABIs driven with hostile pointers, lengths
 # and sequences, for a bounded time. Runs the two long-running property tests,
-#   cargo test --release -p wasmgate-proxy-wasm --test fuzz_host -- --nocapture
-#   cargo test --release -p wasmgate-extism     --test fuzz_host -- --nocapture
+#   cargo test --release -p wasmgate-proxy-wasm --test host fuzz_host:: -- --nocapture
+#   cargo test --release -p wasmgate-extism     --test host fuzz_host:: -- --nocapture
 # each for half of R6_SECONDS (default 300), with one seed (default: from the
 # clock, printed so a failure can be replayed with WASMGATE_FUZZ_SEED=...).
 # A test fails on any panic, abort, hang (30 s per stream or call), error not
@@ -27,7 +27,7 @@ fail() {
 
 echo "  building the fuzz tests (not timed)"
 for crate in wasmgate-proxy-wasm wasmgate-extism; do
-  cargo test --release -p "$crate" --test fuzz_host --no-run >"$out/build-$crate.log" 2>&1 ||
+  cargo test --release -p "$crate" --test host --no-run >"$out/build-$crate.log" 2>&1 ||
     { tail -30 "$out/build-$crate.log"; fail "$crate's fuzz test does not build"; }
 done
 
@@ -35,11 +35,11 @@ executions=0
 functions=0
 for crate in wasmgate-proxy-wasm wasmgate-extism; do
   echo "  $crate: ${half} s, seed $seed"
-  echo "    WASMGATE_FUZZ_SECS=$half WASMGATE_FUZZ_ITERS=1000000000 WASMGATE_FUZZ_SEED=$seed cargo test --release -p $crate --test fuzz_host -- --nocapture"
+  echo "    WASMGATE_FUZZ_SECS=$half WASMGATE_FUZZ_ITERS=1000000000 WASMGATE_FUZZ_SEED=$seed cargo test --release -p $crate --test host fuzz_host:: -- --nocapture"
   rc=0
   WASMGATE_FUZZ_SECS="$half" WASMGATE_FUZZ_ITERS=1000000000 WASMGATE_FUZZ_SEED="$seed" \
     timeout -k 10 $((half + 120)) \
-    cargo test --release -p "$crate" --test fuzz_host -- --nocapture >"$out/$crate.log" 2>&1 || rc=$?
+    cargo test --release -p "$crate" --test host fuzz_host:: -- --nocapture >"$out/$crate.log" 2>&1 || rc=$?
   sed 's/^/    /' "$out/$crate.log" | grep -v '^    \s*\(Compiling\|Finished\|Running\|Blocking\)'
   case "$rc" in
     0) ;;

@@ -71,7 +71,7 @@ command -v openssl >/dev/null || test_pkgs+=(openssl)
 command -v etcd >/dev/null || test_pkgs+=(etcd-server)
 command -v etcdctl >/dev/null || test_pkgs+=(etcd-client)
 # promtool (Debian's prometheus package) checks /metrics as Prometheus reads it
-# (crates/cli/tests/trust.rs); the server it comes with is not started.
+# (crates/cli/tests/e2e/trust.rs); the server it comes with is not started.
 command -v promtool >/dev/null || test_pkgs+=(prometheus)
 # Chromium for the dashboard's browser tests (tests/browser/, docs/dashboard.md),
 # driven by Playwright for Python (installed below, pinned), which uses this
@@ -92,7 +92,7 @@ command -v clang >/dev/null || sdk_pkgs+=(clang)
 command -v wasm-ld >/dev/null || sdk_pkgs+=(lld)
 [ ${#sdk_pkgs[@]} -eq 0 ] || apt_install "${sdk_pkgs[@]}"
 
-# h2spec, HTTP/2 conformance against the TLS listener (crates/cli/tests/tls.rs),
+# h2spec, HTTP/2 conformance against the TLS listener (crates/cli/tests/e2e/tls.rs),
 # built from the module pinned in tools/h2spec into target/test-bin;
 # curl (HTTP/2 by ALPN, --resolve for SNI) and Python's ssl module drive the
 # other TLS tests.
@@ -105,7 +105,7 @@ if [ ! -x "$root/target/test-bin/h2spec" ]; then
 fi
 
 # Jaeger v1.76.0 (OTLP receiver, in-memory storage, query API), the tracing
-# tests' collector (crates/cli/tests/tracing.rs), built from the module
+# tests' collector (crates/cli/tests/e2e/tracing.rs), built from the module
 # pinned in tools/jaeger (about four minutes on two cores, downloads
 # included): a real backend, not a stand-in for one.
 if [ ! -x "$root/target/test-bin/jaeger" ]; then
@@ -114,7 +114,7 @@ if [ ! -x "$root/target/test-bin/jaeger" ]; then
 fi
 
 # The OCI registry of CNCF distribution v3.1.2 and oras v1.3.6, for the OCI
-# plugin tests (crates/cli/tests/oci.rs): a real registry, with and without
+# plugin tests (crates/cli/tests/e2e/oci.rs): a real registry, with and without
 # htpasswd, and the client users push plugins with; built from the modules
 # pinned in tools/registry and tools/oras into target/test-bin.
 for tool in registry:github.com/distribution/distribution/v3/cmd/registry oras:oras.land/oras/cmd/oras; do
@@ -125,7 +125,7 @@ for tool in registry:github.com/distribution/distribution/v3/cmd/registry oras:o
   fi
 done
 
-# kube-apiserver v1.34.2 (the Kubernetes tests, crates/cli/tests/kubernetes.rs,
+# kube-apiserver v1.34.2 (the Kubernetes tests, crates/cli/tests/e2e/kubernetes.rs,
 # run it on a local etcd as envtest does), built from the module pinned in
 # tools/kube-apiserver (about 3 minutes on two cores); and the Gateway API
 # v1.5.1 CRDs (standard channel), from the Go module sigs.k8s.io/gateway-api.
@@ -148,7 +148,7 @@ python3 -c 'import playwright, importlib.metadata as m; assert m.version("playwr
   python3 -m pip install --quiet --disable-pip-version-check playwright==1.65.2
 
 # WebSocket and gRPC clients and servers of the protocol tests
-# (crates/cli/tests/protocols.rs), pinned.
+# (crates/cli/tests/e2e/protocols.rs), pinned.
 python3 -c 'import importlib.metadata as m; assert m.version("websockets") == "17.4" and m.version("grpcio") == "1.85.3"' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check websockets==17.4 grpcio==1.85.3
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Both ends of gRPC, with Python's `grpcio`, for crates/cli/tests/protocols.rs
+"""Both ends of gRPC, with Python's `grpcio`, for crates/cli/tests/e2e/protocols.rs
 and bench/protocols.py. Messages are raw bytes (no .proto: generic handlers),
 so nothing is generated at build time.
 

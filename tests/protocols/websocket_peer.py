@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Both ends of a WebSocket, with Python's `websockets` library, for
-crates/cli/tests/protocols.rs and bench/protocols.py.
+crates/cli/tests/e2e/protocols.rs and bench/protocols.py.
 
   websocket_peer.py serve PORT
       An upstream on 127.0.0.1:PORT; prints `ready` once listening. By the

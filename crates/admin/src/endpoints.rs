@@ -1,7 +1,7 @@
 //! Every endpoint of the admin listener, in one table. The router serves
 //! what the table names and nothing else; a unit test holds the table equal
 //! to `docs/admin-openapi.yaml` (served at `/openapi.yaml`), and the safety
-//! tests (crates/cli/tests/admin_safety.rs) drive every endpoint that
+//! tests (crates/cli/tests/e2e/admin_safety.rs) drive every endpoint that
 //! document lists through the access checks. So an endpoint cannot be added
 //! without being documented, nor documented without being checked.
 //!

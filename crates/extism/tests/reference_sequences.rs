@@ -3,7 +3,7 @@
 //! runtime (the official `extism` crate 1.30.0 in `reference/extism-ref`,
 //! built by `make reference`), compared call by call.
 //!
-//! Both run the script guest (`common/script_guest.rs`), which reports every
+//! Both run the script guest (`host/common/script_guest.rs`), which reports every
 //! call and its result through `extism:host/user::fuzz_report`; the reference
 //! binary's `script` mode registers the same function and prints the reports,
 //! the guest's log lines and the outcome as JSON. The sequences include the
@@ -30,8 +30,6 @@
 //! and `WASMGATE_DIFF_SEED` steer it; `WASMGATE_DIFF_DUMP=FILE` keeps the
 //! reference's raw result lines.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -39,10 +37,13 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use common::script_guest::*;
 use serde_json::Value;
 use wasmgate_extism::{CallError, Manifest, Plugin, PluginOptions, Runtime, RuntimeConfig};
 use wasmgate_testkit::fuzz::env_u64;
+
+#[path = "host/common/mod.rs"]
+mod common;
+use common::script_guest::*;
 
 fn reference_binary() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,5 +1,5 @@
-//! What the host-function fuzzers share (crates/extism/tests/fuzz_host.rs,
-//! crates/proxy-wasm/tests/fuzz_host.rs, crates/extism/tests/
+//! What the host-function fuzzers share (crates/extism/tests/host/fuzz_host.rs,
+//! crates/proxy-wasm/tests/host/fuzz_host.rs, crates/extism/tests/
 //! reference_sequences.rs): seeded randomness, a log subscriber that formats
 //! every event, and numbers from the environment.
 

@@ -6,7 +6,7 @@
 //!
 //! `extism-ref script PLUGIN [--config K=V].. [--allow-host H].. [--max-var-bytes N]
 //!  [--log-level LEVEL]` runs the script guest of wasmgate's tests
-//! (`crates/extism/tests/common/script_guest.rs`): it registers the guest's
+//! (`crates/extism/tests/host/common/script_guest.rs`): it registers the guest's
 //! report function (`extism:host/user::fuzz_report`), reads one base64 script
 //! per line of standard input, calls `run` with it, and prints one JSON line
 //! per script: the call's result as above, plus `reports` (each

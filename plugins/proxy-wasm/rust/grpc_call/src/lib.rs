@@ -1,6 +1,6 @@
 //! A filter that makes a unary gRPC call (`dispatch_grpc_call`) to method
 //! `test.Echo/Unary` of the upstream its `conf` names, and answers the
-//! request with what came back (tests: crates/cli/tests/grpc_call.rs).
+//! request with what came back (tests: crates/cli/tests/e2e/grpc_call.rs).
 //!
 //! Request headers steer it: `x-grpc-message` is the message sent,
 //! `x-grpc-meta` goes as initial metadata `x-meta`, `x-grpc-timeout-ms` is

@@ -1,0 +1,222 @@
+//! Hot reload of `wasmgate run`: configuration and plugin modules change
+//! under steady traffic; good changes are served, bad ones are rejected with
+//! their reason while the previous version keeps serving, and no request fails.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::gateway::{get, send, GatewayProc};
+use crate::common::{client, plugin};
+
+fn config(answer: &str, filter_wasm: &str) -> String {
+    config_with_conf(answer, filter_wasm, "from-config")
+}
+
+fn config_with_conf(answer: &str, filter_wasm: &str, conf: &str) -> String {
+    format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+plugins:
+  - {{name: filter, wasm: "{filter_wasm}"}}
+routes:
+  - name: filtered
+    path: {{prefix: /filtered}}
+    plugins: [{{plugin: filter, conf: "{conf}"}}]
+    respond: {{status: 200, body: "{answer}"}}
+  - {{name: plain, respond: {{status: 200, body: "{answer}"}}}}
+"#
+    )
+}
+
+/// Polls `url` until its body is `want` (or panics after 20 s).
+async fn wait_for_body(c: &crate::common::HttpClient, url: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = get(c, url).await;
+        if r.text() == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {:?}, want {want:?}",
+            r.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Replaces a file atomically.
+fn replace(path: &std::path::Path, bytes: &[u8]) {
+    let staged = path.with_extension("new");
+    std::fs::write(&staged, bytes).unwrap();
+    std::fs::rename(&staged, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_and_plugin_changes_reload_without_failing_a_request() {
+    let gw = GatewayProc::start(&config("v1", "{wasm:add_header}"));
+    // From here on the filter is a copy the test can replace.
+    let filter = gw.dir().join("filter.wasm");
+    std::fs::copy(plugin("add_header"), &filter).unwrap();
+    gw.rewrite(&config("v1", filter.to_str().unwrap()));
+    let c = client();
+    wait_for_body(&c, &gw.url("/"), "v1").await;
+
+    // Steady traffic on keep-alive connections for the whole test.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let load: Vec<_> = (0..4)
+        .map(|i| {
+            let (c, url) = (
+                c.clone(),
+                gw.url(if i % 2 == 0 { "/" } else { "/filtered" }),
+            );
+            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let r = get(&c, &url).await;
+                    if r.status == 200 && r.text().starts_with('v') {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // A good change: served.
+    gw.rewrite(&config("v2", filter.to_str().unwrap()));
+    wait_for_body(&c, &gw.url("/"), "v2").await;
+
+    // Broken YAML: rejected, v2 keeps serving, the status says why.
+    gw.rewrite("routes: [unclosed");
+    let status = wait_for_failed_reloads(&c, &gw, 1).await;
+    assert!(
+        status["reload"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("wasmgate.yaml"),
+        "{status}"
+    );
+    assert_eq!(get(&c, &gw.url("/")).await.text(), "v2");
+    assert!(gw.logs().contains("reload rejected"), "{}", gw.logs());
+
+    // A malformed plugin binary: rejected whole (the answer stays v2 too).
+    replace(&filter, b"\0asm garbage");
+    gw.rewrite(&config("v3-never", filter.to_str().unwrap()));
+    let status = wait_for_failed_reloads(&c, &gw, 2).await;
+    assert!(
+        status["reload"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("plugins[filter]"),
+        "{status}"
+    );
+    assert_eq!(get(&c, &gw.url("/")).await.text(), "v2");
+
+    // A new plugin binary: the filter's behaviour changes (http_config sets
+    // `custom-header` from its configuration; add_header did not).
+    let before = get(&c, &gw.url("/filtered")).await;
+    assert_eq!(before.headers.get("x-seen-path").unwrap(), "/filtered");
+    replace(&filter, &std::fs::read(plugin("http_config")).unwrap());
+    gw.rewrite(&config("v4", filter.to_str().unwrap()));
+    wait_for_body(&c, &gw.url("/"), "v4").await;
+    let after = get(&c, &gw.url("/filtered")).await;
+    assert_eq!(after.headers.get("custom-header").unwrap(), "from-config");
+    assert!(after.headers.get("x-seen-path").is_none());
+
+    // A filter that refuses its configuration (http_config refuses an empty
+    // one in proxy_on_configure): rejected, v4 keeps serving.
+    gw.rewrite(&config_with_conf("v5-never", filter.to_str().unwrap(), ""));
+    let status = wait_for_failed_reloads(&c, &gw, 3).await;
+    assert!(
+        status["reload"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("proxy_on_configure"),
+        "{status}"
+    );
+    assert_eq!(get(&c, &gw.url("/")).await.text(), "v4");
+    gw.rewrite(&config("v4", filter.to_str().unwrap()));
+
+    // POST /reload answers with the outcome.
+    let r = send(
+        &c,
+        "POST",
+        &gw.admin_url("/reload"),
+        &[("content-type", "application/json")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["reloaded"], true);
+
+    stop.store(true, Ordering::Relaxed);
+    for task in load {
+        task.await.unwrap();
+    }
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(ok > 100, "only {ok} requests went through");
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} requests failed during reloads",
+        ok + failed
+    );
+    let metrics = get(&c, &gw.admin_url("/metrics")).await.text();
+    assert!(
+        metrics.contains("wasmgate_config_reload_failures_total 3"),
+        "{metrics}"
+    );
+}
+
+async fn wait_for_failed_reloads(
+    c: &crate::common::HttpClient,
+    gw: &GatewayProc,
+    n: u64,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = get(c, &gw.admin_url("/status")).await.json();
+        if status["reload"]["failed_reloads"].as_u64() == Some(n) {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no failed reload reported: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads() {
+    // No file watching: only the signal can make it reload.
+    let gw = GatewayProc::start_with(&config("v1", "{wasm:add_header}"), &["--no-watch"]);
+    let c = client();
+    assert_eq!(get(&c, &gw.url("/")).await.text(), "v1");
+    // Nothing watches the file: only the signal reloads it.
+    let status = get(&c, &gw.admin_url("/status")).await.json();
+    assert!(status["watch"].is_null(), "{status}");
+    gw.rewrite(&config("v2", "{wasm:add_header}"));
+    assert_eq!(
+        get(&c, &gw.url("/")).await.text(),
+        "v1",
+        "--no-watch: no reload yet"
+    );
+    let pid = gw.child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_for_body(&c, &gw.url("/"), "v2").await;
+    let status = get(&c, &gw.admin_url("/status")).await.json();
+    assert!(
+        status["reload"]["generation"].as_u64().unwrap() >= 2,
+        "{status}"
+    );
+}
