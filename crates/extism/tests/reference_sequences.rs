@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -44,17 +44,6 @@ use wasmgate_testkit::fuzz::env_u64;
 #[path = "host/common/mod.rs"]
 mod common;
 use common::script_guest::*;
-
-fn reference_binary() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../reference/extism-ref/target/release/extism-ref");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make reference` first",
-        path.display()
-    );
-    path
-}
 
 // ---------------------------------------------------------------------------
 // The two configurations every sequence runs under.
@@ -1184,7 +1173,7 @@ async fn wasmgate_runs(wasm: &Path, target: &Target, inputs: &[Vec<u8>]) -> Vec<
 }
 
 fn reference_runs(wasm: &Path, target: &Target, inputs: &[Vec<u8>]) -> Vec<Run> {
-    let mut child = Command::new(reference_binary())
+    let mut child = Command::new(wasmgate_testkit::extism_reference())
         .arg("script")
         .arg(wasm)
         .args(target.reference_flags())
@@ -1359,7 +1348,7 @@ fn serve_http() -> u16 {
 #[tokio::test(flavor = "current_thread")]
 async fn generated_sequences_match_the_reference_call_by_call() {
     tracing::subscriber::set_global_default(Capture).unwrap();
-    reference_binary();
+    wasmgate_testkit::extism_reference();
     let sequences = env_u64("WASMGATE_DIFF_SEQUENCES", 600);
     let seed = env_u64("WASMGATE_DIFF_SEED", 0xd1ff_0019);
     let port = serve_http();

@@ -138,6 +138,20 @@ pub fn test_bin(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// The official Extism runtime's command line (`reference/extism-ref`, the
+/// `extism` crate =1.30.0), which the differential tests compare wasmgate
+/// with; `make reference` builds it in its `differential` profile.
+pub fn extism_reference() -> std::path::PathBuf {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../reference/extism-ref/target/differential/extism-ref");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make reference` first",
+        path.display()
+    );
+    path
+}
+
 /// Spawns `command` (a [`test_bin`] tool) with its output into `log`;
 /// panics saying where the tool comes from if it cannot start.
 pub(crate) fn spawn_logged(command: &mut std::process::Command, log: &Path) -> Child {

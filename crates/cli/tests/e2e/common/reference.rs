@@ -2,23 +2,11 @@
 //! `extism-ref call` (reference/extism-ref, the extism crate, built by
 //! `make reference`) on the same plugin, function and flags.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
 use super::wasmgate;
-
-pub fn reference_binary() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../reference/extism-ref/target/release/extism-ref");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make reference` first",
-        path.display()
-    );
-    path
-}
 
 /// One JSON result line per call from each runtime: (wasmgate's, the reference's).
 pub fn run_both(plugin_path: &str, function: &str, flags: &[&str]) -> (Vec<Value>, Vec<Value>) {
@@ -39,7 +27,7 @@ pub fn run_both(plugin_path: &str, function: &str, flags: &[&str]) -> (Vec<Value
         .args(flags)
         .output()
         .unwrap();
-    let theirs = Command::new(reference_binary())
+    let theirs = Command::new(wasmgate_testkit::extism_reference())
         .args(["call", plugin_path, function])
         .args(flags)
         .output()
