@@ -1348,6 +1348,7 @@ fn serve_http() -> u16 {
 #[tokio::test(flavor = "current_thread")]
 async fn generated_sequences_match_the_reference_call_by_call() {
     tracing::subscriber::set_global_default(Capture).unwrap();
+    // A missing reference fails here, saying how to build it, before any work.
     wasmgate_testkit::extism_reference();
     let sequences = env_u64("WASMGATE_DIFF_SEQUENCES", 600);
     let seed = env_u64("WASMGATE_DIFF_SEED", 0xd1ff_0019);

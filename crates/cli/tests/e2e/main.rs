@@ -5,7 +5,7 @@
 //!
 //! They are one test binary, not one per file: each binary compiled and
 //! linked `common` and its HTTP client again, and 25 of them took 552 s of
-//! a two-core machine's build (docs/testing.md). Run one file's tests with
+//! a two-core machine's build (docs/architecture.md, "Tests"). Run one file's tests with
 //! its module path: `cargo test --release -p wasmgate-cli --test e2e tls::`.
 
 mod common;
