@@ -320,6 +320,9 @@ impl Runtime {
     ) -> Result<(Component, [u8; 32])> {
         let bytes =
             std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        // Before any component loaded earlier is handed out: the same bytes
+        // may have been allowed from another source.
+        refuse_artifact(&bytes, precompiled).with_context(|| path.display().to_string())?;
         let key = sha256(&bytes);
         let stamp = self.next_load_stamp();
         if let Some((component, used)) = self.inner.loaded_components.lock().unwrap().get_mut(&key)
@@ -674,6 +677,28 @@ mod tests {
                 .map(|(m, _)| m),
         );
         refused(runtime.load_module(&artifact));
+    }
+
+    /// The same for components: a precompiled component allowed from the
+    /// operator's file is not handed out again to a caller that refuses
+    /// precompiled code (the admin API, etcd, a URL or a registry).
+    #[test]
+    fn precompiled_components_load_only_where_allowed() {
+        let runtime = unpooled_runtime();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.cwasm");
+        let component = wat::parse_str("(component)").unwrap();
+        std::fs::write(&path, runtime.precompile(&component).unwrap()).unwrap();
+        let refused = |policy| {
+            let err = format!("{:#}", runtime.load_component_file(&path, policy).unwrap_err());
+            assert!(err.contains("precompiled module"), "{err}");
+            assert!(err.contains("allow_precompiled"), "{err}");
+        };
+        refused(PrecompiledPolicy::Refused);
+        runtime
+            .load_component_file(&path, PrecompiledPolicy::Allowed)
+            .unwrap();
+        refused(PrecompiledPolicy::Refused);
     }
 
     /// Plugins of one configuration load in parallel; those naming the same
