@@ -52,8 +52,15 @@ fn push(args: PushArgs) -> Result<ExitCode> {
     let checked = if args.no_load {
         GatewayConfig::load(args.config.file()).map_err(|e| e.to_string())
     } else {
-        tokio
-            .block_on(crate::gateway::build(&args.config))
+        GatewayConfig::load(args.config.file())
+            .map_err(|e| e.to_string())
+            .and_then(|mut config| {
+                // Nodes read what is pushed from etcd, where a precompiled
+                // module never loads (native code): refuse it here, even
+                // when the file allows precompiled modules for itself.
+                config.allow_precompiled = false;
+                tokio.block_on(crate::gateway::build_config(config, &args.config))
+            })
             .map(|(gateway, _)| {
                 // Tags are published pinned to the digests they resolved
                 // to here: every node pulls the same bytes.

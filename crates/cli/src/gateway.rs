@@ -81,6 +81,14 @@ fn runtime(args: &ConfigArgs) -> Result<Runtime> {
 /// Reads, checks and builds; errors are printed one per line with file and field.
 pub async fn build(args: &ConfigArgs) -> Result<(Gateway, Runtime), String> {
     let config = GatewayConfig::load(&args.config).map_err(|e| e.to_string())?;
+    build_config(config, args).await
+}
+
+/// [`build`] of a configuration already read from `args`' file.
+pub async fn build_config(
+    config: GatewayConfig,
+    args: &ConfigArgs,
+) -> Result<(Gateway, Runtime), String> {
     let runtime = runtime(args).map_err(|e| format!("{e:#}"))?;
     let gateway = Gateway::build(config, &args.config, &runtime, None)
         .await

@@ -391,16 +391,7 @@ async fn a_late_node_catches_up_and_a_node_without_etcd_waits_or_uses_its_cache(
         &format!(r#", cache_file: "{}""#, cache_file.display()),
     );
     until_serves(&c, &late, "/late", "made before").await;
-    // Written just after the configuration is swapped in, so a request may
-    // see it served a moment before the file is there.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !cache_file.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the cache file was not written"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    until_file_holds(&cache_file, "made before").await;
 
     // etcd down: a node without a cache serves 503 and is not ready...
     etcd.kill();
@@ -488,9 +479,25 @@ routes:
 async fn a_bad_configuration_is_refused_by_push_and_explained_by_the_nodes() {
     let etcd = EtcdServer::start();
     push(&etcd, BASE);
-    let writer = node(&etcd, "writer", "");
+    // These nodes allow precompiled modules from their own files: what
+    // comes from etcd must be refused for where it comes from.
+    let trusting = |name: &str, extra: &str| {
+        GatewayProc::start(&format!(
+            "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nallow_precompiled: true\nconfig: {{etcd: [\"{}\"], node_name: {name}{extra}}}\n",
+            etcd.url()
+        ))
+    };
+    let writer = trusting("writer", "");
     let c = client();
     until_serves(&c, &writer, "/home", "home-v1").await;
+    // A node that keeps a cache file, stopped while the configuration is good.
+    let cache = tempfile::tempdir().unwrap();
+    let cache_file = cache.path().join("cache.json");
+    let cached_extra = format!(r#", cache_file: "{}""#, cache_file.display());
+    let mut cached = trusting("cached", &cached_extra);
+    until_serves(&c, &cached, "/home", "home-v1").await;
+    until_file_holds(&cache_file, "home-v1").await;
+    cached.terminate();
     let revision = etcd.etcdctl(&["get", "/wasmgate/changed", "-w", "json"]);
     let wrong_sha = format!(
         "plugins:\n  - {{name: tag, wasm: \"{{wasm:add_header}}\", sha256: \"{}\"}}\nroutes:\n  - {{name: home, path: {{prefix: /home}}, plugins: [{{plugin: tag}}], respond: {{body: bad}}}}\n",
@@ -520,6 +527,9 @@ async fn a_bad_configuration_is_refused_by_push_and_explained_by_the_nodes() {
         cwasm.display()
     );
     let (ok, text) = try_push(&etcd, &native, &[]);
+    assert!(!ok && text.contains("precompiled module"), "{text}");
+    // Not even when the pushed file allows them for itself.
+    let (ok, text) = try_push(&etcd, &format!("allow_precompiled: true\n{native}"), &[]);
     assert!(!ok && text.contains("precompiled module"), "{text}");
     assert_eq!(
         etcd.etcdctl(&["get", "/wasmgate/changed", "-w", "json"]),
@@ -553,7 +563,7 @@ async fn a_bad_configuration_is_refused_by_push_and_explained_by_the_nodes() {
     assert!(text.contains("already rejected by this node"), "{text}");
     assert!(text.contains("config push"), "{text}");
     // A node started now has nothing it can build, and says why.
-    let fresh = node(&etcd, "fresh", "");
+    let fresh = trusting("fresh", "");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = send(&c, "GET", &fresh.url("/home"), &[], "").await;
@@ -571,6 +581,13 @@ async fn a_bad_configuration_is_refused_by_push_and_explained_by_the_nodes() {
         assert!(Instant::now() < deadline, "{}", r.text());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // ... in its log too.
+    fresh.logs_with(&["no configuration to serve", "precompiled module"]);
+    // One with a cache file serves the configuration it last applied, and
+    // its log says why.
+    let cached = trusting("cached", &cached_extra);
+    until_serves(&c, &cached, "/home", "home-v1").await;
+    cached.logs_with(&["precompiled module", "serving the configuration cached"]);
     // An admin write that fixes it is accepted, and every node serves it.
     let fix = send(
         &c,
@@ -586,6 +603,21 @@ async fn a_bad_configuration_is_refused_by_push_and_explained_by_the_nodes() {
     assert_eq!(fix.status, 200, "{}", fix.text());
     until_serves(&c, &writer, "/home", "native").await;
     until_serves(&c, &fresh, "/home", "native").await;
+    until_serves(&c, &cached, "/home", "native").await;
+}
+
+/// Waits until `file` exists and holds `text` (the cache file is written
+/// just after a configuration is swapped in).
+async fn until_file_holds(file: &Path, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(file).is_ok_and(|t| t.contains(text)) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never held {text}",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The cache file holds every configuration a node applied, its own admin
@@ -795,6 +827,10 @@ config: {{etcd: ["{}"], node_name: node{i}}}
     assert!(!got.text().contains("PRIVATE KEY"), "{}", got.text());
     let config = send(&c, "GET", &nodes[1].admin_url("/config"), &[], "").await;
     assert!(!config.text().contains("PRIVATE KEY"), "{}", config.text());
+    let list = send(&c, "GET", &nodes[1].admin_url("/certificates"), &[], "").await;
+    assert_eq!(list.status, 200, "{}", list.text());
+    assert!(list.text().contains("shop"), "{}", list.text());
+    assert!(!list.text().contains("PRIVATE KEY"), "{}", list.text());
     let status = send(&c, "GET", &nodes[1].admin_url("/status"), &[], "")
         .await
         .json();
