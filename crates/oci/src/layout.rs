@@ -162,6 +162,12 @@ pub fn extract(layer: &[u8], packing: Packing, max_bytes: u64) -> Result<Vec<u8>
         }
         Packing::Tar { gzip: false } => module_in_tar(layer, max_bytes)?,
     };
+    // wasmtime's precompiled artifacts are ELF objects: native code, which
+    // only an operator's own file may hold (docs/admin.md).
+    ensure!(
+        !module.starts_with(b"\x7fELF"),
+        "the layer holds a precompiled module (native code, which runs outside the sandbox's checks); precompiled modules never load from a registry, whatever `allow_precompiled` says: push the .wasm, and each node compiles and caches it"
+    );
     ensure!(
         module.starts_with(b"\0asm"),
         "the layer's content is not a Wasm module (it does not begin with `\\0asm`)"

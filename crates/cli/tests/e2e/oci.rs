@@ -410,6 +410,76 @@ routes:
     assert_eq!(reply.text(), r#"{"message":"Hello kept"}"#);
 }
 
+/// A registry is not the operator's disk: a precompiled module (native
+/// code) pulled from one is refused, even by a configuration file that
+/// allows precompiled modules from its own files; `call` refuses its
+/// `--allow-precompiled` for a registry's module.
+#[test]
+fn a_precompiled_module_from_a_registry_is_refused() {
+    let registry = RegistryServer::start();
+    let host = registry.host();
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = dir.path().join("hello.cwasm");
+    let compiled = wasmgate(
+        cache.path(),
+        &[
+            "compile",
+            plugin("hello").to_str().unwrap(),
+            "-o",
+            cwasm.to_str().unwrap(),
+        ],
+    );
+    assert!(compiled.status.success(), "{}", text(&compiled));
+    registry.push_wasm("fn/native:1", &cwasm, WASM_ARTIFACT, "native");
+    let config = dir.path().join("gw.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+listen: "127.0.0.1:1"
+allow_precompiled: true
+plugins:
+  - {{name: native, wasm: "oci://{host}/fn/native:1", registry: {{plain_http: true}}}}
+routes:
+  - {{name: fn, function: {{plugin: native}}}}
+"#
+        ),
+    )
+    .unwrap();
+    let checked = wasmgate(cache.path(), &["check", "-c", config.to_str().unwrap()]);
+    assert!(!checked.status.success(), "{}", text(&checked));
+    assert!(
+        text(&checked).contains("precompiled modules never load from a registry"),
+        "{}",
+        text(&checked)
+    );
+    let reference = format!("oci://{host}/fn/native:1");
+    let called = wasmgate(cache.path(), &["call", &reference, "hello", "--plain-http"]);
+    assert!(!called.status.success(), "{}", text(&called));
+    assert!(
+        text(&called).contains("precompiled modules never load from a registry"),
+        "{}",
+        text(&called)
+    );
+    let allowed = wasmgate(
+        cache.path(),
+        &[
+            "call",
+            &reference,
+            "hello",
+            "--plain-http",
+            "--allow-precompiled",
+        ],
+    );
+    assert!(!allowed.status.success(), "{}", text(&allowed));
+    assert!(
+        text(&allowed).contains("a module from a registry is never loaded precompiled"),
+        "{}",
+        text(&allowed)
+    );
+}
+
 /// Basic auth (htpasswd) with the password from the configuration or the
 /// environment, never shown back; the bearer-token flow against a token
 /// service; Docker's config.json as `oras login` leaves it; HTTPS with a
