@@ -317,8 +317,12 @@ routes:
     for _ in 0..100 {
         assert_eq!(get(&c, &gw.url("/half")).await.status, 200);
     }
+    // Copies are chosen as the originals are handled (request n when n %
+    // 100 < 50), so all hundred choices are made by now; wait until the
+    // gateway has counted the chosen ones answered.
+    let half = r#"wasmgate_route_mirrored_total{route="half",upstream="shadow",outcome="sent"}"#;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while shadow.received("/half").len() < 50 {
+    while crate::common::gateway::metric(&c, &gw, half).await < 50.0 {
         assert!(
             Instant::now() < deadline,
             "copies: {}",
@@ -326,8 +330,8 @@ routes:
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(shadow.received("/half").len(), 50, "exactly half");
+    assert_eq!(crate::common::gateway::metric(&c, &gw, half).await, 50.0);
 
     assert_eq!(get(&c, &gw.url("/dead")).await.status, 200);
     let failed = r#"wasmgate_route_mirrored_total{route="dead",upstream="gone",outcome="failed"}"#;
@@ -996,8 +1000,9 @@ routes: [{{name: all, upstream: pair}}]
     }
 }
 
-/// A filter that traps on `/crash` and otherwise adds `x-fragile: ok`.
-const FRAGILE: &str = r#"(module
+/// A filter that traps on `/crash` (in a function of its own, which a
+/// backtrace names) and otherwise adds `x-fragile: ok`.
+pub(crate) const FRAGILE: &str = r#"(module
   (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
   (import "env" "proxy_get_header_map_value" (func $get (param i32 i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 2)
@@ -1015,9 +1020,10 @@ const FRAGILE: &str = r#"(module
     ;; "/crash" is 6 bytes starting with "/c"
     (if (i32.and (i32.eq (i32.load (i32.const 68)) (i32.const 6))
                  (i32.eq (i32.load8_u (i32.add (i32.load (i32.const 64)) (i32.const 1))) (i32.const 99)))
-      (then unreachable))
+      (then (call $explode_on_purpose)))
     (drop (call $add (i32.const 0) (i32.const 16) (i32.const 9) (i32.const 32) (i32.const 2)))
     (i32.const 0))
+  (func $explode_on_purpose unreachable)
 )"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1478,6 +1484,7 @@ async fn upstream_connections_are_reused_and_replaced_when_the_node_closes_them(
     let gw = GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
+admin: "{{admin}}"
 upstreams:
   - {{name: keeping, nodes: [{{address: "127.0.0.1:{keeping}"}}], retries: 0}}
   - {{name: closing, nodes: [{{address: "127.0.0.1:{closing}"}}], retries: 0}}
@@ -1503,11 +1510,18 @@ routes:
         1,
         "30 requests, one connection"
     );
+    let open = format!(
+        r#"wasmgate_upstream_node_connections{{upstream="closing",node="127.0.0.1:{closing}"}}"#
+    );
     for round in 0..5 {
         let reply = get(&c, &gw.url("/closing/x")).await;
         assert_eq!(reply.status, 200, "round {round}: {}", reply.text());
         // The node's close reaches the gateway before the next request.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while crate::common::gateway::metric(&c, &gw, &open).await != 0.0 {
+            assert!(Instant::now() < deadline, "round {round}: the close unseen");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
     assert_eq!(closed.load(Ordering::SeqCst), 5);
 }

@@ -61,28 +61,32 @@ async fn precompiled_modules_load_only_from_the_operators_own_file() {
     );
     let (ok, text) = check(&format!("allow_precompiled: true\n{plugins}"), dir.path());
     assert!(ok, "{text}");
+    // A URL in the operator's own file is not the operator's file.
+    let files = Upstream::start("files").await;
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(&cwasm).unwrap()))
+    };
+    let url = format!("http://{}/file{cwasm}", files.address());
+    let fetched = format!(
+        "allow_precompiled: true\nplugins: [{{name: tag, wasm: \"{url}\", sha256: \"{sha}\"}}]\nroutes: [{{name: r, plugins: [{{plugin: tag}}], respond: {{body: ok}}}}]\n"
+    );
+    let (ok, text) = tokio::task::block_in_place(|| check(&fetched, dir.path()));
+    assert!(!ok && text.contains("precompiled module"), "{text}");
 
     // Served from the operator's file; never from the admin API or a URL.
-    let files = Upstream::start("files").await;
     let gw = GatewayProc::start(&format!(
         "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nadmin_writes: true\nallow_precompiled: true\n{plugins}"
     ));
     let c = client();
     assert_eq!(get(&c, &gw.url("/r")).await.status, 200);
-    let sha = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(std::fs::read(&cwasm).unwrap()))
-    };
     for (name, entry) in [
         ("evil", format!(r#"{{"wasm": "{cwasm}"}}"#)),
         // The operator's own plugin, re-put through the API: now the API's.
         ("tag", format!(r#"{{"wasm": "{cwasm}"}}"#)),
         (
             "fetched",
-            format!(
-                r#"{{"wasm": "http://{}/file{cwasm}", "sha256": "{sha}"}}"#,
-                files.address()
-            ),
+            format!(r#"{{"wasm": "{url}", "sha256": "{sha}"}}"#),
         ),
     ] {
         let put = admin(&c, &gw, "PUT", &format!("/plugins/{name}"), &entry).await;
@@ -165,6 +169,20 @@ routes:
         served.contains(r#"wasmgate_service_calls_total{service="cache",kind="redis"} 4"#),
         "{served}"
     );
+    // The next good reload (a new service beside the unchanged one) keeps
+    // the unchanged service's pool: the rejected one left nothing to undo.
+    let added = format!("{cache}\n  - {{name: other, redis: \"{}\"}}", redis.url());
+    gw.rewrite(&config(&added, "{wasm:higress_redis_counter}"));
+    let reload = admin(&c, &gw, "POST", "/reload", "").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    let reply = get(&c, &gw.url("/")).await;
+    assert_eq!(reply.headers["x-redis-count"], "5");
+    let served = admin(&c, &gw, "GET", "/metrics", "").await.text();
+    assert!(
+        served.contains(r#"wasmgate_service_calls_total{service="cache",kind="redis"} 5"#),
+        "{served}"
+    );
+    assert!(served.contains(r#"service="other""#), "{served}");
 }
 
 /// `promtool check metrics`: lint findings are printed; a scrape that does
@@ -336,5 +354,48 @@ routes:
             assert!(std::time::Instant::now() < deadline, "{}", gw.logs());
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// The same for a Proxy-Wasm filter that traps: the client learns which
+/// callback of which plugin failed and the request id, and the backtrace
+/// (the filter's function names) only when the operator asks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filters_crash_report_stays_in_the_log_unless_the_operator_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let fragile = dir.path().join("fragile.wat");
+    std::fs::write(&fragile, crate::gateway::FRAGILE).unwrap();
+    for details in [false, true] {
+        let gw = GatewayProc::start(&format!(
+            r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+error_details: {details}
+plugins:
+  - {{name: fragile, wasm: "{}"}}
+routes:
+  - {{name: r, plugins: [{{plugin: fragile}}], respond: {{body: ok}}}}
+"#,
+            fragile.display()
+        ));
+        let c = client();
+        let crash = get(&c, &gw.url("/crash")).await;
+        assert_eq!(crash.status, 500, "{}", crash.text());
+        let error = &crash.json()["error"];
+        assert_eq!(error["kind"], "filter_failed");
+        assert_eq!(error["plugin"], "fragile");
+        let id = error["request_id"].as_u64().expect("a request id");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains("proxy_on_request_headers"), "{message}");
+        assert_eq!(message.contains("explode_on_purpose"), details, "{message}");
+        let status = admin(&c, &gw, "GET", "/plugins/fragile/status", "")
+            .await
+            .json();
+        let report = &status["instance_sets"][0]["last_crash"]["report"];
+        assert_eq!(report["request_id"].as_u64(), Some(id), "{status}");
+        assert!(
+            report.to_string().contains("explode_on_purpose"),
+            "{status}"
+        );
     }
 }
