@@ -76,6 +76,13 @@ def make_certificate(directory, name, days):
     return f"{{name: {name}, cert: {directory}/{name}.pem, key: {directory}/{name}.key}}"
 
 
+def not_after(pem):
+    """The certificate's expiry date (YYYY-MM-DD, UTC), read by openssl."""
+    out = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in", pem],
+                         check=True, capture_output=True, text=True).stdout
+    return out.strip().split("=", 1)[1][:10]
+
+
 def start_upstream():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -189,6 +196,7 @@ class DashboardTest(unittest.TestCase):
     def test_pages_edit_errors_crash_and_profile(self):
         certificates = tempfile.mkdtemp(prefix="wasmgate-dashboard-certs-")
         soon = make_certificate(certificates, "soon", 10)
+        soon_pem = os.path.join(certificates, "soon.pem")
         later = make_certificate(certificates, "later", 90)
         gw = Gateway(f"""
 admin_writes: true
@@ -217,8 +225,9 @@ routes:
                 self.assertEqual(gw.get("/api"), (200, "hello from upstream"))
             for _ in range(4):
                 self.assertEqual(gw.get("/constructor"), (200, "c"))
-            status, _ = gw.get("/f/trap", method="POST")
+            status, body = gw.get("/f/trap", method="POST")
             self.assertEqual(status, 500)
+            trap_request = json.loads(body)["error"]["request_id"]
             status, _ = gw.get("/trap")  # the component's own trap
             self.assertEqual(status, 500)
             page = self.new_page()
@@ -292,6 +301,8 @@ routes:
             soon_row = page.locator('#certificates-table tr[data-certificate="soon"]')
             self.assertIn("soon.example", soon_row.text_content())
             self.assertIn(soon_row.locator("td").nth(4).text_content(), ("9", "10"))
+            # Its expiry date, as openssl wrote it into the certificate.
+            self.assertEqual(soon_row.locator("td").nth(3).text_content(), not_after(soon_pem))
             self.assertIn("warn", soon_row.get_attribute("class"))
             later_row = page.locator('#certificates-table tr[data-certificate="later"]')
             self.assertIn("later.example", later_row.text_content())
@@ -307,6 +318,8 @@ routes:
             faults.last.locator("button").click()
             crash = page.locator("#plugin-crash").text_content()
             self.assertIn("trap", crash)
+            # The id the client's error answer gave finds the report here.
+            self.assertIn(f"(request {trap_request})", crash)
             self.assertIn("explode_on_purpose", crash)
             self.assertRegex(crash, r"\.rs:\d+")
             # A wasi:http component is a plugin like the others: its kind,
@@ -318,6 +331,19 @@ routes:
             page.wait_for_function(
                 "() => document.getElementById('plugin-crash').textContent.includes('http_handler')")
             self.assertRegex(page.locator("#plugin-crash").text_content(), r"http_handler/src/lib\.rs:\d+")
+            # One plugin's status that cannot be read (the browser is made to
+            # fail that call) leaves the others in the table.
+            failing = "**/plugins/tag/status"
+            page.route(failing, lambda route: route.fulfill(
+                status=503, content_type="application/json", body='{"error": "made to fail"}'))
+            self.open(page, gw, "routes")
+            self.open(page, gw, "plugins")
+            self.assertIn("status unavailable", page.locator('#plugins-table tr[data-plugin="tag"]').text_content())
+            faults = page.locator('#plugins-table tr[data-plugin="faults"] td')
+            self.assertEqual(faults.nth(5).text_content(), "1")  # traps
+            page.unroute(failing)
+            self.open(page, gw, "routes")
+            self.open(page, gw, "plugins")
             page.locator('#plugins-table tr[data-plugin="tag"] button').click()
             stop = threading.Event()
 

@@ -355,7 +355,9 @@ function showPlugin(d) {
   } else {
     const c = crashes[0];
     const frames = (c.report.frames || []).map((f) => `  at ${f.function}${f.file ? ` (${f.file}:${f.line ?? "?"})` : ""}`);
-    $("plugin-crash").textContent = [`${new Date(c.at_ms).toLocaleString()}: ${c.report.function} ${c.report.kind}: ${c.report.message}`, ...frames].join("\n");
+    // The request id is what a client's error answer names: it finds this report.
+    const request = c.report.request_id != null ? ` (request ${c.report.request_id})` : "";
+    $("plugin-crash").textContent = [`${new Date(c.at_ms).toLocaleString()}${request}: ${c.report.function} ${c.report.kind}: ${c.report.message}`, ...frames].join("\n");
   }
   $("profile-button").dataset.plugin = d.name;
 }
