@@ -31,11 +31,6 @@ use crate::grpc::GatewayAnswer;
 use crate::upstream::UpstreamServed;
 use wasmgate_services::calls::CallLog;
 
-/// Whether requests are observed at all (a log is kept or traces are).
-pub(crate) fn observing() -> bool {
-    wasmgate_observe::access_log::global().is_some() || wasmgate_observe::trace::global().is_some()
-}
-
 /// What the node observes of a request that came in: its trace, when the
 /// node traces (decided, recorded or not, before anything else is done for
 /// it, and its `traceparent` set for the upstream request), as the ids its

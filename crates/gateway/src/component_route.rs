@@ -58,7 +58,7 @@ impl Handler for ComponentRoute {
         }
         let host = crate::router::request_host(request.uri(), request.headers()).to_string();
         let (mut parts, body) = request.into_parts();
-        let pending = match crate::access::observing() {
+        let pending = match wasmgate_observe::observing() {
             true => crate::access::observe(&mut parts, &host, connection.peer).1,
             false => None,
         };

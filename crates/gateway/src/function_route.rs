@@ -155,7 +155,7 @@ impl FunctionRoute {
 
 impl Handler for FunctionRoute {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
-        if !crate::access::observing() {
+        if !wasmgate_observe::observing() {
             return FunctionRoute::handle(self, request).await.map(body::boxed);
         }
         let host = crate::router::request_host(request.uri(), request.headers()).to_string();

@@ -11,3 +11,10 @@ mod line;
 pub mod trace;
 
 pub use access_log::{AccessLog, Entry, FilterTime, Format, LogStats, Target};
+
+/// Whether requests are observed at all (an access log is kept or traces
+/// are): when not, the request path skips timing what nobody reads.
+#[inline]
+pub fn observing() -> bool {
+    access_log::global().is_some() || trace::global().is_some()
+}

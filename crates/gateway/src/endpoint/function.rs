@@ -33,7 +33,7 @@ pub(crate) async fn timed<B>(
     // One await: a future awaited at two places is kept twice in the
     // caller's state, and every request's handling future (which holds
     // this one) doubled in size.
-    let started = crate::access::observing().then(Instant::now);
+    let started = wasmgate_observe::observing().then(Instant::now);
     // A recorded request's service calls made by the function hang under
     // its span: they are noted as this plugin's. Boxed, so the call is
     // not kept twice in the caller's state.

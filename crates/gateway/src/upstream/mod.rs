@@ -312,7 +312,7 @@ impl Upstream {
             match answer {
                 Ok(Ok(mut response)) => {
                     self.report(i, !matches!(response.status().as_u16(), 502..=504));
-                    if crate::access::observing() {
+                    if wasmgate_observe::observing() {
                         response.extensions_mut().insert(UpstreamServed {
                             node: node.shared_address.clone(),
                             sent_at,
