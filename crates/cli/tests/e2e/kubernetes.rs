@@ -212,18 +212,23 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
     until_status(&c, &gw, "/missing", 404).await;
 
     // The API server killed under load: the node keeps serving what it has.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let load = {
-        let (c, url) = (c.clone(), gw.url("/app/x"));
+        let (c, url, answered) = (c.clone(), gw.url("/app/x"), answered.clone());
         tokio::spawn(async move {
             let mut statuses = Vec::new();
             for _ in 0..300 {
                 statuses.push(send(&c, "GET", &url, &[], "").await.status);
+                answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             statuses
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Killed with the load under way.
+    while answered.load(std::sync::atomic::Ordering::Relaxed) < 20 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     cluster.api.kill();
     let statuses = load.await.unwrap();
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
