@@ -117,6 +117,19 @@ routes:
         "{}",
         h1.stderr
     );
+    // Over TLS 1.2 the filter reads that version.
+    let tls12 = curl(
+        "shop.example",
+        port,
+        "/hello",
+        &pki.ca,
+        &["--tls-max", "1.2"],
+    );
+    assert_eq!(tls12.status, 200, "{}", tls12.stderr);
+    assert_eq!(
+        tls12.header("x-property-connection.tls_version").as_deref(),
+        Some("TLSv1.2")
+    );
 
     // The certificate by SNI: exact, wildcard (one label only), default.
     let served = |args: &[&str]| {
@@ -304,6 +317,22 @@ routes:
         "{:?}",
         started.elapsed()
     );
+    // One that stalls in the middle of its ClientHello (a record header
+    // announcing 512 bytes, then the first few of them): cut off too.
+    let mut halfway = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let started = Instant::now();
+    halfway
+        .write_all(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+        .unwrap();
+    halfway
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(halfway.read(&mut buf).unwrap(), 0, "closed");
+    assert!(
+        started.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        started.elapsed()
+    );
 
     // Plain HTTP on the TLS port: an alert, then the connection closes.
     let mut plain = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -340,7 +369,7 @@ routes:
         assert!(!ok, "{refused:?} was accepted: {text}");
     }
     for (reason, n) in [
-        ("timeout", 1.0),
+        ("timeout", 2.0),
         ("not_tls", 1.0),
         ("protocol_version", 2.0),
         ("no_shared_cipher", 1.0),
@@ -773,6 +802,13 @@ routes:
     )
     .await;
     assert_eq!(connections, 1.0);
+    // ALPN offered HTTP/1.1 alone (the node prefers h2, and would have
+    // chosen it had it been offered).
+    let chosen = upstream.alpn();
+    assert!(
+        chosen.len() >= 2 && chosen.iter().all(|p| p == "http/1.1"),
+        "{chosen:?}"
+    );
     for path in ["/wrong-ca", "/wrong-name"] {
         let r = send(&c, "GET", &gw.url(path), &[], "").await;
         assert_eq!(r.status, 502, "{path}: {}", r.text());

@@ -32,6 +32,8 @@ pub struct Upstream {
     task: tokio::task::JoinHandle<()>,
     /// Open connections, closed on drop so the node really goes away.
     connections: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// Over TLS: the protocol ALPN chose for each connection ("" for none).
+    alpn: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 type Received =
@@ -97,7 +99,10 @@ impl Upstream {
                 builder.with_client_cert_verifier(verifier)
             }
         };
-        let config = builder.with_single_cert(chain, key).unwrap();
+        let mut config = builder.with_single_cert(chain, key).unwrap();
+        // h2 first, as a server that speaks both prefers it; but this one
+        // serves HTTP/1.1 only, so a client that offered h2 fails here.
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Upstream::serve(
             name,
             Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
@@ -114,13 +119,15 @@ impl Upstream {
         let (name, counter, log) = (Arc::<str>::from(name), hits.clone(), received.clone());
         let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
         let open = connections.clone();
+        let alpn = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let chosen = alpn.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
                 let (name, counter, tls) = (name.clone(), counter.clone(), tls.clone());
-                let log = log.clone();
+                let (log, chosen) = (log.clone(), chosen.clone());
                 let connection = tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                         counter.fetch_add(1, Ordering::SeqCst);
@@ -131,6 +138,11 @@ impl Upstream {
                         None => http.serve_connection(TokioIo::new(stream), service).await,
                         Some(tls) => match tls.accept(stream).await {
                             Ok(stream) => {
+                                let protocol = stream.get_ref().1.alpn_protocol();
+                                chosen.lock().unwrap().push(
+                                    String::from_utf8_lossy(protocol.unwrap_or_default())
+                                        .into_owned(),
+                                );
                                 http.serve_connection(TokioIo::new(stream), service).await
                             }
                             Err(_) => return, // a client that did not trust us
@@ -147,7 +159,13 @@ impl Upstream {
             received,
             task,
             connections,
+            alpn,
         }
+    }
+
+    /// Over TLS: the protocol ALPN chose on each connection so far.
+    pub fn alpn(&self) -> Vec<String> {
+        self.alpn.lock().unwrap().clone()
     }
 
     pub fn address(&self) -> String {
