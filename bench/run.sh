@@ -16,3 +16,5 @@ ROUNDS=3 SECONDS=5 bench/db.sh
 bench/db_report.py
 bench/instructions.sh
 bench/instructions_report.py
+bench/tls.py --rounds 3 --seconds 5
+bench/tls_scan.py

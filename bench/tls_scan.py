@@ -11,7 +11,7 @@ the report is about the listener, not about a self-signed certificate.
 
 Writes bench/results/tls_scan.json (every finding testssl made) and prints a
 summary; exits non-zero when a protocol, cipher or vulnerability finding is
-rated LOW or worse. Takes about two minutes.
+rated LOW or worse. Takes one to two minutes.
 Usage: bench/tls_scan.py   (needs target/release/wasmgate: make build)
 """
 
@@ -121,7 +121,7 @@ def judge(findings):
 
 def main():
     if not shutil.which("testssl"):
-        sys.exit("testssl is missing: apt-get install testssl.sh")
+        sys.exit("testssl is missing: scripts/install-deps.sh --bench installs it (Debian's testssl.sh)")
     tmp = tempfile.mkdtemp(prefix="wasmgate-tls-scan-")
     make_certificates(tmp)
     gateway = start_gateway(tmp)

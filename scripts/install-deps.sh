@@ -8,8 +8,8 @@
 #                                    modules of the plugins, the servers the tests
 #                                    start (Redis, PostgreSQL, etcd), the other SDKs'
 #                                    toolchains, Chromium
-#   scripts/install-deps.sh --bench  and the load generator, nginx and valgrind of
-#                                    `make bench`
+#   scripts/install-deps.sh --bench  and the load generator, nginx, valgrind and
+#                                    testssl.sh of `make bench`
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 toolchain="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$root/rust-toolchain.toml")"
@@ -161,6 +161,9 @@ if [ "${1:-}" = "--bench" ]; then
   need=()
   # valgrind: bench/instructions.sh counts instructions under callgrind.
   for tool in wrk nginx valgrind; do command -v "$tool" >/dev/null || need+=("$tool"); done
+  # testssl.sh: bench/tls_scan.py scans the TLS listeners with it (its command
+  # is `testssl`).
+  command -v testssl >/dev/null || need+=(testssl.sh)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
   # bench/db.sh: Toxiproxy (the emulated network round trip, built from source
   # into target/bench-bin) and the modules of its Go + pgx reference.
