@@ -690,7 +690,10 @@ mod tests {
         let component = wat::parse_str("(component)").unwrap();
         std::fs::write(&path, runtime.precompile(&component).unwrap()).unwrap();
         let refused = |policy| {
-            let err = format!("{:#}", runtime.load_component_file(&path, policy).unwrap_err());
+            let err = format!(
+                "{:#}",
+                runtime.load_component_file(&path, policy).unwrap_err()
+            );
             assert!(err.contains("precompiled module"), "{err}");
             assert!(err.contains("allow_precompiled"), "{err}");
         };
