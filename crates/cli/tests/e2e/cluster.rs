@@ -4,7 +4,8 @@
 //! every node; conflicting edits get 409; etcd can go away under traffic
 //! without a failed request; a broken change is rejected everywhere with
 //! its reason in `/cluster`; a late node catches up; a rate limit kept
-//! in Redis holds for the cluster, not per node; and a TLS certificate
+//! in Redis holds for the cluster, not per node, right after a Redis
+//! restart too; and a TLS certificate
 //! written through one node is served by all.
 
 use std::path::Path;
@@ -426,7 +427,7 @@ config: {{etcd: ["{}"], node_name: cached, cache_file: "{}"}}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_in_redis_holds_for_the_cluster_not_per_node() {
     let etcd = EtcdServer::start();
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     push(
         &etcd,
         &format!(
@@ -468,6 +469,28 @@ routes:
         }
     }
     assert_eq!(allowed, 5, "the limit is the cluster's, not each node's");
+
+    // Redis restarted (its counts gone): the first request on every node
+    // is counted again, none slips through uncounted on a broken connection.
+    redis.kill();
+    redis.start_again();
+    let mut allowed = 0;
+    for i in 0..15 {
+        let r = send(
+            &c,
+            "GET",
+            &nodes[i % 3].url("/"),
+            &[("x-api-key", "after-restart")],
+            "",
+        )
+        .await;
+        match r.status {
+            200 => allowed += 1,
+            429 => {}
+            other => panic!("{other}: {}", r.text()),
+        }
+    }
+    assert_eq!(allowed, 5, "every request after the restart was counted");
 }
 
 /// `config push` refuses what `check` refuses (a module whose sha256 is not
