@@ -343,9 +343,30 @@ async fn a_broken_change_is_rejected_everywhere_with_its_reason() {
         // The previous version keeps serving.
         assert_eq!(body(&c, gw, "/home").await.1, "home-v1");
     }
+    // A name outside the one rule (markup in it), written into etcd: the
+    // nodes refuse it as check and the admin API do.
+    etcd.etcdctl(&["del", "/wasmgate/routes/broken"]);
+    etcd.etcdctl(&[
+        "put",
+        "/wasmgate/routes/\"><script>x",
+        r#"{"seq": 9, "route": {"path": {"prefix": "/named"}, "respond": {"body": "x"}}}"#,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let me = me(&c, &nodes[0]).await;
+        if me["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not a valid name"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{me}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(body(&c, &nodes[0], "/named").await.0, 404);
+    etcd.etcdctl(&["del", "/wasmgate/routes/\"><script>x"]);
     // A module whose bytes are not what the configuration says: refused too.
     let wrong = "0".repeat(64);
-    etcd.etcdctl(&["del", "/wasmgate/routes/broken"]);
     let plugin = format!(
         r#"{{"wasm": "{}", "sha256": "{wrong}"}}"#,
         crate::common::plugin("add_header").display()
