@@ -644,7 +644,9 @@ routes:
             }
         }));
     }
+    let deadline = Instant::now() + Duration::from_secs(20);
     while done.load(Ordering::Relaxed) < 50 {
+        assert!(Instant::now() < deadline, "the load never got going");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Renewal: the key first, then the certificate, each written in place.
@@ -657,7 +659,9 @@ routes:
         "{error}"
     );
     let before = done.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while done.load(Ordering::Relaxed) < before + 30 {
+        assert!(Instant::now() < deadline, "the load stopped");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(saw_new.load(Ordering::Relaxed), 0);
