@@ -793,6 +793,62 @@ async fn a_clean_stop_leaves_the_cluster_at_once() {
     );
 }
 
+/// `behind` is true of a node that really serves an older configuration
+/// than another: here one that cannot build the newest, whose plugin is a
+/// path relative to each node's own file that only the other node has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_build_the_newest_configuration_is_behind() {
+    let etcd = EtcdServer::start();
+    push(&etcd, BASE);
+    let has = node(&etcd, "has", "");
+    let lacks = node(&etcd, "lacks", "");
+    let c = client();
+    until_serves(&c, &has, "/home", "home-v1").await;
+    until_serves(&c, &lacks, "/home", "home-v1").await;
+    std::fs::copy(
+        crate::common::plugin("add_header"),
+        has.dir().join("local.wasm"),
+    )
+    .unwrap();
+    let behind = |view: &Value, name: &str| {
+        view["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|n| n["node"] == name))
+            .map(|n| n["behind"] == true)
+    };
+    // --no-load: the module is not beside the pushed file either.
+    let v2 = BASE
+        .replace("{wasm:add_header}", "local.wasm")
+        .replace("home-v1", "home-v2");
+    let (ok, text) = try_push(&etcd, &v2, &["--no-load"]);
+    assert!(ok, "{text}");
+    until_serves(&c, &has, "/home", "home-v2").await;
+    // Rejected there (not merely late), and so behind.
+    let rejected = |view: &Value| {
+        view["nodes"].as_array().is_some_and(|nodes| {
+            nodes.iter().any(|n| {
+                n["node"] == "lacks"
+                    && n["last_error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("local.wasm"))
+            })
+        })
+    };
+    let view = until_cluster(&c, &has, |view| {
+        rejected(view) && behind(view, "lacks") == Some(true)
+    })
+    .await;
+    assert_eq!(behind(&view, "has"), Some(false), "{view}");
+    assert_eq!(body(&c, &lacks, "/home").await.1, "home-v1");
+    // A configuration both can build: nobody is behind.
+    push(&etcd, &BASE.replace("home-v1", "home-v3"));
+    until_serves(&c, &lacks, "/home", "home-v3").await;
+    until_cluster(&c, &has, |view| {
+        behind(view, "lacks") == Some(false) && behind(view, "has") == Some(false)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_written_through_one_node_is_served_by_every_node() {
     let etcd = EtcdServer::start();
