@@ -159,14 +159,25 @@ impl RedisServer {
     /// The number of clients connected to the server, not counting the
     /// connection that asks (`CLIENT LIST`).
     pub fn client_count(&self) -> usize {
-        match self.command(&["CLIENT", "LIST"]) {
-            RedisReply::Bulk(list) => {
-                let list = String::from_utf8_lossy(&list);
-                let all = list.lines().filter(|line| !line.trim().is_empty()).count();
-                all.saturating_sub(1)
-            }
+        self.client_ids().len()
+    }
+
+    /// The ids of the clients connected to the server (`CLIENT LIST`), not
+    /// counting the connection that asks: the same id is the same connection.
+    pub fn client_ids(&self) -> Vec<u64> {
+        let list = match self.command(&["CLIENT", "LIST"]) {
+            RedisReply::Bulk(list) => String::from_utf8_lossy(&list).into_owned(),
             other => panic!("CLIENT LIST answered {other:?}"),
-        }
+        };
+        // The asking connection is the newest: the highest id.
+        let mut ids: Vec<u64> = list
+            .lines()
+            .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(|id| id.parse().expect("a client id"))
+            .collect();
+        ids.sort_unstable();
+        ids.pop();
+        ids
     }
 
     /// Changes the server's password (`CONFIG SET requirepass`); connections

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::gateway::{metric, send, with_upstream, GatewayProc};
+use crate::common::gateway::{metric, send, until_metric, with_upstream, GatewayProc};
 use crate::common::{client, plugin, wasmgate, Server};
 
 /// The log's lines once it has at least `n` of them.
@@ -151,11 +151,7 @@ async fn sigusr1_reopens_the_file_after_logrotate_moved_it() {
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(&c, &gw, "wasmgate_access_log_reopens_total").await < 1.0 {
-        assert!(Instant::now() < deadline, "not reopened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_metric(&c, &gw, "wasmgate_access_log_reopens_total", |n| n >= 1.0).await;
     send(&c, "GET", &gw.url("/api/after"), &[], "").await;
     let new = lines(&file, 1);
     assert_eq!(new[0]["path"], "/api/after");

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::gateway::{get, send, with_upstream, GatewayProc};
+use crate::common::gateway::{get, send, until_metric, with_upstream, GatewayProc};
 use crate::common::upstream::Upstream;
 use crate::common::{client, wasmgate};
 
@@ -321,25 +321,13 @@ routes:
     // 100 < 50), so all hundred choices are made by now; wait until the
     // gateway has counted the chosen ones answered.
     let half = r#"wasmgate_route_mirrored_total{route="half",upstream="shadow",outcome="sent"}"#;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while crate::common::gateway::metric(&c, &gw, half).await < 50.0 {
-        assert!(
-            Instant::now() < deadline,
-            "copies: {}",
-            shadow.received("/half").len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let answered = until_metric(&c, &gw, half, |n| n >= 50.0).await;
+    assert_eq!(answered, 50.0, "exactly half");
     assert_eq!(shadow.received("/half").len(), 50, "exactly half");
-    assert_eq!(crate::common::gateway::metric(&c, &gw, half).await, 50.0);
 
     assert_eq!(get(&c, &gw.url("/dead")).await.status, 200);
     let failed = r#"wasmgate_route_mirrored_total{route="dead",upstream="gone",outcome="failed"}"#;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while crate::common::gateway::metric(&c, &gw, failed).await != 1.0 {
-        assert!(Instant::now() < deadline, "the failed copy was not counted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_metric(&c, &gw, failed, |n| n == 1.0).await;
     let sent = r#"wasmgate_route_mirrored_total{route="all",upstream="shadow",outcome="sent"}"#;
     assert_eq!(crate::common::gateway::metric(&c, &gw, sent).await, 1.0);
 
@@ -1517,11 +1505,7 @@ routes:
         let reply = get(&c, &gw.url("/closing/x")).await;
         assert_eq!(reply.status, 200, "round {round}: {}", reply.text());
         // The node's close reaches the gateway before the next request.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while crate::common::gateway::metric(&c, &gw, &open).await != 0.0 {
-            assert!(Instant::now() < deadline, "round {round}: the close unseen");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_metric(&c, &gw, &open, |n| n == 0.0).await;
     }
     assert_eq!(closed.load(Ordering::SeqCst), 5);
 }

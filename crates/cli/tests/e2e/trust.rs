@@ -71,6 +71,7 @@ async fn precompiled_modules_load_only_from_the_operators_own_file() {
     let fetched = format!(
         "allow_precompiled: true\nplugins: [{{name: tag, wasm: \"{url}\", sha256: \"{sha}\"}}]\nroutes: [{{name: r, plugins: [{{plugin: tag}}], respond: {{body: ok}}}}]\n"
     );
+    // The check fetches from this test's own server: block this worker only.
     let (ok, text) = tokio::task::block_in_place(|| check(&fetched, dir.path()));
     assert!(!ok && text.contains("precompiled module"), "{text}");
 
@@ -139,7 +140,7 @@ routes:
             reply.text()
         );
     }
-    let connections = redis.client_count();
+    let connections = redis.client_ids();
     let before = admin(&c, &gw, "GET", "/metrics", "").await.text();
     let calls = |text: &str| {
         text.lines()
@@ -163,7 +164,7 @@ routes:
     // were, on the same connection.
     let reply = get(&c, &gw.url("/")).await;
     assert_eq!(reply.headers["x-redis-count"], "4");
-    assert_eq!(redis.client_count(), connections);
+    assert_eq!(redis.client_ids(), connections);
     let served = admin(&c, &gw, "GET", "/metrics", "").await.text();
     assert!(
         served.contains(r#"wasmgate_service_calls_total{service="cache",kind="redis"} 4"#),
@@ -177,6 +178,12 @@ routes:
     assert_eq!(reload.status, 200, "{}", reload.text());
     let reply = get(&c, &gw.url("/")).await;
     assert_eq!(reply.headers["x-redis-count"], "5");
+    // The same connection as before: the pool was not rebuilt.
+    let now = redis.client_ids();
+    assert!(
+        connections.iter().all(|id| now.contains(id)),
+        "{connections:?} -> {now:?}"
+    );
     let served = admin(&c, &gw, "GET", "/metrics", "").await.text();
     assert!(
         served.contains(r#"wasmgate_service_calls_total{service="cache",kind="redis"} 5"#),

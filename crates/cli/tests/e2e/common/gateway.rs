@@ -217,6 +217,25 @@ pub async fn metric(c: &HttpClient, gw: &GatewayProc, series: &str) -> f64 {
         .unwrap()
 }
 
+/// Waits (10 s at most) until `series` of the gateway's `/metrics` has a
+/// value `wanted` accepts, and returns it.
+pub async fn until_metric(
+    c: &HttpClient,
+    gw: &GatewayProc,
+    series: &str,
+    wanted: impl Fn(f64) -> bool,
+) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let value = metric(c, gw, series).await;
+        if wanted(value) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "`{series}` stayed at {value}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits until the gateway has applied configuration generation `n`.
 pub async fn until_generation(c: &HttpClient, gw: &GatewayProc, n: u64) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(20);
