@@ -8,12 +8,14 @@
 //! - Outbound: [`node_pool`] keeps each upstream node's keep-alive
 //!   connections and sends requests on them; [`connector`] dials them,
 //!   counting each node's open connections; [`tls_client`] encrypts them
-//!   for an upstream with `tls`. The upstream module (balancing,
+//!   for an upstream with `tls`; [`held_writes`] lets an HTTP/2
+//!   connection's HEADERS and DATA leave in one write. The upstream module (balancing,
 //!   retries, health) sends through a node's pool and knows nothing else of
 //!   connections.
 
 pub(crate) mod connector;
 pub(crate) mod head_deadline;
+pub(crate) mod held_writes;
 pub mod listener;
 pub(crate) mod node_pool;
 pub mod tls;

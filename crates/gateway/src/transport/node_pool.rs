@@ -40,6 +40,7 @@ use wasmgate_config::UpstreamProtocol;
 
 use crate::body::{Body, BoxError};
 use crate::transport::connector::CountedConnector;
+use crate::transport::held_writes::HeldWrites;
 use crate::transport::tls_client::{UpstreamTlsClient, UpstreamTlsError};
 
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may
@@ -340,7 +341,7 @@ impl NodePool {
                 .timer(TokioTimer::new())
                 .keep_alive_interval(H2_PING_INTERVAL)
                 .keep_alive_timeout(H2_PING_TIMEOUT)
-                .handshake(io)
+                .handshake(HeldWrites::new(io))
                 .await?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
