@@ -21,9 +21,15 @@ measure on this machine; and the peers' CPU per message (server and load
 client) with the upstream's read calls per message, which show whether
 CPU 1 bounds the rate and how a proxy's hop changes the peers' batches.
 
+--compare BINARY runs a second wasmgate, that binary (another commit's
+build), beside the first with the same configuration, as the proxy
+"compared" in every chosen scenario: an A/B of two builds in one run
+(its gRPC figures plotted to docs/img/protocols-compared.png).
+
 Writes bench/results/protocols.json and (when every scenario ran)
 docs/img/protocols.png, prints a Markdown table. Usage:
 bench/protocols.py [--rounds 3] [--seconds 5] [--scenarios websocket,grpc,grpc-128]
+                   [--compare BINARY]
 """
 
 import os
@@ -45,6 +51,7 @@ ROOT = os.path.dirname(HERE)
 WASMGATE = os.path.join(ROOT, "target/release/wasmgate")
 PEERS = os.path.join(ROOT, "target/bench-bin/protopeers")
 WS_UP, GRPC_UP, NGINX_WS, NGINX_GRPC, GW, GW_ADMIN = 18481, 18482, 18483, 18484, 18485, 18486
+COMPARED, COMPARED_ADMIN = 18487, 18488
 # (scenario, proxy): proxy None is the client calling the server directly.
 CASES = [
     ("websocket", "nginx"), ("websocket", "wasmgate"),
@@ -59,7 +66,7 @@ def build_peers():
     subprocess.run(["go", "build", "-o", PEERS, "."], cwd=os.path.join(HERE, "protopeers"), check=True)
 
 
-def start(tmp):
+def start(tmp, compare):
     processes = {}
     for name, port in (("ws-echo", WS_UP), ("grpc-echo", GRPC_UP)):
         processes[name] = subprocess.Popen(["taskset", "-c", "1", PEERS, name, str(port)],
@@ -100,16 +107,25 @@ routes:
     processes["wasmgate"] = subprocess.Popen(
         ["taskset", "-c", "0", WASMGATE, "run", "-c", config, "--no-watch", "--log-level", "warn"])
     wait_port(GW, processes["wasmgate"])
+    if compare:
+        other = f"{tmp}/compared.yaml"
+        with open(config) as f, open(other, "w") as g:
+            g.write(f.read().replace(f":{GW}\n", f":{COMPARED}\n").replace(f":{GW_ADMIN}\n", f":{COMPARED_ADMIN}\n"))
+        processes["compared"] = subprocess.Popen(
+            ["taskset", "-c", "0", compare, "run", "-c", other, "--no-watch", "--log-level", "warn"])
+        wait_port(COMPARED, processes["compared"])
     return processes
 
 
 def measure(scenario, proxy, seconds, processes):
-    server = {"nginx": "nginx", "wasmgate": "wasmgate", "wasmgate+filter": "wasmgate"}.get(proxy)
+    server = {"nginx": "nginx", "wasmgate": "wasmgate", "wasmgate+filter": "wasmgate",
+              "compared": "compared"}.get(proxy)
     if scenario == "websocket":
-        port = {"nginx": NGINX_WS, "wasmgate": GW}[proxy]
+        port = {"nginx": NGINX_WS, "wasmgate": GW, "compared": COMPARED}[proxy]
         command = ["ws-load", f"ws://127.0.0.1:{port}/echo", str(CONNECTIONS), str(seconds), str(SIZE)]
     else:
-        port = {None: GRPC_UP, "nginx": NGINX_GRPC, "wasmgate": GW, "wasmgate+filter": GW}[proxy]
+        port = {None: GRPC_UP, "nginx": NGINX_GRPC, "wasmgate": GW, "wasmgate+filter": GW,
+                "compared": COMPARED}[proxy]
         authority = "filtered.test" if proxy == "wasmgate+filter" else "-"
         in_flight = 128 if scenario == "grpc-128" else CONNECTIONS
         command = ["grpc-load", f"127.0.0.1:{port}", authority, str(in_flight), str(seconds), str(SIZE)]
@@ -185,24 +201,65 @@ def plot(result):
     fig.savefig(os.path.join(ROOT, "docs", "img", "protocols.png"), dpi=110)
 
 
+def plot_compared(result, scenarios):
+    """This build against --compare's, per gRPC scenario: calls per second
+    over direct's, and the upstream's reads per call."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)", file=sys.stderr)
+        return
+    s = result["summary"]
+    scenarios = [x for x in scenarios if x.startswith("grpc")]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.38
+    for i, (proxy, label, color) in enumerate((("compared", "compared build", "tab:gray"),
+                                                ("wasmgate", "this build", "tab:orange"))):
+        rates = [s[f"{x} {proxy}"]["rate"] / s[f"{x} direct"]["rate"] for x in scenarios]
+        bars = axes[0].bar([j + (i - 0.5) * width for j in range(len(scenarios))], rates, width,
+                           color=color, label=label)
+        axes[0].bar_label(bars, fmt="%.2f")
+        reads = [s[f"{x} {proxy}"]["upstream_reads_per_message"] for x in scenarios]
+        bars = axes[1].bar([j + (i - 0.5) * width for j in range(len(scenarios))], reads, width,
+                           color=color, label=label)
+        axes[1].bar_label(bars, fmt="%.3f")
+    direct = [s[f"{x} direct"]["upstream_reads_per_message"] for x in scenarios]
+    axes[1].scatter(range(len(scenarios)), direct, color="tab:blue", zorder=3, label="direct")
+    axes[0].axhline(0.8, color="tab:gray", linewidth=1, linestyle="--")
+    for ax, corner in zip(axes, ("lower right", "upper right")):
+        ax.set_xticks(range(len(scenarios)), scenarios)
+        ax.legend(loc=corner, fontsize=8)
+    axes[0].set_title("calls per second over direct (higher is better)", fontsize=10)
+    axes[1].set_title("the upstream's read calls per call (lower is better)", fontsize=10)
+    fig.suptitle(f"gRPC through two wasmgate builds side by side (medians of {result['rounds']} rounds)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(ROOT, "docs", "img", "protocols-compared.png"), dpi=110)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--scenarios", default="websocket,grpc,grpc-128",
                         help="a subset while working on one (no plot then)")
+    parser.add_argument("--compare", metavar="BINARY",
+                        help="another wasmgate build, run beside this one as the proxy 'compared'")
     args = parser.parse_args()
     chosen = args.scenarios.split(",")
     known = {scenario for scenario, _ in CASES}
     if not chosen or not set(chosen) <= known:
         sys.exit(f"--scenarios: {args.scenarios!r}; choose from {', '.join(sorted(known))}")
     cases = [c for c in CASES if c[0] in chosen]
+    if args.compare:
+        cases += [(scenario, "compared") for scenario in chosen]
     for tool in ("nginx", "go", "taskset"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
             sys.exit(f"{tool} is missing: scripts/install-deps.sh --bench")
     build_peers()
     tmp = tempfile.mkdtemp(prefix="wasmgate-protocols-bench.")
-    processes = start(tmp)
+    processes = start(tmp, args.compare)
     try:
         for scenario, proxy in cases:  # warm-up, and a check that every path answers
             run = measure(scenario, proxy, 1, processes)
@@ -228,13 +285,16 @@ def main():
         mine = [r for r in runs if r["scenario"] == scenario and r["proxy"] == (proxy or "direct")]
         summary[key] = {k: statistics.median(r[k] for r in mine) for k in ("rate", "p50_us", "p99_us", "cpu_us", "peers_cpu_us", "upstream_reads_per_message")}
     result = {"rounds": args.rounds, "seconds": args.seconds, "connections": CONNECTIONS, "size": SIZE,
+              "compared": args.compare,
               "loadavg_before": load_before, "loadavg_after": open("/proc/loadavg").read().split()[:3],
               "runs": runs, "summary": summary}
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results", "protocols.json"), "w") as f:
         json.dump(result, f, indent=1)
-    if len(cases) == len(CASES):
+    if all(c in cases for c in CASES):
         plot(result)
+    if args.compare:
+        plot_compared(result, chosen)
     print("| case | per second | p50 µs | p99 µs | proxy CPU µs per message | peers' CPU µs per message | upstream reads per message |")
     print("|---|---|---|---|---|---|---|")
     for key, v in summary.items():
