@@ -162,13 +162,21 @@ def read_calls(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("syscr:"))
 
 
-def plot(result):
+def pyplot():
+    """matplotlib's pyplot drawing to files, or None (said) when it is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print("(matplotlib not installed: no plot)", file=sys.stderr)
+        return None
+    return plt
+
+
+def plot(result):
+    plt = pyplot()
+    if plt is None:
         return
     s = result["summary"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
@@ -204,12 +212,8 @@ def plot(result):
 def plot_compared(result, scenarios):
     """This build against --compare's, per gRPC scenario: calls per second
     over direct's, and the upstream's reads per call."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib not installed: no plot)", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     s = result["summary"]
     scenarios = [x for x in scenarios if x.startswith("grpc")]
