@@ -11,8 +11,11 @@
 //! scheduler (the task wakes itself and goes to the back of the worker's
 //! queue), the body tasks that the opening woke run first, and HEADERS and
 //! DATA leave in one write. Nothing waits on a timer: when no other task
-//! is ready the turn is immediate. Measured in docs/benchmarks.md
-//! ("Protocols (issue 31)": the node's reads and CPU per gRPC call).
+//! is ready the turn is immediate. A write of 16 KB or more (a full DATA
+//! frame of a large body, which h2 flushes frame by frame) goes at once:
+//! it has company enough, and holding each frame would cost a large body
+//! a turn per frame. Measured in docs/benchmarks.md ("HEADERS and DATA in
+//! one write": the node's reads and CPU per gRPC call).
 
 use std::io;
 use std::pin::Pin;
