@@ -484,8 +484,11 @@ routes:
                 f.write("routes:\n  - {name: home, path: {prefix: /}, respond: {status: 200, body: home}}\n")
             subprocess.run([WASMGATE, "config", "push", "-c", pushed, "--etcd", client], check=True,
                            stdout=subprocess.DEVNULL)
-            for name in ("node-a", "node-b"):
-                nodes.append(Gateway(f'config: {{etcd: ["{client}"], node_name: {name}}}\n'))
+            # node-a's TLS listener names a certificate nobody has written yet.
+            waiting = f"127.0.0.1:{free_port()}"
+            nodes.append(Gateway(f'config: {{etcd: ["{client}"], node_name: node-a}}\n'
+                                 f'listeners: [{{address: "{waiting}", tls: {{certificates: [shop]}}}}]\n'))
+            nodes.append(Gateway(f'config: {{etcd: ["{client}"], node_name: node-b}}\n'))
             page = self.new_page()
             page.goto(nodes[0].admin_url("/#cluster"))
             page.wait_for_function("() => document.querySelectorAll('#cluster-table tbody tr').length === 2",
@@ -496,6 +499,14 @@ routes:
             revision = json.loads(nodes[0].admin_get("/cluster")[1])["nodes"][0]["revision"]
             self.assertIn(str(revision), page.locator("#cluster-table tbody tr").first.text_content())
             page.screenshot(path=os.path.join(SHOTS, "dashboard-cluster.png"))
+            # The listener waiting for its certificate is marked, and says why.
+            self.open(page, nodes[0], "routes")
+            waiting_row = page.locator(f'#listeners-table tr[data-listener="{waiting}"]')
+            self.assertIn("no certificate to serve yet", waiting_row.text_content())
+            self.assertIn("warn", waiting_row.get_attribute("class"))
+            plain_row = page.locator(f'#listeners-table tr[data-listener="127.0.0.1:{nodes[0].port}"]')
+            self.assertEqual(plain_row.locator("td").nth(2).text_content(), "-")
+            self.assertNotIn("warn", plain_row.get_attribute("class") or "")
             self.assertEqual(self.page_errors, [])
         finally:
             for node in nodes:

@@ -351,6 +351,7 @@ impl Admin {
             "listeners": gateway.config().all_listeners().iter().map(|l| json!({
                 "address": l.address,
                 "tls": l.tls.is_some(),
+                "problem": gateway.listener_problem(&l.address),
             })).collect::<Vec<_>>(),
             "certificates": gateway.certificates,
         })

@@ -44,6 +44,10 @@ pub struct Gateway {
     pub(crate) tls: Vec<(String, TlsAcceptorConfig)>,
     /// The certificates it serves.
     pub certificates: Vec<CertificateInfo>,
+    /// TLS listeners (by address) that name certificates the configuration
+    /// lacks, with what that means for their handshakes: a cluster node
+    /// may start before its certificates are written (docs/tls.md).
+    pub(crate) listener_problems: Vec<(String, String)>,
 }
 
 /// What operators see of a certificate served: its names and expiry.
@@ -121,6 +125,15 @@ impl Gateway {
     }
 
     /// SHA-256 of the module plugin `name` was loaded from.
+    /// Why the TLS listener at `address` cannot serve every name it is
+    /// meant to, if it cannot: for `/status` and the dashboard.
+    pub fn listener_problem(&self, address: &str) -> Option<&str> {
+        self.listener_problems
+            .iter()
+            .find(|(a, _)| a == address)
+            .map(|(_, problem)| problem.as_str())
+    }
+
     pub fn plugin_hash(&self, name: &str) -> Option<&str> {
         self.plugin_hashes.get(name).map(String::as_str)
     }

@@ -192,7 +192,13 @@ const pages = {
       }
     }
     fill("upstreams-table", rows);
-    fill("listeners-table", (status.listeners || []).map((l) => row([l.address, l.tls ? "HTTPS (HTTP/1.1, HTTP/2)" : "HTTP (HTTP/1.1, h2c)"])));
+    fill("listeners-table", (status.listeners || []).map((l) => {
+      // A cluster node's TLS listener may name certificates not written yet.
+      const tr = row([l.address, l.tls ? "HTTPS (HTTP/1.1, HTTP/2)" : "HTTP (HTTP/1.1, h2c)", l.problem || "-"]);
+      tr.dataset.listener = l.address;
+      if (l.problem) tr.classList.add("warn");
+      return tr;
+    }));
     fill("certificates-table", (status.certificates || []).map((c) => {
       const days = Math.floor((c.not_after * 1000 - Date.now()) / 86400000);
       const tr = row([c.name, c.names.join(", "), c.subject, new Date(c.not_after * 1000).toISOString().slice(0, 10),

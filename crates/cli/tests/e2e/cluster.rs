@@ -854,14 +854,20 @@ async fn a_certificate_written_through_one_node_is_served_by_every_node() {
     let etcd = EtcdServer::start();
     push(&etcd, BASE);
     // Every node has a TLS listener in its own file; the certificates are
-    // cluster configuration, and there are none yet.
+    // cluster configuration, and there are none yet. The third node's
+    // listener names two certificates, of which only `shop` will come.
     let nodes: Vec<GatewayProc> = (1..=3)
         .map(|i| {
+            let named = if i == 3 {
+                "certificates: [shop, blog], "
+            } else {
+                ""
+            };
             GatewayProc::start(&format!(
                 r#"
 listen: "{{listen}}"
 admin: "{{admin}}"
-listeners: [{{address: "{{tls_listen}}", tls: {{unknown_sni: refuse}}}}]
+listeners: [{{address: "{{tls_listen}}", tls: {{{named}unknown_sni: refuse}}}}]
 config: {{etcd: ["{}"], node_name: node{i}}}
 "#,
                 etcd.url()
@@ -871,6 +877,9 @@ config: {{etcd: ["{}"], node_name: node{i}}}
     let c = client();
     for gw in &nodes {
         until_serves(&c, gw, "/home", "home-v1").await;
+        // Its status says the listener has nothing to serve, and why.
+        let problem = tls_listener_problem(&c, gw).await;
+        assert!(problem.contains("no certificate to serve yet"), "{problem}");
         let refused = curl(
             "shop.example",
             gw.tls_port,
@@ -930,6 +939,12 @@ config: {{etcd: ["{}"], node_name: node{i}}}
         status["certificates"][0]["names"][0], "shop.example",
         "{status}"
     );
+    // The listeners have what they need now, but the third lacks `blog`.
+    for gw in &nodes[..2] {
+        assert_eq!(tls_listener_problem(&c, gw).await, "", "node {}", gw.port);
+    }
+    let partial = tls_listener_problem(&c, &nodes[2]).await;
+    assert!(partial.contains("not configured yet (blog)"), "{partial}");
 
     // A key that is not the certificate's: refused with the reason, and
     // every node keeps the one it has.
@@ -996,4 +1011,18 @@ config: {{etcd: ["{}"], node_name: node{i}}}
     .await;
     assert_eq!(got.json()["cert_pem"], shop.cert_pem().as_str());
     assert_eq!(got.json()["cert"], Value::Null);
+}
+
+/// The `problem` `/status` shows for a node's TLS listener ("" for none).
+async fn tls_listener_problem(c: &HttpClient, gw: &GatewayProc) -> String {
+    let status = send(c, "GET", &gw.admin_url("/status"), &[], "")
+        .await
+        .json();
+    let address = format!("127.0.0.1:{}", gw.tls_port);
+    let listener = status["listeners"]
+        .as_array()
+        .and_then(|all| all.iter().find(|l| l["address"] == address.as_str()))
+        .unwrap_or_else(|| panic!("no listener {address} in {status}"))
+        .clone();
+    listener["problem"].as_str().unwrap_or("").to_string()
 }

@@ -57,7 +57,7 @@ impl Gateway {
         };
         let base = file.parent().unwrap_or(Path::new("."));
         let services = build_services(&config, previous, &mut problems);
-        let (tls, certificates) = build_tls(&config, base, &mut problems);
+        let (tls, certificates, listener_problems) = build_tls(&config, base, &mut problems);
         let upstreams = build_upstreams(&config, base, &mut problems);
         let plugins = plugins::load(&config, base, runtime, &services, &mut problems).await;
         let routes = routes::build(
@@ -84,6 +84,7 @@ impl Gateway {
             services,
             tls,
             certificates,
+            listener_problems,
         })
     }
 }
@@ -137,19 +138,25 @@ fn build_upstreams(
     Arc::new(upstreams)
 }
 
-/// The certificates, and each TLS listener's acceptor by its address.
-fn build_tls(
-    config: &GatewayConfig,
-    base: &Path,
-    problems: &mut Problems,
-) -> (Vec<(String, TlsAcceptorConfig)>, Vec<CertificateInfo>) {
+/// The TLS listeners' acceptors and the certificates, as
+/// [`build_tls`] gives them.
+type BuiltTls = (
+    Vec<(String, TlsAcceptorConfig)>,
+    Vec<CertificateInfo>,
+    Vec<(String, String)>,
+);
+
+/// The certificates, each TLS listener's acceptor by its address, and
+/// what the listeners lack (certificates they name that are not there).
+fn build_tls(config: &GatewayConfig, base: &Path, problems: &mut Problems) -> BuiltTls {
     let loaded = match tls::load_certificates(&config.certificates, base) {
         Ok(loaded) => loaded,
         Err((field, message)) => {
             problems.add(field, message);
-            return (Vec::new(), Vec::new());
+            return (Vec::new(), Vec::new(), Vec::new());
         }
     };
+    let mut lacking = Vec::new();
     let mut acceptors = Vec::new();
     let listeners = config.all_listeners();
     let first_tls = usize::from(config.listen.is_some() || config.listeners.is_empty());
@@ -157,11 +164,9 @@ fn build_tls(
         let Some(settings) = &listener.tls else {
             continue;
         };
-        if !loaded
-            .iter()
-            .any(|c| settings.certificates.is_empty() || settings.certificates.contains(&c.name))
-        {
-            tracing::warn!(listener = %listener.address, "this TLS listener has no certificate to serve yet: it refuses handshakes until one is configured");
+        if let Some(problem) = lacks(&settings.certificates, &loaded) {
+            tracing::warn!(listener = %listener.address, "this TLS listener {problem}");
+            lacking.push((listener.address.clone(), problem));
         }
         match tls::server_config(settings, &loaded, base) {
             Ok(server) => acceptors.push((
@@ -183,5 +188,30 @@ fn build_tls(
             not_after: c.not_after,
         })
         .collect();
-    (acceptors, certificates)
+    (acceptors, certificates, lacking)
+}
+
+/// What a TLS listener naming `wanted` (none: every certificate) lacks
+/// among the `loaded` ones, said for operators. Only a cluster node gets
+/// here with something missing (a file's listeners must name declared
+/// certificates): its certificates may be written after it starts.
+fn lacks(wanted: &[String], loaded: &[tls::LoadedCertificate]) -> Option<String> {
+    let has = |name: &String| loaded.iter().any(|c| &c.name == name);
+    if loaded.is_empty() || (!wanted.is_empty() && !wanted.iter().any(has)) {
+        return Some(
+            "has no certificate to serve yet: it refuses every handshake until one is configured"
+                .into(),
+        );
+    }
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|name| !has(name))
+        .map(String::as_str)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "names certificates not configured yet ({}): their names are not served",
+            missing.join(", ")
+        )
+    })
 }
