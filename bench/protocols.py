@@ -212,22 +212,21 @@ def plot(result):
 def plot_compared(result, scenarios):
     """This build against --compare's, per gRPC scenario: calls per second
     over direct's, and the upstream's reads per call."""
-    plt = pyplot()
+    scenarios = [x for x in scenarios if x.startswith("grpc")]
+    plt = pyplot() if scenarios else None
     if plt is None:
         return
     s = result["summary"]
-    scenarios = [x for x in scenarios if x.startswith("grpc")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.38
     for i, (proxy, label, color) in enumerate((("compared", "compared build", "tab:gray"),
                                                 ("wasmgate", "this build", "tab:orange"))):
+        at = [j + (i - 0.5) * width for j in range(len(scenarios))]
         rates = [s[f"{x} {proxy}"]["rate"] / s[f"{x} direct"]["rate"] for x in scenarios]
-        bars = axes[0].bar([j + (i - 0.5) * width for j in range(len(scenarios))], rates, width,
-                           color=color, label=label)
+        bars = axes[0].bar(at, rates, width, color=color, label=label)
         axes[0].bar_label(bars, fmt="%.2f")
         reads = [s[f"{x} {proxy}"]["upstream_reads_per_message"] for x in scenarios]
-        bars = axes[1].bar([j + (i - 0.5) * width for j in range(len(scenarios))], reads, width,
-                           color=color, label=label)
+        bars = axes[1].bar(at, reads, width, color=color, label=label)
         axes[1].bar_label(bars, fmt="%.3f")
     direct = [s[f"{x} direct"]["upstream_reads_per_message"] for x in scenarios]
     axes[1].scatter(range(len(scenarios)), direct, color="tab:blue", zorder=3, label="direct")
