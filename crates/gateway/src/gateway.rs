@@ -124,7 +124,6 @@ impl Gateway {
         &self.services
     }
 
-    /// SHA-256 of the module plugin `name` was loaded from.
     /// Why the TLS listener at `address` cannot serve every name it is
     /// meant to, if it cannot: for `/status` and the dashboard.
     pub fn listener_problem(&self, address: &str) -> Option<&str> {
@@ -134,6 +133,7 @@ impl Gateway {
             .map(|(_, problem)| problem.as_str())
     }
 
+    /// SHA-256 of the module plugin `name` was loaded from.
     pub fn plugin_hash(&self, name: &str) -> Option<&str> {
         self.plugin_hashes.get(name).map(String::as_str)
     }

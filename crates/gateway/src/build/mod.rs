@@ -138,8 +138,8 @@ fn build_upstreams(
     Arc::new(upstreams)
 }
 
-/// The TLS listeners' acceptors and the certificates, as
-/// [`build_tls`] gives them.
+/// What [`build_tls`] gives: each TLS listener's acceptor by its address,
+/// the certificates served, and each listener's problem by its address.
 type BuiltTls = (
     Vec<(String, TlsAcceptorConfig)>,
     Vec<CertificateInfo>,
@@ -210,7 +210,7 @@ fn lacks(wanted: &[String], loaded: &[tls::LoadedCertificate]) -> Option<String>
         .collect();
     (!missing.is_empty()).then(|| {
         format!(
-            "names certificates not configured yet ({}): their names are not served",
+            "names certificates not configured yet ({}): their names have no certificate of their own",
             missing.join(", ")
         )
     })
