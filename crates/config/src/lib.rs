@@ -15,10 +15,13 @@
 
 pub mod admin_changes;
 mod errors;
+pub mod etcd_access;
+pub mod grants;
 pub mod names;
 pub mod node;
 pub mod plugins;
 pub mod rewrite;
+pub mod secrets;
 pub mod routes;
 pub mod tls;
 pub mod upstreams;
@@ -32,6 +35,7 @@ pub use admin_changes::{admin_file_path, AdminChanges};
 pub(crate) use errors::parse_yaml;
 pub use errors::{ConfigError, ConfigErrors};
 use names::unique_names;
+pub use etcd_access::{Encryption, EncryptionKey, EtcdAuth, EtcdTls};
 pub use names::{check_name, NamedEntry};
 pub use node::{
     check_tracing, AccessLogConfig, AccessLogFormat, ConfigSource, KubernetesSource, Limits,
@@ -70,6 +74,11 @@ pub struct GatewayConfig {
     /// admin API); none when absent.
     #[serde(default)]
     pub admin: Option<String>,
+    /// Address of a listener that answers only `/healthz` and `/readyz`
+    /// (for orchestrators' probes where `admin` stays on loopback; see
+    /// deploy/kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<String>,
     /// Bearer token the admin API requires (`Authorization: Bearer ...`).
     /// Required when `admin` is not a loopback address; the environment
     /// variable `WASMGATE_ADMIN_TOKEN` overrides it.
@@ -103,6 +112,12 @@ pub struct GatewayConfig {
     /// A development setting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub error_details: bool,
+    /// What plugins from the admin API and etcd may be given (hosts,
+    /// directories, services, environment variables): nothing beyond these
+    /// (none by default). A node setting: only the operator's file says it
+    /// (docs/security.md).
+    #[serde(default, skip_serializing_if = "grants::Grants::is_empty")]
+    pub grants: grants::Grants,
     /// Where routes, upstreams, plugins and services come from: this file
     /// (absent: the default) or an etcd cluster shared by many nodes
     /// (docs/cluster.md). With etcd, this file holds only the node's own
@@ -172,7 +187,11 @@ impl GatewayConfig {
             None => None,
         };
         plain
-            .map(|address| ListenerConfig { address, tls: None })
+            .map(|address| ListenerConfig {
+                address,
+                tls: None,
+                max_connections: None,
+            })
             .into_iter()
             .chain(self.listeners.iter().cloned())
             .collect()
@@ -260,6 +279,20 @@ impl GatewayConfig {
             &mut problem,
         );
         plugins::check(&self.plugins, &services, &mut problem);
+        grants::check(
+            "grants.allowed_paths",
+            &self.grants.allowed_paths,
+            &mut problem,
+        );
+        for (i, p) in self.plugins.iter().enumerate() {
+            if p.from_operator_file || p.kubernetes_namespace.is_some() {
+                continue;
+            }
+            let at = crate::names::entry("plugins", i, &p.name);
+            for (field, why) in self.grants.refusals(p, &at) {
+                problem(field, why);
+            }
+        }
         upstreams::check(&self.upstreams, &mut problem);
         plugins::check_filters(
             "global_plugins",

@@ -16,10 +16,15 @@ pub trait NamedEntry: Serialize + serde::de::DeserializeOwned + Clone {
     const KIND: &'static str;
     fn name(&self) -> &str;
     fn list(config: &mut GatewayConfig) -> &mut Vec<Self>;
-    /// The entry as the admin API shows it: secrets (passwords in service
-    /// URLs) replaced by `***`.
+    /// The entry as the admin API shows it: secrets replaced
+    /// (`secrets.rs`; passwords in service URLs by `***`).
     fn redacted(&self) -> Self {
         self.clone()
+    }
+    /// The entry a client wrote, with the secrets it was shown redacted
+    /// (and wrote back so) taken from `stored`, the entry it replaces.
+    fn with_secrets_kept(&self, stored: Option<&Self>) -> Result<Self, String> {
+        crate::secrets::restore(self, stored)
     }
     /// A short hash of the entry's content, for change logs and comparisons.
     fn fingerprint(&self) -> String {
@@ -33,6 +38,16 @@ impl NamedEntry for RouteConfig {
     const KIND: &'static str = "route";
     fn name(&self) -> &str {
         &self.name
+    }
+    /// Secrets in its filters' configurations (by field name).
+    fn redacted(&self) -> Self {
+        let mut shown = self.clone();
+        for filter in &mut shown.plugins {
+            if let Some(conf) = &mut filter.conf {
+                crate::secrets::redact_json(conf, &[]);
+            }
+        }
+        shown
     }
     fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {
         &mut config.routes
@@ -92,10 +107,24 @@ impl NamedEntry for PluginConfig {
     fn name(&self) -> &str {
         &self.name
     }
-    /// The registry's password and token are never shown back.
+    /// The registry's password and token are never shown back, nor
+    /// secrets in `config`, `env` and `vm_config` (by field name, or named
+    /// in `secret_fields`).
     fn redacted(&self) -> Self {
+        use crate::secrets::{is_secret_name, redact_json, REDACTED};
         let mut shown = self.clone();
         shown.registry = shown.registry.as_ref().map(|r| r.redacted());
+        let marked = &self.secret_fields;
+        for map in [&mut shown.config, &mut shown.env] {
+            for (name, value) in map.iter_mut() {
+                if is_secret_name(name, marked) {
+                    *value = REDACTED.into();
+                }
+            }
+        }
+        if let Some(vm_config) = &mut shown.vm_config {
+            redact_json(vm_config, marked);
+        }
         shown
     }
     fn list(config: &mut GatewayConfig) -> &mut Vec<Self> {

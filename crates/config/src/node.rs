@@ -32,6 +32,15 @@ pub struct ConfigSource {
     /// This node's name in the cluster view (default: the listen address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// TLS to etcd: its CA and this node's client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_tls: Option<crate::etcd_access::EtcdTls>,
+    /// etcd's user and password, when etcd has `auth enable`d.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_auth: Option<crate::etcd_access::EtcdAuth>,
+    /// Keys sealing every configuration object in etcd (docs/cluster.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<crate::etcd_access::Encryption>,
 }
 
 fn default_prefix() -> String {
@@ -76,6 +85,12 @@ pub struct KubernetesSource {
     /// followed like every other resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub services: Option<String>,
+    /// What each namespace's WasmPlugins may use beyond the services of a
+    /// services ConfigMap in that namespace: services by name and
+    /// directories of modules on the node (`file://`). Nothing by default
+    /// (docs/security.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grants: crate::grants::NamespaceGrants,
 }
 
 fn default_controller_name() -> String {
@@ -96,6 +111,22 @@ impl ConfigSource {
                     "`namespace/name` of a ConfigMap".into(),
                 );
             }
+            if k.registry
+                .as_ref()
+                .is_some_and(|r| r.has_credentials() && r.hosts.is_empty())
+            {
+                problem(
+                    "config.kubernetes.registry.hosts".into(),
+                    "credentials here apply to every WasmPlugin: name the registries they are for (`hosts: [registry.example.com]`), or any WasmPlugin could send them to a registry of its own".into(),
+                );
+            }
+            for (namespace, grant) in &k.grants {
+                crate::grants::check(
+                    &format!("config.kubernetes.grants.{namespace}.files"),
+                    &grant.files,
+                    problem,
+                );
+            }
             for (gateway_port, local) in &k.ports {
                 if !local_ports.contains(local) {
                     problem(
@@ -107,6 +138,13 @@ impl ConfigSource {
                 }
             }
         }
+        crate::etcd_access::check(
+            &self.etcd,
+            self.etcd_tls.as_ref(),
+            self.etcd_auth.as_ref(),
+            self.encryption.as_ref(),
+            problem,
+        );
         match (self.etcd.is_empty(), &self.kubernetes) {
             (true, None) => problem(
                 "config".into(),
@@ -221,9 +259,16 @@ pub struct TracingConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
     /// The share of new traces recorded, 0 to 1. A request that carries a
-    /// `traceparent` follows its sampled flag instead.
+    /// `traceparent` follows its sampled flag instead, unless
+    /// `respect_sampled` is off.
     #[serde(default = "full_ratio")]
     pub sample_ratio: f64,
+    /// Whether a client's `traceparent` sampled flag decides that its
+    /// request is recorded (W3C's rule, the default). Off (`false`), every
+    /// request is recorded at `sample_ratio`, whatever its client says, so
+    /// clients cannot decide what reaches the collector.
+    #[serde(default = "enabled")]
+    pub respect_sampled: bool,
     /// The spans' `service.name`.
     #[serde(default = "service_name")]
     pub service_name: String,
@@ -252,6 +297,7 @@ impl Default for TracingConfig {
             protocol: OtlpProtocol::Grpc,
             ca_file: None,
             sample_ratio: full_ratio(),
+            respect_sampled: true,
             service_name: service_name(),
             batch_delay_ms: batch_delay_ms(),
             queue_spans: queue_spans(),
@@ -295,6 +341,30 @@ pub struct Limits {
     /// Longest pause in a request body before the request fails with 408.
     #[serde(default = "default_body_timeout_ms")]
     pub body_read_timeout_ms: u64,
+    /// Connections each listener holds at once (a listener's own
+    /// `max_connections` overrides it); one more is closed as soon as it is
+    /// accepted, and counted (`wasmgate_listener_connections_refused_total`).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// An HTTP/2 connection with no open stream for this long gets a GOAWAY
+    /// and is closed (HTTP/1.1's keep-alive connections are closed after
+    /// `header_read_timeout_ms` without a request).
+    #[serde(default = "default_http2_idle_timeout_ms")]
+    pub http2_idle_timeout_ms: u64,
+    /// A PING to an HTTP/2 client after this long without a frame from it
+    /// (0: never); without its ACK within `http2_keepalive_timeout_ms` the
+    /// connection is closed.
+    #[serde(default = "default_http2_keepalive_interval_ms")]
+    pub http2_keepalive_interval_ms: u64,
+    #[serde(default = "default_http2_keepalive_timeout_ms")]
+    pub http2_keepalive_timeout_ms: u64,
+    /// Streams an HTTP/2 client may have open at once on one connection.
+    #[serde(default = "default_http2_max_concurrent_streams")]
+    pub http2_max_concurrent_streams: u32,
+    /// Largest HTTP/2 request header list (decoded), which also bounds
+    /// CONTINUATION frames; a larger one is refused.
+    #[serde(default = "default_http2_max_header_list_bytes")]
+    pub http2_max_header_list_bytes: u32,
     /// Worker threads (default: one per CPU).
     #[serde(default)]
     pub threads: Option<usize>,
@@ -308,6 +378,11 @@ pub struct Limits {
     /// busy worker; docs/architecture.md, "The slow lane").
     #[serde(default)]
     pub long_call_nice: Option<i32>,
+    /// What the host holds for a Proxy-Wasm filter outside its memory:
+    /// call replies, calls in flight, gRPC stream queues, shared data and
+    /// queues (docs/proxy-wasm.md, "Host limits"). Reloaded with the plugins.
+    #[serde(default)]
+    pub proxy_wasm: ProxyWasmLimits,
 }
 
 impl Default for Limits {
@@ -316,9 +391,16 @@ impl Default for Limits {
             max_body_bytes: default_max_body(),
             header_read_timeout_ms: default_header_timeout_ms(),
             body_read_timeout_ms: default_body_timeout_ms(),
+            max_connections: default_max_connections(),
+            http2_idle_timeout_ms: default_http2_idle_timeout_ms(),
+            http2_keepalive_interval_ms: default_http2_keepalive_interval_ms(),
+            http2_keepalive_timeout_ms: default_http2_keepalive_timeout_ms(),
+            http2_max_concurrent_streams: default_http2_max_concurrent_streams(),
+            http2_max_header_list_bytes: default_http2_max_header_list_bytes(),
             threads: None,
             long_call_threads: None,
             long_call_nice: None,
+            proxy_wasm: ProxyWasmLimits::default(),
         }
     }
 }
@@ -333,6 +415,145 @@ fn default_header_timeout_ms() -> u64 {
 
 fn default_body_timeout_ms() -> u64 {
     30_000
+}
+
+fn default_max_connections() -> usize {
+    10_000
+}
+
+fn default_http2_idle_timeout_ms() -> u64 {
+    60_000
+}
+
+fn default_http2_keepalive_interval_ms() -> u64 {
+    30_000
+}
+
+fn default_http2_keepalive_timeout_ms() -> u64 {
+    10_000
+}
+
+fn default_http2_max_concurrent_streams() -> u32 {
+    128
+}
+
+fn default_http2_max_header_list_bytes() -> u32 {
+    64 * 1024
+}
+
+/// Caps on what a Proxy-Wasm filter can make the host hold for it. A call
+/// over one is refused with a status the SDKs handle, counted in
+/// `wasmgate_plugin_host_limit_refusals_total{limit}` and logged.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyWasmLimits {
+    /// Largest body of a `proxy_http_call` or `proxy_grpc_call` reply (4
+    /// MiB); a longer one is not read further, and the call fails
+    /// (status 8, RESOURCE_EXHAUSTED).
+    #[serde(default = "default_call_reply_bytes")]
+    pub call_reply_bytes: usize,
+    /// Calls and gRPC streams one context (a request's, or a root's) has in
+    /// flight at once (64); one more is refused (InternalFailure).
+    #[serde(default = "default_calls_in_flight")]
+    pub calls_in_flight: usize,
+    /// Bytes one gRPC stream holds that the connection has not sent yet (4
+    /// MiB); a `proxy_grpc_send` beyond it is refused (BadArgument).
+    #[serde(default = "default_grpc_send_queue_bytes")]
+    pub grpc_send_queue_bytes: usize,
+    /// The same, in messages (1024).
+    #[serde(default = "default_grpc_send_queue_messages")]
+    pub grpc_send_queue_messages: usize,
+    /// Bytes of gRPC stream messages received for one context that its
+    /// filter has not heard yet (8 MiB); beyond it the servers wait (HTTP/2
+    /// flow control). One message always fits.
+    #[serde(default = "default_grpc_receive_bytes")]
+    pub grpc_receive_bytes: usize,
+    /// Largest shared-data entry, key and value together (1 MiB): a larger
+    /// `proxy_set_shared_data` is refused (BadArgument).
+    #[serde(default = "default_shared_data_value_bytes")]
+    pub shared_data_value_bytes: usize,
+    /// Keys and values of one VM id's shared data (32 MiB): a set that
+    /// grows it beyond is refused (InternalFailure).
+    #[serde(default = "default_shared_data_bytes")]
+    pub shared_data_bytes: usize,
+    /// Keys of one VM id's shared data (65536): a new one beyond is refused
+    /// (InternalFailure).
+    #[serde(default = "default_shared_data_keys")]
+    pub shared_data_keys: usize,
+    /// Shared queues one VM id registers (16): one more is refused
+    /// (InternalFailure).
+    #[serde(default = "default_shared_queues")]
+    pub shared_queues: usize,
+    /// Items waiting in one shared queue (10000): an enqueue beyond is
+    /// refused (NotFound, the one failure the SDKs expect there).
+    #[serde(default = "default_shared_queue_items")]
+    pub shared_queue_items: usize,
+    /// Bytes waiting in one shared queue (4 MiB): an enqueue beyond is
+    /// refused (NotFound).
+    #[serde(default = "default_shared_queue_bytes")]
+    pub shared_queue_bytes: usize,
+}
+
+impl Default for ProxyWasmLimits {
+    fn default() -> Self {
+        ProxyWasmLimits {
+            call_reply_bytes: default_call_reply_bytes(),
+            calls_in_flight: default_calls_in_flight(),
+            grpc_send_queue_bytes: default_grpc_send_queue_bytes(),
+            grpc_send_queue_messages: default_grpc_send_queue_messages(),
+            grpc_receive_bytes: default_grpc_receive_bytes(),
+            shared_data_value_bytes: default_shared_data_value_bytes(),
+            shared_data_bytes: default_shared_data_bytes(),
+            shared_data_keys: default_shared_data_keys(),
+            shared_queues: default_shared_queues(),
+            shared_queue_items: default_shared_queue_items(),
+            shared_queue_bytes: default_shared_queue_bytes(),
+        }
+    }
+}
+
+fn default_call_reply_bytes() -> usize {
+    4 << 20
+}
+
+fn default_calls_in_flight() -> usize {
+    64
+}
+
+fn default_grpc_send_queue_bytes() -> usize {
+    4 << 20
+}
+
+fn default_grpc_send_queue_messages() -> usize {
+    1024
+}
+
+fn default_grpc_receive_bytes() -> usize {
+    8 << 20
+}
+
+fn default_shared_data_value_bytes() -> usize {
+    1 << 20
+}
+
+fn default_shared_data_bytes() -> usize {
+    32 << 20
+}
+
+fn default_shared_data_keys() -> usize {
+    65_536
+}
+
+fn default_shared_queues() -> usize {
+    16
+}
+
+fn default_shared_queue_items() -> usize {
+    10_000
+}
+
+fn default_shared_queue_bytes() -> usize {
+    4 << 20
 }
 
 /// What a collector endpoint and a sampling ratio must be.
@@ -371,6 +592,7 @@ pub(crate) fn check(config: &GatewayConfig, problem: &mut dyn FnMut(String, Stri
     for (field, address) in [
         ("listen", config.listen.as_ref()),
         ("admin", config.admin.as_ref()),
+        ("probes", config.probes.as_ref()),
     ] {
         if let Some(address) = address {
             if address.parse::<std::net::SocketAddr>().is_err() {
@@ -409,6 +631,49 @@ pub(crate) fn check(config: &GatewayConfig, problem: &mut dyn FnMut(String, Stri
             "limits.long_call_threads".into(),
             "must be at least 1 (long guest calls need a thread to run on)".into(),
         );
+    }
+    let limits = &config.limits;
+    for (field, value, what) in [
+        (
+            "max_connections",
+            limits.max_connections as u64,
+            "a listener could take no connection",
+        ),
+        (
+            "http2_idle_timeout_ms",
+            limits.http2_idle_timeout_ms,
+            "HTTP/2 connections would be closed at once",
+        ),
+        (
+            "http2_keepalive_timeout_ms",
+            limits.http2_keepalive_timeout_ms,
+            "no PING could be answered in time",
+        ),
+        (
+            "http2_max_concurrent_streams",
+            u64::from(limits.http2_max_concurrent_streams),
+            "an HTTP/2 client could send no request",
+        ),
+        (
+            "http2_max_header_list_bytes",
+            u64::from(limits.http2_max_header_list_bytes),
+            "no HTTP/2 request would fit",
+        ),
+    ] {
+        if value == 0 {
+            problem(
+                format!("limits.{field}"),
+                format!("must be more than 0 ({what})"),
+            );
+        }
+    }
+    for (i, listener) in config.listeners.iter().enumerate() {
+        if listener.max_connections == Some(0) {
+            problem(
+                format!("listeners[{i}].max_connections"),
+                "must be more than 0 (the listener could take no connection; leave it out for limits.max_connections)".into(),
+            );
+        }
     }
     if let Some(tracing) = &config.tracing {
         check_tracing(tracing, problem);

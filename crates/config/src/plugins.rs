@@ -79,6 +79,11 @@ pub struct PluginConfig {
     /// Services (by name, from `services`) this plugin may use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<String>,
+    /// Further names of `config`, `env` and `vm_config` fields that hold
+    /// secrets (besides those ending in `password`, `token`, `secret` or
+    /// `key`): the admin API shows them as `<redacted>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_fields: Vec<String>,
     /// Whether this entry was read from the operator's own configuration
     /// file (not the admin API, its admin file or etcd): only such entries
     /// may name a precompiled module (`allow_precompiled`). Never read from
@@ -86,6 +91,13 @@ pub struct PluginConfig {
     #[serde(skip)]
     #[schemars(skip)]
     pub from_operator_file: bool,
+    /// The namespace of the WasmPlugin this entry was made from: what it
+    /// may use is that namespace's grant (`config.kubernetes.grants`),
+    /// checked where WasmPlugins are read. Never read from or written to
+    /// any configuration.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub kubernetes_namespace: Option<String>,
 }
 
 /// `imagePullPolicy` of Kubernetes, Istio and Higress.
@@ -104,6 +116,14 @@ pub enum PullPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryConfig {
+    /// The registries (`host[:port]`, as in `oci://host:port/...`) these
+    /// credentials and `plain_http` are for; a module from another registry
+    /// is pulled without them (Docker's `config.json` for its host, else
+    /// anonymously). Required for credentials in `kubernetes.registry`,
+    /// which apply to every WasmPlugin: without it, any WasmPlugin could
+    /// name a registry of its own and receive them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
     /// Plain HTTP instead of HTTPS: only for a registry on a trusted
     /// network (a local one).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -137,6 +157,31 @@ pub struct RegistryConfig {
 }
 
 impl RegistryConfig {
+    /// Whether it holds credentials (or names variables that do).
+    pub fn has_credentials(&self) -> bool {
+        self.username.is_some()
+            || self.password.is_some()
+            || self.password_env.is_some()
+            || self.token.is_some()
+            || self.token_env.is_some()
+    }
+
+    /// These settings for a module of registry `host` (`host[:port]`):
+    /// without the credentials and `plain_http` when `hosts` does not
+    /// name it.
+    pub fn for_host(&self, host: &str) -> RegistryConfig {
+        if self.hosts.is_empty() || self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            return self.clone();
+        }
+        RegistryConfig {
+            hosts: self.hosts.clone(),
+            ca_file: self.ca_file.clone(),
+            max_mb: self.max_mb,
+            timeout_ms: self.timeout_ms,
+            ..RegistryConfig::default()
+        }
+    }
+
     /// The settings with secrets replaced, as the admin API shows them.
     pub fn redacted(&self) -> RegistryConfig {
         let hide = |secret: &Option<String>| secret.as_ref().map(|_| "<redacted>".to_string());

@@ -19,6 +19,9 @@ pub struct ListenerConfig {
     /// Serve HTTPS here (docs/tls.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsListener>,
+    /// Connections this listener holds at once (default: `limits.max_connections`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
 }
 
 /// A TLS listener's settings (a node setting: certificates themselves are
