@@ -67,6 +67,9 @@ pub fn tls_handshakes() -> HandshakeStats {
     }
 }
 
+/// Each listener's connections: open now, its cap, refused and closed.
+pub use crate::transport::admission::{listener_counts, ListenerCount};
+
 /// A route's upgraded connections (WebSocket tunnels) since the process
 /// started: a tunnel outlives the configuration it was opened under, so
 /// these are kept by route name, not by the gateway.

@@ -25,11 +25,14 @@
 use std::future::Future;
 use std::io::IoSlice;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
+
+use super::stream_watch::StreamWatch;
 
 const REQUEST_TIMEOUT: &[u8] =
     b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
@@ -51,15 +54,22 @@ pub(crate) struct HeadDeadline<S> {
     waiting: Waiting,
     /// The last bytes of the head so far, to find its end across reads.
     window: u32,
+    /// Bytes of the connection seen so far (up to 4: the preface's start).
+    seen: u8,
+    /// Told when the connection turns out to be HTTP/2 (h2c: its preface
+    /// begins `PRI `), for the HTTP/2 idle rule.
+    streams: Option<Arc<StreamWatch>>,
 }
 
 impl<S> HeadDeadline<S> {
-    pub(crate) fn new(inner: S, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: S, timeout: Duration, streams: Option<Arc<StreamWatch>>) -> Self {
         HeadDeadline {
             inner,
             deadline: Box::pin(tokio::time::sleep(timeout)),
             waiting: Waiting::Request,
             window: 0,
+            seen: 0,
+            streams,
         }
     }
 
@@ -74,6 +84,14 @@ impl<S> HeadDeadline<S> {
         }
         for &byte in bytes {
             self.window = (self.window << 8) | u32::from(byte);
+            if self.seen < 4 {
+                self.seen += 1;
+                if self.seen == 4 && self.window == u32::from_be_bytes(*b"PRI ") {
+                    if let Some(streams) = &self.streams {
+                        streams.is_http2();
+                    }
+                }
+            }
             // An empty line: CRLF CRLF, or LF LF (which parsers accept too).
             if self.window == 0x0d0a_0d0a || self.window & 0xffff == 0x0a0a {
                 self.waiting = Waiting::Nothing;
@@ -179,6 +197,8 @@ mod tests {
             deadline: Box::pin(tokio::time::sleep(Duration::ZERO)),
             waiting: Waiting::Request,
             window: 0,
+            seen: 0,
+            streams: Some(StreamWatch::new()),
         }
     }
 
@@ -212,6 +232,10 @@ mod tests {
         t.saw_request_bytes(b"PR");
         t.saw_request_bytes(b"I * HTTP/2.0\r\n\r\nSM\r\n\r\n");
         assert_eq!(t.waiting, Waiting::Nothing);
+        assert!(
+            t.streams.as_ref().unwrap().http2(),
+            "the preface marks it HTTP/2"
+        );
         t.saw_response_bytes(b"\x00\x00\x00\x04");
         t.saw_request_bytes(b"\x00\x00\x04\x08");
         assert_eq!(t.waiting, Waiting::Nothing);

@@ -20,10 +20,11 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use super::admission;
+use super::stream_watch::{self, StreamWatch};
 use super::tls::TlsAcceptorConfig;
 use crate::body::Body;
 use crate::transport::head_deadline::HeadDeadline;
@@ -67,6 +68,27 @@ pub struct ListenerConfig {
     pub header_read_timeout: Duration,
     /// How long in-flight requests may take to finish after shutdown begins.
     pub shutdown_grace: Duration,
+    /// HTTP/2's limits and timers.
+    pub http2: Http2Limits,
+    /// Open connections a listener served by [`serve`] takes (those of
+    /// [`serve_workers`] carry their own, [`Listening::max_connections`]).
+    pub max_connections: usize,
+}
+
+/// An HTTP/2 connection's limits (docs/security.md, "Connections").
+#[derive(Clone, Debug)]
+pub struct Http2Limits {
+    /// A connection with no open stream this long is closed (GOAWAY).
+    pub idle_timeout: Duration,
+    /// A PING after this long without a frame from the client (`None`: never)...
+    pub keepalive_interval: Option<Duration>,
+    /// ...and the connection closed if its ACK takes longer than this.
+    pub keepalive_timeout: Duration,
+    /// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_concurrent_streams: u32,
+    /// Largest request header list, HPACK-decoded (SETTINGS_MAX_HEADER_LIST_SIZE);
+    /// also what bounds a CONTINUATION flood.
+    pub max_header_list_bytes: u32,
 }
 
 impl Default for ListenerConfig {
@@ -74,6 +96,14 @@ impl Default for ListenerConfig {
         ListenerConfig {
             header_read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
+            http2: Http2Limits {
+                idle_timeout: Duration::from_secs(60),
+                keepalive_interval: Some(Duration::from_secs(30)),
+                keepalive_timeout: Duration::from_secs(10),
+                max_concurrent_streams: 128,
+                max_header_list_bytes: 64 * 1024,
+            },
+            max_connections: 10_000,
         }
     }
 }
@@ -83,6 +113,8 @@ impl Default for ListenerConfig {
 pub struct Listening {
     pub socket: std::net::TcpListener,
     pub tls: Option<Arc<str>>,
+    /// Connections it holds at once; one more is closed when accepted.
+    pub max_connections: usize,
 }
 
 /// Serves `handler` on `listener` (plain) until `shutdown` resolves, then
@@ -94,20 +126,35 @@ pub async fn serve<H: Handler>(
     config: ListenerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_listener(listener, None, handler, config, shutdown).await
+    let max_connections = config.max_connections;
+    serve_listener(listener, None, max_connections, handler, config, shutdown).await
 }
 
 /// [`serve`], or for the TLS listener configured at `tls` (`Some(address)`)
 /// each connection's handshake (bounded by its deadline, counted when it
-/// fails) in the connection's own task, then HTTP by ALPN.
+/// fails) in the connection's own task, then HTTP by ALPN. Past
+/// `max_connections` open ones, a new connection is closed at once.
 async fn serve_listener<H: Handler>(
     listener: TcpListener,
     tls: Option<Arc<str>>,
+    max_connections: usize,
     handler: Arc<H>,
     config: ListenerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
+    let counters = admission::listener(
+        &tls.as_deref().map_or_else(
+            || {
+                listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default()
+            },
+            str::to_string,
+        ),
+        max_connections,
+    );
+    let (stop, stopping) = watch::channel(false);
     let mut http = auto::Builder::new(TokioExecutor::new());
     // hyper's header timer covers keep-alive connections between requests;
     // `HeadDeadline` a connection's first request (with a 408 for a half-sent
@@ -116,7 +163,14 @@ async fn serve_listener<H: Handler>(
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
         .keep_alive(true);
-    http.http2().timer(TokioTimer::new());
+    let limits = &config.http2;
+    http.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(limits.max_header_list_bytes)
+        .keep_alive_interval(limits.keepalive_interval)
+        .keep_alive_timeout(limits.keepalive_timeout);
+    let idle_timeout = limits.idle_timeout;
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -131,6 +185,10 @@ async fn serve_listener<H: Handler>(
             },
             _ = &mut shutdown => break,
         };
+        let Some(admitted) = counters.admit() else {
+            tracing::debug!(%peer, max_connections, "connection refused: the listener holds its maximum");
+            continue; // dropped: closed
+        };
         let _ = stream.set_nodelay(true);
         let mut connection = Connection {
             id: CONNECTION_IDS.fetch_add(1, Ordering::Relaxed),
@@ -138,16 +196,21 @@ async fn serve_listener<H: Handler>(
             local: stream.local_addr().unwrap_or(peer),
             tls: None,
         };
+        let (counters, stopping) = (counters.clone(), stopping.clone());
+        let streams = StreamWatch::new();
         let Some(address) = &tls else {
-            let stream = HeadDeadline::new(stream, config.header_read_timeout);
+            let stream =
+                HeadDeadline::new(stream, config.header_read_timeout, Some(streams.clone()));
             let served = http
                 .serve_connection_with_upgrades(
                     TokioIo::new(stream),
-                    service(handler.clone(), connection),
+                    service(handler.clone(), connection, streams.clone()),
                 )
                 .into_owned();
-            let served = graceful.watch(served);
             tokio::spawn(async move {
+                let _admitted = admitted;
+                let served =
+                    stream_watch::watched(served, streams, idle_timeout, &counters, stopping);
                 if let Err(e) = served.await {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
@@ -157,9 +220,10 @@ async fn serve_listener<H: Handler>(
         let Some(acceptor) = handler.tls(address) else {
             continue; // no certificate to serve: the connection is closed
         };
-        let (handler, http, watcher) = (handler.clone(), http.clone(), graceful.watcher());
+        let (handler, http) = (handler.clone(), http.clone());
         let header_read_timeout = config.header_read_timeout;
         tokio::spawn(async move {
+            let _admitted = admitted;
             let handshake = tokio_rustls::TlsAcceptor::from(acceptor.server).accept(stream);
             let stream = match tokio::time::timeout(acceptor.handshake_timeout, handshake).await {
                 Ok(Ok(stream)) => stream,
@@ -170,6 +234,17 @@ async fn serve_listener<H: Handler>(
                     return;
                 }
             };
+            if acceptor.requires_client_certificate
+                && stream.get_ref().1.peer_certificates().is_none()
+            {
+                // Resumption state is kept per listener and policy, so this
+                // does not happen; if it ever did, no request is served.
+                super::tls::count_failure(Some(&std::io::Error::other(
+                    rustls::Error::NoCertificatesPresented,
+                )));
+                tracing::warn!(%peer, "a TLS session without a client certificate on a listener that requires one: closed");
+                return;
+            }
             super::tls::count_handshake(stream.get_ref().1);
             let info = super::tls::connection_info(stream.get_ref().1);
             // The protocol ALPN chose is the connection's: no guessing from
@@ -179,17 +254,19 @@ async fn serve_listener<H: Handler>(
             // whose connection always sniffs the first bytes (and HTTP/2 has
             // no upgrades); HTTP/1.1 keeps it, for WebSockets.
             let h2 = info.alpn.as_deref() == Some("h2");
+            if h2 {
+                streams.is_http2();
+            }
             connection.tls = Some(Arc::new(info));
-            let io = TokioIo::new(HeadDeadline::new(stream, header_read_timeout));
-            let service = service(handler, connection);
+            let io = TokioIo::new(HeadDeadline::new(stream, header_read_timeout, None));
+            let service = service(handler, connection, streams.clone());
             let ended = if h2 {
                 let http = http.http2_only();
-                watcher
-                    .watch(http.serve_connection(io, service).into_owned())
-                    .await
+                let served = http.serve_connection(io, service);
+                stream_watch::watched(served, streams, idle_timeout, &counters, stopping).await
             } else {
                 let served = http.serve_connection_with_upgrades(io, service);
-                watcher.watch(served.into_owned()).await
+                stream_watch::watched(served, streams, idle_timeout, &counters, stopping).await
             };
             if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -198,7 +275,8 @@ async fn serve_listener<H: Handler>(
     }
     drop(listener);
     tracing::debug!("listener stopped accepting; waiting for in-flight requests");
-    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
+    let _ = stop.send(true);
+    if tokio::time::timeout(config.shutdown_grace, counters.drained())
         .await
         .is_err()
     {
@@ -212,15 +290,25 @@ async fn serve_listener<H: Handler>(
 fn service<H: Handler>(
     handler: Arc<H>,
     connection: Connection,
+    streams: Arc<StreamWatch>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<Body>,
     Error = Infallible,
     Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send,
 > + Clone {
-    service_fn(move |request| {
+    service_fn(move |request: Request<Incoming>| {
         let (handler, connection) = (handler.clone(), connection.clone());
-        async move { Ok::<_, Infallible>(handler.handle(request, connection).await) }
+        // HTTP/2 streams are followed (idle connections, canceled streams);
+        // HTTP/1.1's one request at a time is hyper's to time.
+        let stream = (request.version() == hyper::Version::HTTP_2).then(|| streams.opened());
+        async move {
+            let response = handler.handle(request, connection).await;
+            Ok::<_, Infallible>(match stream {
+                Some(stream) => stream.answered(response),
+                None => response,
+            })
+        }
     })
 }
 
@@ -264,7 +352,7 @@ pub fn serve_workers<H: Handler>(
     for index in 0..threads.max(1) {
         let sockets = listeners
             .iter()
-            .map(|l| Ok((l.socket.try_clone()?, l.tls.clone())))
+            .map(|l| Ok((l.socket.try_clone()?, l.tls.clone(), l.max_connections)))
             .collect::<std::io::Result<Vec<_>>>()?;
         let handler = handler.clone();
         let config = config.clone();
@@ -288,7 +376,7 @@ pub fn serve_workers<H: Handler>(
 
 /// One worker's listeners, each accepting on a task of its own.
 async fn serve_all<H: Handler>(
-    sockets: Vec<(std::net::TcpListener, Option<Arc<str>>)>,
+    sockets: Vec<(std::net::TcpListener, Option<Arc<str>>, usize)>,
     handler: Arc<H>,
     config: ListenerConfig,
     shutdown: watch::Receiver<bool>,
@@ -297,7 +385,7 @@ async fn serve_all<H: Handler>(
     local
         .run_until(async move {
             let mut serving = Vec::with_capacity(sockets.len());
-            for (socket, tls) in sockets {
+            for (socket, tls, max_connections) in sockets {
                 let listener = TcpListener::from_std(socket)?;
                 let (handler, config, mut shutdown) =
                     (handler.clone(), config.clone(), shutdown.clone());
@@ -305,7 +393,12 @@ async fn serve_all<H: Handler>(
                     let _ = shutdown.wait_for(|stop| *stop).await;
                 };
                 serving.push(tokio::task::spawn_local(serve_listener(
-                    listener, tls, handler, config, stop,
+                    listener,
+                    tls,
+                    max_connections,
+                    handler,
+                    config,
+                    stop,
                 )));
             }
             let mut result = Ok(());

@@ -3,8 +3,9 @@
 //! loaded and checked (chain and key match, names from the subjectAltName),
 //! one chosen per handshake by SNI (exact names, then `*.` wildcards, then
 //! the default or a refusal), ALPN `h2` and `http/1.1`, session resumption
-//! (a session cache and tickets, kept across reloads), client certificates
-//! when a listener asks for them, and a count of failed handshakes by reason.
+//! (a session cache and tickets per listener and client-certificate policy,
+//! kept across reloads that keep both), client certificates when a listener
+//! asks for them, and a count of failed handshakes by reason.
 //!
 //! A gateway builds its listeners' `ServerConfig`s with the rest of its
 //! configuration, so a changed certificate is a reload: new handshakes get
@@ -13,7 +14,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
@@ -21,6 +22,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
+use sha2::{Digest, Sha256};
 use wasmgate_config::{CertificateConfig, ClientAuth, TlsListener, UnknownSni};
 use wasmgate_proxy_wasm::TlsInfo;
 
@@ -30,6 +32,11 @@ use wasmgate_proxy_wasm::TlsInfo;
 pub struct TlsAcceptorConfig {
     pub server: Arc<ServerConfig>,
     pub handshake_timeout: Duration,
+    /// `client_auth: required`: a connection whose handshake ends without
+    /// a verified client certificate is closed (a second lock behind the
+    /// per-policy session state, which keeps such sessions from resuming
+    /// here at all).
+    pub requires_client_certificate: bool,
 }
 
 /// A certificate as loaded: the chain and key rustls serves, the names it
@@ -182,10 +189,11 @@ impl ResolvesServerCert for SniResolver {
     }
 }
 
-/// The `ServerConfig` of a TLS listener: its certificates (all of them when
-/// it names none), its client-certificate policy (CA file relative to
-/// `base`), ALPN, and the process's session cache and ticketer.
+/// The `ServerConfig` of the TLS listener at `address`: its certificates
+/// (all of them when it names none), its client-certificate policy (CA file
+/// relative to `base`), ALPN, and its session state (see [`resumption`]).
 pub fn server_config(
+    address: &str,
     listener: &TlsListener,
     certificates: &[LoadedCertificate],
     base: &Path,
@@ -224,6 +232,9 @@ pub fn server_config(
         ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .map_err(|e| format!("TLS versions: {e}"))?;
+    // The policy's identity: the mode and the exact CA bytes.
+    let mut policy = Sha256::new();
+    policy.update(format!("{:?}", listener.client_auth));
     let builder = match listener.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         auth => {
@@ -238,6 +249,7 @@ pub fn server_config(
             };
             let pem =
                 std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            policy.update(&pem);
             let mut roots = rustls::RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert =
@@ -262,30 +274,53 @@ pub fn server_config(
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let (cache, ticketer) = resumption();
-    config.session_storage = cache;
-    config.ticketer = ticketer;
+    (config.session_storage, config.ticketer) = resumption(address, policy.finalize().into());
     Ok(Arc::new(config))
 }
 
-/// One session cache and one ticketer for the process: a reload builds new
-/// `ServerConfig`s, and clients keep resuming their sessions across it.
-fn resumption() -> (
+type SessionState = (
     Arc<dyn rustls::server::StoresServerSessions>,
     Arc<dyn rustls::server::ProducesTickets>,
-) {
-    static SHARED: OnceLock<(
-        Arc<dyn rustls::server::StoresServerSessions>,
-        Arc<dyn rustls::server::ProducesTickets>,
-    )> = OnceLock::new();
-    SHARED
-        .get_or_init(|| {
-            let cache = rustls::server::ServerSessionMemoryCache::new(4096);
-            let ticketer = rustls::crypto::ring::Ticketer::new()
-                .expect("the ring ticketer needs only randomness");
-            (cache, ticketer)
-        })
-        .clone()
+);
+
+/// The session cache and ticketer of the listener at `address` under the
+/// client-certificate policy `policy` (a digest of the mode and the CA's
+/// bytes). A session is resumed only where it was made under the same
+/// policy: a client that shook hands without a certificate on one listener
+/// cannot resume on a listener that requires one, nor after a reload that
+/// tightened `client_auth` or changed `client_ca` (its ticket no longer
+/// decrypts, its session id is not found, so it gets a full handshake,
+/// certificate request included). A reload that keeps both keeps the state,
+/// and clients keep resuming across it.
+///
+/// Only weak references are kept here: the state lives as long as a
+/// configuration using it (the current one, or the one an older connection
+/// was accepted with).
+fn resumption(address: &str, policy: [u8; 32]) -> SessionState {
+    type Weakly = (
+        Weak<dyn rustls::server::StoresServerSessions>,
+        Weak<dyn rustls::server::ProducesTickets>,
+    );
+    static STATES: Mutex<Vec<(String, [u8; 32], Weakly)>> = Mutex::new(Vec::new());
+    let mut states = STATES.lock().unwrap_or_else(|e| e.into_inner());
+    states.retain(|(_, _, (cache, _))| cache.strong_count() > 0);
+    let found = states
+        .iter()
+        .filter(|(a, p, _)| a == address && *p == policy)
+        .find_map(|(_, _, (cache, ticketer))| Some((cache.upgrade()?, ticketer.upgrade()?)));
+    if let Some(state) = found {
+        return state;
+    }
+    let cache: Arc<dyn rustls::server::StoresServerSessions> =
+        rustls::server::ServerSessionMemoryCache::new(4096);
+    let ticketer =
+        rustls::crypto::ring::Ticketer::new().expect("the ring ticketer needs only randomness");
+    states.push((
+        address.to_string(),
+        policy,
+        (Arc::downgrade(&cache), Arc::downgrade(&ticketer)),
+    ));
+    (cache, ticketer)
 }
 
 /// What a finished handshake tells about the connection.
