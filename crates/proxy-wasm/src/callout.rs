@@ -8,19 +8,21 @@
 //! comes, in completion order. So no worker thread waits for an upstream or
 //! a database, and no answer arrives inside another guest call. A stream
 //! has many answers (its metadata, each message, its close): they come
-//! through a channel, in order, its close last.
+//! through a channel, in order, its close last. How many calls a context
+//! has in flight, how much a reply or a stream's queues may hold, is capped
+//! (`limits.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::task::Poll;
 
-use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use wasmgate_services::Grants;
 
 use crate::grpc_call::{GrpcCallRequest, GrpcOutcome, DEADLINE_EXCEEDED};
-use crate::grpc_stream::{GrpcStreamRequest, StreamEvent};
-use crate::http_call::{HttpCallRequest, HttpCallResponse, HttpCaller};
+use crate::grpc_stream::{GrpcStreamRequest, Heard, QueuedMessage, ReceiveBudget, StreamEvent};
+use crate::http_call::{CallFailure, HttpCallRequest, HttpCallResponse, HttpCaller, StreamBody};
+use crate::limits::HostLimits;
 use crate::redis_call::RedisCallRequest;
 
 /// A call recorded by a host function, not yet sent. (Http calls are boxed:
@@ -30,10 +32,11 @@ pub(crate) enum Callout {
     Http(Box<HttpCallRequest>),
     Grpc(Box<GrpcCallRequest>),
     GrpcStream(Box<GrpcStreamRequest>),
-    /// A message for an open stream (`proxy_grpc_send`), or only the end
-    /// of the filter's side (`proxy_grpc_close`).
+    /// A message for an open stream (`proxy_grpc_send`, framed and
+    /// counted in the stream's send queue), or only the end of the
+    /// filter's side (`proxy_grpc_close`).
     GrpcSend {
-        message: Option<Vec<u8>>,
+        message: Option<QueuedMessage>,
         end_of_stream: bool,
     },
     Redis(RedisCallRequest),
@@ -41,7 +44,7 @@ pub(crate) enum Callout {
 
 /// A call's outcome; an error is the reason it failed.
 pub(crate) enum Answer {
-    Http(Result<Box<HttpCallResponse>, String>),
+    Http(Result<Box<HttpCallResponse>, CallFailure>),
     Grpc(GrpcOutcome),
     GrpcStream(StreamEvent),
     /// The reply, RESP-encoded as Redis sent it (an error reply included).
@@ -66,21 +69,24 @@ pub(crate) struct CallsInFlight {
 /// The gRPC streams of one context.
 struct OpenStreams {
     /// Where each stream's request body goes, until the filter ends it.
-    senders: HashMap<u32, mpsc::UnboundedSender<Bytes>>,
+    senders: HashMap<u32, mpsc::UnboundedSender<QueuedMessage>>,
     /// What the servers sent, tagged with the stream's token.
-    events: mpsc::Receiver<(u32, StreamEvent)>,
-    events_in: mpsc::Sender<(u32, StreamEvent)>,
+    events: mpsc::Receiver<Heard>,
+    events_in: mpsc::Sender<Heard>,
+    /// The bytes of messages that may wait in `events` (`grpc_receive_bytes`).
+    budget: ReceiveBudget,
 }
 
 impl OpenStreams {
-    fn new() -> Box<OpenStreams> {
+    fn new(limits: &HostLimits) -> Box<OpenStreams> {
         // Enough to keep a fast server busy while the filter reads; beyond
-        // it, the servers wait.
+        // it (or beyond the budget's bytes), the servers wait.
         let (events_in, events) = mpsc::channel(64);
         Box::new(OpenStreams {
             senders: HashMap::new(),
             events,
             events_in,
+            budget: ReceiveBudget::new(limits),
         })
     }
 }
@@ -101,28 +107,30 @@ impl CallsInFlight {
         callout: Callout,
         caller: Option<&dyn HttpCaller>,
         grants: &Grants,
-        plugin: &str,
+        (plugin, limits): (&str, &HostLimits),
     ) {
         let handle = match callout {
             Callout::Http(request) => {
                 let Some(caller) = caller else { return };
-                let timeout = request.timeout;
+                let (timeout, limit) = (request.timeout, request.max_reply_bytes);
                 let call = caller.call(*request);
                 self.calls.spawn(async move {
                     let result = match tokio::time::timeout(timeout, call).await {
-                        Ok(result) => result.map(Box::new),
-                        Err(_) => Err(format!("timed out after {timeout:?}")),
+                        Ok(result) => within(result, limit).map(Box::new),
+                        Err(_) => Err(CallFailure::Failed(format!(
+                            "timed out after {timeout:?}"
+                        ))),
                     };
                     Some((token, Answer::Http(result)))
                 })
             }
             Callout::Grpc(request) => {
                 let Some(caller) = caller else { return };
-                let timeout = request.timeout;
-                let call = caller.call(request.into_http());
+                let (timeout, limit) = (request.timeout, limits.call_reply_bytes);
+                let call = caller.call(request.into_http(limit));
                 self.calls.spawn(async move {
                     let outcome = match tokio::time::timeout(timeout, call).await {
-                        Ok(answer) => crate::grpc_call::outcome(answer),
+                        Ok(answer) => crate::grpc_call::outcome(within(answer, limit)),
                         Err(_) => GrpcOutcome::Status(
                             DEADLINE_EXCEEDED,
                             format!("no answer within {timeout:?}"),
@@ -133,13 +141,15 @@ impl CallsInFlight {
             }
             Callout::GrpcStream(request) => {
                 let Some(caller) = caller else { return };
-                let streams = self.streams.get_or_insert_with(OpenStreams::new);
+                let streams = self
+                    .streams
+                    .get_or_insert_with(|| OpenStreams::new(limits));
                 let (body_in, body) = mpsc::unbounded_channel();
                 streams.senders.insert(token, body_in);
-                let opened = caller.open_stream(request.into_http(body));
-                let events = streams.events_in.clone();
+                let opened = caller.open_stream(request.into_http(StreamBody::new(body)));
+                let (events, budget) = (streams.events_in.clone(), streams.budget.clone());
                 self.calls.spawn(async move {
-                    crate::grpc_stream::follow(token, opened, events).await;
+                    crate::grpc_stream::follow(token, opened, events, budget).await;
                     None
                 })
             }
@@ -164,12 +174,13 @@ impl CallsInFlight {
 
     /// Sends a message on stream `token` (the guest checked it is one of
     /// its open streams); `end_of_stream` ends the filter's side. After the
-    /// end, or once the server has closed, there is nowhere to send to.
-    fn send(&mut self, token: u32, message: Option<Vec<u8>>, end_of_stream: bool) {
+    /// end, or once the server has closed, there is nowhere to send to (a
+    /// message dropped leaves its stream's send queue).
+    fn send(&mut self, token: u32, message: Option<QueuedMessage>, end_of_stream: bool) {
         let sender = self.streams.as_ref().and_then(|s| s.senders.get(&token));
         match (message, sender) {
             (Some(message), Some(sender)) => {
-                let _ = sender.send(Bytes::from(crate::grpc_call::framed(&message)));
+                let _ = sender.send(message);
             }
             (Some(_), None) => {
                 tracing::debug!(token, "a gRPC stream message dropped: the stream is not this context's, or its side has ended");
@@ -204,6 +215,11 @@ impl CallsInFlight {
         self.handles.is_empty()
     }
 
+    /// Calls and streams waiting for their answers or their close.
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
     /// The next answer; pending forever when none is in flight.
     pub async fn next(&mut self) -> (u32, Answer) {
         loop {
@@ -235,7 +251,9 @@ impl CallsInFlight {
     async fn ready(&mut self) -> Ready {
         std::future::poll_fn(|cx| {
             if let Some(streams) = self.streams.as_mut() {
-                if let Poll::Ready(Some((token, event))) = streams.events.poll_recv(cx) {
+                // The event's room in the budget is freed as it is taken:
+                // the next may come while the filter hears this one.
+                if let Poll::Ready(Some((token, event, _room))) = streams.events.poll_recv(cx) {
                     return Poll::Ready(Ready::Stream(token, event));
                 }
             }
@@ -269,5 +287,17 @@ impl CallsInFlight {
                 None
             }
         }
+    }
+}
+
+/// A reply as the filter may read it: one with a body over `limit` (from a
+/// caller that did not stop at it) is refused as if the caller had.
+fn within(
+    reply: Result<HttpCallResponse, CallFailure>,
+    limit: usize,
+) -> Result<HttpCallResponse, CallFailure> {
+    match reply {
+        Ok(response) if response.body.len() > limit => Err(CallFailure::ReplyTooLarge { limit }),
+        other => other,
     }
 }

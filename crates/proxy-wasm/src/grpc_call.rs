@@ -12,13 +12,15 @@
 //!
 //! Statuses follow gRPC's: the server's `grpc-status` (in the trailers, or in
 //! the headers of a trailers-only answer), an HTTP error mapped as gRPC's
-//! HTTP-to-gRPC table says, UNAVAILABLE when no answer came, and
-//! DEADLINE_EXCEEDED when the call's timeout passed first.
+//! HTTP-to-gRPC table says, UNAVAILABLE when no answer came,
+//! DEADLINE_EXCEEDED when the call's timeout passed first, and
+//! RESOURCE_EXHAUSTED when the reply was larger than the call may read
+//! (`call_reply_bytes`), as a gRPC client reports a message over its limit.
 
 use std::time::Duration;
 
 use crate::headers::Headers;
-use crate::http_call::{HttpCallRequest, HttpCallResponse};
+use crate::http_call::{CallFailure, HttpCallRequest, HttpCallResponse};
 
 /// gRPC status codes the host itself reports.
 pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
@@ -51,13 +53,16 @@ pub(crate) struct GrpcCallRequest {
 pub(crate) enum GrpcOutcome {
     Reply(Vec<u8>),
     Status(u32, String),
+    /// The reply was over `call_reply_bytes` (this many): RESOURCE_EXHAUSTED,
+    /// and a refusal counted for the plugin.
+    ReplyTooLarge(usize),
 }
 
 impl GrpcCallRequest {
     /// The HTTP/2 request gRPC makes of a unary call: `POST
     /// /service/method`, the message in one uncompressed frame, the deadline
-    /// as `grpc-timeout`.
-    pub fn into_http(self) -> HttpCallRequest {
+    /// as `grpc-timeout`; a reply body over `max_reply_bytes` is not read.
+    pub fn into_http(self, max_reply_bytes: usize) -> HttpCallRequest {
         let upstream = self.target.upstream.clone();
         HttpCallRequest {
             headers: request_headers(self.target, Some(self.timeout)),
@@ -65,6 +70,7 @@ impl GrpcCallRequest {
             upstream,
             trailers: Headers::default(),
             timeout: self.timeout,
+            max_reply_bytes,
         }
     }
 }
@@ -104,10 +110,11 @@ pub(crate) fn request_headers(target: GrpcTarget, deadline: Option<Duration>) ->
 }
 
 /// What an HTTP answer (or its absence) means for the call.
-pub(crate) fn outcome(answer: Result<HttpCallResponse, String>) -> GrpcOutcome {
+pub(crate) fn outcome(answer: Result<HttpCallResponse, CallFailure>) -> GrpcOutcome {
     let response = match answer {
         Ok(response) => response,
-        Err(reason) => return GrpcOutcome::Status(UNAVAILABLE, reason),
+        Err(CallFailure::Failed(reason)) => return GrpcOutcome::Status(UNAVAILABLE, reason),
+        Err(CallFailure::ReplyTooLarge { limit }) => return GrpcOutcome::ReplyTooLarge(limit),
     };
     // A trailers-only answer carries the status in its headers.
     let status = status_in(&response.trailers).or_else(|| status_in(&response.headers));
@@ -218,6 +225,10 @@ mod tests {
             outcome(Err("refused".into())),
             GrpcOutcome::Status(14, m) if m == "refused"
         ));
+        assert!(matches!(
+            outcome(Err(CallFailure::ReplyTooLarge { limit: 10 })),
+            GrpcOutcome::ReplyTooLarge(10)
+        ));
     }
 
     #[test]
@@ -232,7 +243,7 @@ mod tests {
             message: b"abc".to_vec(),
             timeout: Duration::from_millis(1500),
         }
-        .into_http();
+        .into_http(1 << 20);
         assert_eq!(
             request.headers.get(b":path"),
             Some(&b"/test.Echo/Unary"[..])
@@ -240,5 +251,6 @@ mod tests {
         assert_eq!(request.headers.get(b"grpc-timeout"), Some(&b"1500m"[..]));
         assert_eq!(request.headers.get(b"x-meta"), Some(&b"1"[..]));
         assert_eq!(request.body, [&[0, 0, 0, 0, 3][..], b"abc"].concat());
+        assert_eq!(request.max_reply_bytes, 1 << 20);
     }
 }

@@ -1,7 +1,8 @@
 //! Every Proxy-Wasm host function (import module `env`), for ABI 0.1.0 to
 //! 0.2.1, and Higress's Redis extension (0.2.100, `redis_call.rs`). Pointers and lengths from the guest are checked: a bad one fails
 //! the filter's callback with an error naming the function. Statuses are the
-//! ones the SDKs expect for each function.
+//! ones the SDKs expect for each function; what a call may make the host hold
+//! is capped (`limits.rs`, which says which status each cap answers).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -14,9 +15,10 @@ use crate::grpc_call::{GrpcCallRequest, GrpcTarget};
 use crate::grpc_stream::GrpcStreamRequest;
 use crate::headers::Headers;
 use crate::http_call::HttpCallRequest;
+use crate::limits::{refuse, Limit};
 use crate::pairs;
 use crate::redis_call::{base_cluster, RedisCallRequest, RedisInit};
-use crate::shared::{shared, MetricKind};
+use crate::shared::{shared, MetricKind, Refused};
 use crate::state::{give, give_then, read, with_guest_bytes, write, write_u32, FilterState};
 
 pub const MODULE: &str = "env";
@@ -31,6 +33,26 @@ type Result<T> = wasmtime::Result<T>;
 const OK: i32 = Status::Ok as i32;
 const NOT_FOUND: i32 = Status::NotFound as i32;
 const BAD_ARGUMENT: i32 = Status::BadArgument as i32;
+
+/// Counts and logs a call of `function` that `limit` refused; the guest
+/// gets `status`.
+fn refused(c: &Ctx, function: &'static str, limit: Limit, status: Status) -> i32 {
+    refuse(&c.data().plugin, limit, function);
+    status as i32
+}
+
+/// `InternalFailure` for a call beyond `calls_in_flight` (what Envoy answers
+/// when it cannot start a call, and what the SDKs' call wrappers expect).
+fn too_many_calls(c: &Ctx, function: &'static str) -> Option<i32> {
+    (!c.data().may_call()).then(|| {
+        refused(
+            c,
+            function,
+            Limit::CallsInFlight,
+            Status::InternalFailure,
+        )
+    })
+}
 
 pub fn add_to_linker(linker: &mut Linker<FilterState>) -> Result<()> {
     add_logging_and_time(linker)?;
@@ -89,6 +111,7 @@ fn add_logging_and_time(linker: &mut Linker<FilterState>) -> Result<()> {
             }
             let message = read(&mut c, "proxy_log", ptr, len)?;
             let message = String::from_utf8_lossy(&message);
+            let message = wasmgate_runtime::guest_log::escape(&message);
             let config = &c.data().plugin.config;
             let (plugin, route) = (&config.name, &config.route);
             match level {
@@ -484,13 +507,18 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
             if !known || !has(b":method") || !has(b":path") {
                 return Ok(BAD_ARGUMENT);
             }
+            if let Some(status) = too_many_calls(&c, F) {
+                return Ok(status);
+            }
             let state = c.data_mut();
+            let max_reply_bytes = state.plugin.config.limits.call_reply_bytes;
             let token = state.dispatch(Callout::Http(Box::new(HttpCallRequest {
                 upstream,
                 headers,
                 body,
                 trailers,
                 timeout: std::time::Duration::from_millis(timeout_ms.max(1) as u64),
+                max_reply_bytes,
             })));
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)
@@ -547,6 +575,9 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
             let Some(target) = grpc_target(&mut c, F, target)? else {
                 return Ok(Status::ParseFailure as i32);
             };
+            if let Some(status) = too_many_calls(&c, F) {
+                return Ok(status);
+            }
             let message = read(&mut c, F, message_ptr, message_len)?;
             let state = c.data_mut();
             let token = state.dispatch(Callout::Grpc(Box::new(GrpcCallRequest {
@@ -582,9 +613,12 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
             let Some(target) = grpc_target(&mut c, F, target)? else {
                 return Ok(Status::ParseFailure as i32);
             };
+            if let Some(status) = too_many_calls(&c, F) {
+                return Ok(status);
+            }
             let state = c.data_mut();
             let token = state.dispatch(Callout::GrpcStream(Box::new(GrpcStreamRequest { target })));
-            state.grpc_streams.insert(token);
+            state.grpc_streams.insert(token, Default::default());
             write_u32(&mut c, F, token_out, token)?;
             Ok(OK)
         },
@@ -598,13 +632,25 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
          message_len: u32,
          end_of_stream: u32|
          -> Result<i32> {
-            if !c.data().grpc_streams.contains(&token) {
+            const F: &str = "proxy_grpc_send";
+            let Some(queue) = c.data().grpc_streams.get(&token).cloned() else {
                 return Ok(NOT_FOUND);
-            }
+            };
             // The Rust SDK sends a null pointer for "no message, only the end".
+            // A message the stream's send queue has no room for is
+            // BadArgument (the SDKs expect it; NotFound would say the
+            // stream is gone), and the end is not recorded either.
             let message = match (message_ptr, message_len) {
                 (0, 0) => None,
-                _ => Some(read(&mut c, "proxy_grpc_send", message_ptr, message_len)?),
+                _ => {
+                    let admitted = with_guest_bytes(&mut c, F, (message_ptr, message_len), |message, state| {
+                        queue.admit(message, &state.plugin.config.limits)
+                    })?;
+                    match admitted {
+                        Ok(queued) => Some(queued),
+                        Err(limit) => return Ok(refused(&c, F, limit, Status::BadArgument)),
+                    }
+                }
             };
             c.data_mut().dispatched_calls.push((
                 token,
@@ -623,7 +669,7 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
         "proxy_grpc_close",
         |mut c: Ctx, token: u32| -> i32 {
             let state = c.data_mut();
-            if state.grpc_streams.contains(&token) {
+            if state.grpc_streams.contains_key(&token) {
                 let end = Callout::GrpcSend {
                     message: None,
                     end_of_stream: true,
@@ -719,17 +765,35 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
          value_len: u32,
          cas: u32|
          -> Result<i32> {
-            let key = read(&mut c, "proxy_set_shared_data", key_ptr, key_len)?;
-            let value = read(&mut c, "proxy_set_shared_data", value_ptr, value_len)?;
-            Ok(shared().set(&c.data().plugin.config.vm_id, &key, value, cas) as i32)
+            const F: &str = "proxy_set_shared_data";
+            let key = read(&mut c, F, key_ptr, key_len)?;
+            let value = read(&mut c, F, value_ptr, value_len)?;
+            let config = &c.data().plugin.config;
+            Ok(
+                match shared().set_within(&config.vm_id, &key, value, cas, &config.limits) {
+                    Ok(()) => OK,
+                    Err(Refused::Status(status)) => status as i32,
+                    // An entry that can never fit is a bad argument; a VM
+                    // id whose share is full, a failure of the moment.
+                    Err(Refused::Limit(limit @ Limit::SharedDataValueBytes)) => {
+                        refused(&c, F, limit, Status::BadArgument)
+                    }
+                    Err(Refused::Limit(limit)) => refused(&c, F, limit, Status::InternalFailure),
+                },
+            )
         },
     )?;
     linker.func_wrap(
         MODULE,
         "proxy_register_shared_queue",
         |mut c: Ctx, name_ptr: u32, name_len: u32, id_out: u32| -> Result<i32> {
-            let name = read(&mut c, "proxy_register_shared_queue", name_ptr, name_len)?;
-            let id = shared().register_queue(&c.data().plugin.config.vm_id, &name);
+            const F: &str = "proxy_register_shared_queue";
+            let name = read(&mut c, F, name_ptr, name_len)?;
+            let config = &c.data().plugin.config;
+            let id = match shared().register_queue_within(&config.vm_id, &name, &config.limits) {
+                Ok(id) => id,
+                Err(limit) => return Ok(refused(&c, F, limit, Status::InternalFailure)),
+            };
             if !c.data().registered_queues.contains(&id) {
                 c.data_mut().registered_queues.push(id);
             }
@@ -749,12 +813,14 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
          -> Result<i32> {
             let vm_id = read(&mut c, "proxy_resolve_shared_queue", vm_ptr, vm_len)?;
             let name = read(&mut c, "proxy_resolve_shared_queue", name_ptr, name_len)?;
-            // An empty VM id means the caller's own.
-            let vm_id = match vm_id.is_empty() {
-                true => c.data().plugin.config.vm_id.clone(),
-                false => String::from_utf8_lossy(&vm_id).into_owned(),
-            };
-            match shared().resolve_queue(&vm_id, &name) {
+            // An empty VM id means the caller's own; another's queues are
+            // not the filter's to reach (Envoy lets any VM fill and drain
+            // them): not found.
+            let own = &c.data().plugin.config.vm_id;
+            if !vm_id.is_empty() && vm_id != own.as_bytes() {
+                return Ok(NOT_FOUND);
+            }
+            match shared().resolve_queue(own, &name) {
                 Some(id) => {
                     write_u32(&mut c, "proxy_resolve_shared_queue", id_out, id)?;
                     Ok(OK)
@@ -767,15 +833,25 @@ fn add_shared_data_and_queues(linker: &mut Linker<FilterState>) -> Result<()> {
         MODULE,
         "proxy_enqueue_shared_queue",
         |mut c: Ctx, id: u32, value_ptr: u32, value_len: u32| -> Result<i32> {
-            let value = read(&mut c, "proxy_enqueue_shared_queue", value_ptr, value_len)?;
-            Ok(shared().enqueue(id, value) as i32)
+            const F: &str = "proxy_enqueue_shared_queue";
+            let value = read(&mut c, F, value_ptr, value_len)?;
+            let config = &c.data().plugin.config;
+            // A full queue is NotFound: the one failure the SDKs expect
+            // here (the Rust SDK panics on any other).
+            Ok(
+                match shared().enqueue_within(Some(&config.vm_id), id, value, &config.limits) {
+                    Ok(()) => OK,
+                    Err(Refused::Status(status)) => status as i32,
+                    Err(Refused::Limit(limit)) => refused(&c, F, limit, Status::NotFound),
+                },
+            )
         },
     )?;
     linker.func_wrap(
         GIVING_MODULE,
         "proxy_dequeue_shared_queue",
         |mut c: Ctx, id: u32, ptr_out: u32, len_out: u32| -> Result<i32> {
-            match shared().dequeue(id) {
+            match shared().dequeue_as(Some(&c.data().plugin.config.vm_id), id) {
                 Ok(value) => give(
                     &mut c,
                     "proxy_dequeue_shared_queue",
@@ -962,6 +1038,10 @@ fn add_redis(linker: &mut Linker<FilterState>) -> Result<()> {
             {
                 return Ok(BAD_ARGUMENT);
             }
+            if let Some(status) = too_many_calls(&c, F) {
+                return Ok(status);
+            }
+            let state = c.data_mut();
             // A call without init uses the service's own credentials, as
             // Envoy uses its defaults.
             let init = state.redis_inits.get(&base).cloned();

@@ -6,14 +6,24 @@
 //! (`proxy_grpc_stream`) go through the same caller as a streamed exchange
 //! ([`HttpCaller::open_stream`]): a request body sent piece by piece and
 //! an answer read piece by piece.
+//!
+//! What the host holds for a filter is capped (`limits.rs`): the caller is
+//! told the largest reply body the call may read
+//! ([`HttpCallRequest::max_reply_bytes`]) and stops there with
+//! [`CallFailure::ReplyTooLarge`]; a stream's body holds only what the
+//! filter's send queue admitted.
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use bytes::Bytes;
+use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::grpc_stream::QueuedMessage;
 use crate::headers::Headers;
 
 /// A call a filter dispatched: headers include `:method`, `:path` and
@@ -26,6 +36,33 @@ pub struct HttpCallRequest {
     pub body: Vec<u8>,
     pub trailers: Headers,
     pub timeout: Duration,
+    /// The largest reply body to read (`limits.proxy_wasm.call_reply_bytes`):
+    /// a caller reads no further than this and fails the call with
+    /// [`CallFailure::ReplyTooLarge`] (the host checks again what it gets).
+    pub max_reply_bytes: usize,
+}
+
+/// Why a call got no answer the filter may read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CallFailure {
+    /// No answer: the upstream is down, refused, reset, timed out.
+    #[error("{0}")]
+    Failed(String),
+    /// The reply's body is larger than the call may read.
+    #[error("the reply's body is over limits.proxy_wasm.call_reply_bytes ({limit} bytes)")]
+    ReplyTooLarge { limit: usize },
+}
+
+impl From<String> for CallFailure {
+    fn from(reason: String) -> CallFailure {
+        CallFailure::Failed(reason)
+    }
+}
+
+impl From<&str> for CallFailure {
+    fn from(reason: &str) -> CallFailure {
+        CallFailure::Failed(reason.to_string())
+    }
 }
 
 /// The upstream's answer; `headers` starts with `:status`.
@@ -36,15 +73,35 @@ pub struct HttpCallResponse {
     pub trailers: Headers,
 }
 
-pub type HttpCallFuture = Pin<Box<dyn Future<Output = Result<HttpCallResponse, String>> + Send>>;
+pub type HttpCallFuture =
+    Pin<Box<dyn Future<Output = Result<HttpCallResponse, CallFailure>> + Send>>;
 
 /// A streamed exchange: the request's head now, its body as the filter
-/// sends it (the channel closing is the end of the body).
+/// sends it.
 #[derive(Debug)]
 pub struct HttpStreamRequest {
     pub upstream: String,
     pub headers: Headers,
-    pub body: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+    pub body: StreamBody,
+}
+
+/// A streamed request's body: the pieces the filter sends, in order, until
+/// it ends its side. What waits here counts in the filter's send queue
+/// (`grpc_send_queue_bytes`) until [`StreamBody::poll_recv`] takes it.
+#[derive(Debug)]
+pub struct StreamBody(mpsc::UnboundedReceiver<QueuedMessage>);
+
+impl StreamBody {
+    pub(crate) fn new(receiver: mpsc::UnboundedReceiver<QueuedMessage>) -> StreamBody {
+        StreamBody(receiver)
+    }
+
+    /// The next piece; `None` once the filter has ended its side.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        self.0
+            .poll_recv(cx)
+            .map(|queued| queued.map(|message| message.bytes()))
+    }
 }
 
 /// A piece of a streamed answer's body.

@@ -5,7 +5,8 @@
 //! pool of configured instances; [`FilterPlugin::stream`] runs one HTTP
 //! stream's callbacks (`proxy_on_request_headers` ... `proxy_on_done`) on a
 //! leased instance, lending it the [`HttpExchange`] the filter reads and edits.
-//! The host functions are all in [`host_env`].
+//! The host functions are all in [`host_env`]; what they may make the host
+//! hold for a filter is capped by [`limits`].
 
 pub mod abi;
 mod batch;
@@ -17,6 +18,7 @@ mod grpc_stream;
 pub mod headers;
 pub mod host_env;
 pub mod http_call;
+pub mod limits;
 pub mod pairs;
 mod plugin;
 mod properties;
@@ -30,9 +32,10 @@ pub use abi::{AbiVersion, Action};
 pub use exchange::{HttpExchange, LocalResponse, RequestInfo, TlsInfo, TraceIds};
 pub use headers::Headers;
 pub use http_call::{
-    HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller, HttpStreamFuture,
-    HttpStreamRequest, HttpStreamResponse, StreamPart,
+    CallFailure, HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller, HttpStreamFuture,
+    HttpStreamRequest, HttpStreamResponse, StreamBody, StreamPart,
 };
+pub use limits::HostLimits;
 pub use plugin::{FilterConfig, FilterError, FilterPlugin};
 pub use stream::{FilterStream, Flow};
 pub use wasmgate_runtime::{PoolConfig, Runtime, RuntimeConfig};

@@ -28,8 +28,10 @@ use crate::giving::{self, Giving};
 use crate::grpc_call::GrpcOutcome;
 use crate::grpc_stream::StreamEvent;
 use crate::host_env;
-use crate::http_call::{HttpCallResponse, HttpCaller};
+use crate::http_call::{CallFailure, HttpCallResponse, HttpCaller};
+use crate::limits::{refuse, HostLimits, Limit, RefusalLog};
 use crate::redis_call::{REDIS_NETWORK_ERROR, REDIS_OK};
+use crate::shared::shared;
 use crate::state::{FilterState, GuestMemory};
 use crate::stream::FilterStream;
 
@@ -63,6 +65,8 @@ pub struct FilterConfig {
     /// Deadline of one callback.
     pub timeout: Option<Duration>,
     pub pool: PoolConfig,
+    /// What the host holds for the plugin outside its memory (`limits.rs`).
+    pub limits: HostLimits,
 }
 
 /// What every instance of a filter plugin shares.
@@ -70,6 +74,30 @@ pub(crate) struct FilterShared {
     pub config: FilterConfig,
     pub needs_wasi: bool,
     pub stats: Arc<PluginStats>,
+    /// When each limit's refusal was last logged.
+    pub refusals: RefusalLog,
+}
+
+impl FilterShared {
+    fn new(config: FilterConfig, needs_wasi: bool) -> FilterShared {
+        let stats = Arc::<PluginStats>::default();
+        stats.track_refusals(&Limit::names());
+        // The VM id's shared data and queues live as long as a plugin of
+        // it does (this one is counted out when dropped, below).
+        shared().attach_vm(&config.vm_id);
+        FilterShared {
+            config,
+            needs_wasi,
+            stats,
+            refusals: RefusalLog::default(),
+        }
+    }
+}
+
+impl Drop for FilterShared {
+    fn drop(&mut self) {
+        shared().release_vm(&self.config.vm_id);
+    }
 }
 
 pub struct FilterPlugin {
@@ -107,6 +135,7 @@ pub(crate) struct FilterInstance {
 
 /// gRPC status codes `proxy_get_status` reports for a callout.
 const GRPC_OK: u32 = 0;
+const GRPC_RESOURCE_EXHAUSTED: u32 = crate::grpc_call::RESOURCE_EXHAUSTED;
 const GRPC_UNAVAILABLE: u32 = 14;
 
 /// A guest call to make on an instance's store, owning what it needs so
@@ -272,11 +301,7 @@ impl FilterPlugin {
         let giving = giving::prepare(runtime, &linker)?;
         let plugin = FilterPlugin {
             pool: InstancePool::new(config.pool.clone()),
-            shared: Arc::new(FilterShared {
-                config,
-                needs_wasi,
-                stats: Arc::default(),
-            }),
+            shared: Arc::new(FilterShared::new(config, needs_wasi)),
             runtime: runtime.clone(),
             linker,
             module: module.clone(),
@@ -638,12 +663,14 @@ impl FilterInstance {
         let dispatched = std::mem::take(&mut self.store_mut().data_mut().dispatched_calls);
         let config = &self.store().data().plugin.config;
         let caller = config.http_caller.as_deref();
+        let plugin = (config.name.as_str(), &config.limits);
         for (token, callout) in dispatched {
-            calls.start(token, callout, caller, &config.services, &config.name);
+            calls.start(token, callout, caller, &config.services, plugin);
         }
         for token in std::mem::take(&mut self.store_mut().data_mut().cancelled_calls) {
             calls.cancel(token);
         }
+        self.store_mut().data_mut().calls_in_flight = calls.len();
     }
 
     /// Delivers a call's answer in the callback its kind has.
@@ -653,6 +680,12 @@ impl FilterInstance {
         token: u32,
         answer: Answer,
     ) -> Result<(), FilterError> {
+        // The call is over, unless this is a stream's event before its close.
+        let over = !matches!(&answer, Answer::GrpcStream(e) if !matches!(e, StreamEvent::Close(..)));
+        if over {
+            let state = self.store_mut().data_mut();
+            state.calls_in_flight = state.calls_in_flight.saturating_sub(1);
+        }
         match answer {
             Answer::Http(result) => self.deliver_call_response(exchange, token, result).await,
             Answer::Redis(result) => self.deliver_redis_response(exchange, token, result).await,
@@ -746,21 +779,39 @@ impl FilterInstance {
                 self.store_mut().data_mut().grpc_reply = None;
                 result
             }
+            GrpcOutcome::ReplyTooLarge(limit) => {
+                let plugin = &self.store().data().plugin;
+                refuse(plugin, Limit::CallReplyBytes, "proxy_grpc_call");
+                let message = CallFailure::ReplyTooLarge { limit }.to_string();
+                self.close_grpc_call(exchange, token, GRPC_RESOURCE_EXHAUSTED, message)
+                    .await
+            }
             GrpcOutcome::Status(code, message) => {
-                let Some(f) = self.exports.grpc_close.clone() else {
-                    return Ok(());
-                };
-                let plugin = &self.store().data().plugin.config;
-                tracing::info!(plugin = %plugin.name, route = %plugin.route, token, code, %message, "grpc call failed");
-                self.store_mut().data_mut().last_call_status = (code, message);
-                self.run_with(
-                    exchange,
-                    "proxy_on_grpc_close",
-                    (f, (ROOT_CONTEXT_ID, token, code)),
-                )
-                .await
+                self.close_grpc_call(exchange, token, code, message).await
             }
         }
+    }
+
+    /// A unary gRPC call's end with status `code`.
+    async fn close_grpc_call(
+        &mut self,
+        exchange: &mut Box<HttpExchange>,
+        token: u32,
+        code: u32,
+        message: String,
+    ) -> Result<(), FilterError> {
+        let Some(f) = self.exports.grpc_close.clone() else {
+            return Ok(());
+        };
+        let plugin = &self.store().data().plugin.config;
+        tracing::info!(plugin = %plugin.name, route = %plugin.route, token, code, %message, "grpc call failed");
+        self.store_mut().data_mut().last_call_status = (code, message);
+        self.run_with(
+            exchange,
+            "proxy_on_grpc_close",
+            (f, (ROOT_CONTEXT_ID, token, code)),
+        )
+        .await
     }
 
     /// `proxy_on_redis_call_response` on the root context (Higress's
@@ -798,13 +849,20 @@ impl FilterInstance {
     }
 
     /// `proxy_on_http_call_response` on the root context. A failed call is
-    /// reported as an answer with no headers and no body, as Envoy does.
+    /// reported as an answer with no headers and no body, as Envoy does,
+    /// with the reason in `proxy_get_status`: UNAVAILABLE (14) when no
+    /// answer came, RESOURCE_EXHAUSTED (8) when it was over
+    /// `call_reply_bytes` (and not read further).
     async fn deliver_call_response(
         &mut self,
         exchange: &mut Box<HttpExchange>,
         token: u32,
-        result: Result<Box<HttpCallResponse>, String>,
+        result: Result<Box<HttpCallResponse>, CallFailure>,
     ) -> Result<(), FilterError> {
+        if let Err(CallFailure::ReplyTooLarge { .. }) = &result {
+            let plugin = &self.store().data().plugin;
+            refuse(plugin, Limit::CallReplyBytes, "proxy_http_call");
+        }
         let Some(f) = self.exports.http_call_response.clone() else {
             return Ok(());
         };
@@ -813,10 +871,15 @@ impl FilterInstance {
                 self.store_mut().data_mut().last_call_status = (GRPC_OK, String::new());
                 response
             }
-            Err(reason) => {
+            Err(failure) => {
+                let code = match failure {
+                    CallFailure::Failed(_) => GRPC_UNAVAILABLE,
+                    CallFailure::ReplyTooLarge { .. } => GRPC_RESOURCE_EXHAUSTED,
+                };
+                let reason = failure.to_string();
                 let plugin = &self.store().data().plugin.config;
                 tracing::info!(plugin = %plugin.name, route = %plugin.route, token, %reason, "http call failed");
-                self.store_mut().data_mut().last_call_status = (GRPC_UNAVAILABLE, reason);
+                self.store_mut().data_mut().last_call_status = (code, reason);
                 Box::default()
             }
         };

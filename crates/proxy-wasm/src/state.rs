@@ -11,6 +11,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use crate::abi::{MapType, StreamType};
 use crate::callout::Callout;
 use crate::exchange::{HttpExchange, TraceIds};
+use crate::grpc_stream::SendQueue;
 use crate::headers::Headers;
 use crate::http_call::HttpCallResponse;
 use crate::plugin::FilterShared;
@@ -44,8 +45,15 @@ pub struct FilterState {
     /// during the callback: their answers are not delivered.
     pub(crate) cancelled_calls: Vec<u32>,
     /// The gRPC streams open on this instance (`grpc_stream.rs`), by
-    /// token: what `proxy_grpc_send` may send on.
-    pub(crate) grpc_streams: std::collections::HashSet<u32>,
+    /// token: what `proxy_grpc_send` may send on, with what each holds
+    /// that the connection has not taken yet.
+    pub(crate) grpc_streams: std::collections::HashMap<u32, Arc<SendQueue>>,
+    /// Calls (and gRPC streams) of the context the instance serves that
+    /// were started and are not over, as of the last time the context
+    /// started or heard of one (`FilterInstance::start_dispatched_calls`,
+    /// `deliver_answer`); with those dispatched in the running callback,
+    /// what `calls_in_flight` caps.
+    pub(crate) calls_in_flight: usize,
     /// The stream metadata a callback is reading (map 4 or 5).
     pub(crate) grpc_metadata: Option<(MapType, Headers)>,
     /// What `proxy_redis_init` set up, by cluster (without `?...`).
@@ -80,7 +88,8 @@ impl FilterState {
             redis_reply: None,
             grpc_reply: None,
             cancelled_calls: Vec::new(),
-            grpc_streams: std::collections::HashSet::new(),
+            grpc_streams: std::collections::HashMap::new(),
+            calls_in_flight: 0,
             grpc_metadata: None,
             redis_inits: std::collections::HashMap::new(),
             last_call_status: (0, String::new()),
@@ -100,6 +109,17 @@ impl FilterState {
         self.last_call_token = self.last_call_token.wrapping_add(1).max(1);
         self.dispatched_calls.push((self.last_call_token, callout));
         self.last_call_token
+    }
+
+    /// Whether the context may start one more call (`calls_in_flight`):
+    /// those in flight and those dispatched in this callback count.
+    pub(crate) fn may_call(&self) -> bool {
+        let dispatched = self
+            .dispatched_calls
+            .iter()
+            .filter(|(_, callout)| !matches!(callout, Callout::GrpcSend { .. }))
+            .count();
+        self.calls_in_flight + dispatched < self.plugin.config.limits.calls_in_flight
     }
 
     pub(crate) fn wasi(&mut self) -> &mut WasiP1Ctx {

@@ -56,7 +56,10 @@ impl FilterStream {
         let instance = lease.instance();
         instance.next_context_id = instance.next_context_id.wrapping_add(1).max(2);
         let context_id = instance.next_context_id;
-        instance.store_mut().data_mut().stream_context = Some(context_id);
+        let state = instance.store_mut().data_mut();
+        state.stream_context = Some(context_id);
+        // The last stream's calls went with it.
+        state.calls_in_flight = 0;
         Ok(FilterStream {
             plugin,
             lease,
@@ -198,7 +201,9 @@ impl FilterStream {
         state.dispatched_calls.clear();
         // This context's gRPC streams end with it (`self.calls` drops them).
         if !state.grpc_streams.is_empty() {
-            state.grpc_streams.retain(|token| !self.calls.holds(*token));
+            state
+                .grpc_streams
+                .retain(|token, _| !self.calls.holds(*token));
         }
         self.lease.release();
         Ok(())

@@ -23,6 +23,9 @@ pub struct PluginStats {
     /// Bytes of linear memory held by this plugin's live instances.
     memory_bytes: AtomicU64,
     last_crash: Mutex<Option<LastCrash>>,
+    /// Calls a host-side limit refused, by the limit's name (each ABI names
+    /// its own; Proxy-Wasm's are in its `limits.rs`). Rare, so a lock.
+    refusals: Mutex<Vec<(&'static str, u64)>>,
 }
 
 /// The most recent failed call, for the status page.
@@ -81,6 +84,31 @@ impl PluginStats {
         self.last_crash.lock().unwrap().clone()
     }
 
+    /// Lists `limits` among the refusal counters at 0, so that a scrape
+    /// shows each before its first refusal.
+    pub fn track_refusals(&self, limits: &[&'static str]) {
+        let mut refusals = self.refusals.lock().unwrap();
+        for limit in limits {
+            if !refusals.iter().any(|(name, _)| name == limit) {
+                refusals.push((limit, 0));
+            }
+        }
+    }
+
+    /// Counts a call the host refused because of `limit`.
+    pub fn record_refusal(&self, limit: &'static str) {
+        let mut refusals = self.refusals.lock().unwrap();
+        match refusals.iter_mut().find(|(name, _)| *name == limit) {
+            Some((_, n)) => *n += 1,
+            None => refusals.push((limit, 1)),
+        }
+    }
+
+    /// Refused calls by limit, in the order the limits were first seen.
+    pub fn refusals(&self) -> Vec<(&'static str, u64)> {
+        self.refusals.lock().unwrap().clone()
+    }
+
     /// Linear memory of live instances: grown by the memory limiter, given
     /// back when an instance's store is dropped.
     pub(crate) fn memory_grew(&self, bytes: u64) {
@@ -132,5 +160,16 @@ mod tests {
         assert!((s.cpu_seconds - 1.00001).abs() < 1e-9);
         assert_eq!((s.timeouts, s.traps), (1, 0));
         assert_eq!(stats.last_crash().unwrap().report.message, "late");
+    }
+
+    #[test]
+    fn refusals_are_counted_by_limit_and_tracked_ones_start_at_zero() {
+        let stats = PluginStats::default();
+        stats.track_refusals(&["a", "b"]);
+        stats.record_refusal("b");
+        stats.record_refusal("b");
+        stats.record_refusal("c");
+        stats.track_refusals(&["a", "c"]);
+        assert_eq!(stats.refusals(), vec![("a", 0), ("b", 2), ("c", 1)]);
     }
 }

@@ -14,7 +14,8 @@ use futures_util::future::join_all;
 use wasmgate_component::{ComponentOptions, ComponentPlugin, Preopen};
 use wasmgate_config::{conf_bytes, FilterRef, GatewayConfig, PluginConfig, PluginKind};
 use wasmgate_extism::{Manifest, Plugin, PluginOptions};
-use wasmgate_proxy_wasm::{AbiVersion, FilterConfig, HttpCaller, PoolConfig, Runtime};
+use wasmgate_config::node::ProxyWasmLimits;
+use wasmgate_proxy_wasm::{AbiVersion, FilterConfig, HostLimits, HttpCaller, PoolConfig, Runtime};
 use wasmgate_runtime::wasmtime::Module;
 use wasmgate_runtime::PrecompiledPolicy;
 use wasmgate_services::{Grants, Services};
@@ -291,8 +292,8 @@ pub(super) fn filter_config(
     p: &PluginConfig,
     filter: &FilterRef,
     route: &str,
-    caller: Arc<dyn HttpCaller>,
-    services: Grants,
+    (caller, services): (Arc<dyn HttpCaller>, Grants),
+    limits: &ProxyWasmLimits,
 ) -> FilterConfig {
     FilterConfig {
         name: p.name.clone(),
@@ -306,5 +307,23 @@ pub(super) fn filter_config(
         memory_limit: p.memory_limit_mb.map(|mib| (mib as usize) << 20),
         timeout: Some(Duration::from_millis(p.timeout_ms.unwrap_or(1000))),
         pool: pool_config(p),
+        limits: host_limits(limits),
+    }
+}
+
+/// `limits.proxy_wasm`, as the Proxy-Wasm host takes it.
+fn host_limits(l: &ProxyWasmLimits) -> HostLimits {
+    HostLimits {
+        call_reply_bytes: l.call_reply_bytes,
+        calls_in_flight: l.calls_in_flight,
+        grpc_send_queue_bytes: l.grpc_send_queue_bytes,
+        grpc_send_queue_messages: l.grpc_send_queue_messages,
+        grpc_receive_bytes: l.grpc_receive_bytes,
+        shared_data_value_bytes: l.shared_data_value_bytes,
+        shared_data_bytes: l.shared_data_bytes,
+        shared_data_keys: l.shared_data_keys,
+        shared_queues: l.shared_queues,
+        shared_queue_items: l.shared_queue_items,
+        shared_queue_bytes: l.shared_queue_bytes,
     }
 }

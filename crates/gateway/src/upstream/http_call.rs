@@ -1,6 +1,8 @@
 //! `proxy_http_call` (and Higress's `http_call` helpers) through the
 //! gateway's upstreams: a Proxy-Wasm filter names an upstream (Envoy's
-//! cluster) and gets the whole answer back. gRPC streams from filters are
+//! cluster) and gets the whole answer back, up to the call's
+//! `max_reply_bytes` (`limits.proxy_wasm.call_reply_bytes`): a longer body
+//! is not read further and the call fails. gRPC streams from filters are
 //! streamed exchanges through the same upstreams: the request's body fed
 //! as the filter sends, the answer's read as it comes.
 
@@ -12,10 +14,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, SizeHint};
-use tokio::sync::mpsc;
 use wasmgate_proxy_wasm::{
-    Headers, HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller, HttpStreamFuture,
-    HttpStreamRequest, HttpStreamResponse, StreamPart,
+    CallFailure, Headers, HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller,
+    HttpStreamFuture, HttpStreamRequest, HttpStreamResponse, StreamBody, StreamPart,
 };
 
 use crate::body::BoxError;
@@ -53,17 +54,10 @@ impl HttpCaller for UpstreamCaller {
             let (parts, body) = response.into_parts();
             let mut headers = Headers::from_map(parts.headers);
             headers.push_pseudo(":status", parts.status.as_str().as_bytes().to_vec());
-            let collected = body
-                .collect()
-                .await
-                .map_err(|e| format!("reading the answer: {e}"))?;
-            let trailers = collected
-                .trailers()
-                .map(|t| Headers::from_map(t.clone()))
-                .unwrap_or_default();
+            let (body, trailers) = read_reply(body, request.max_reply_bytes).await?;
             Ok(HttpCallResponse {
                 headers,
-                body: collected.to_bytes().to_vec(),
+                body,
                 trailers,
             })
         })
@@ -114,8 +108,33 @@ fn request_head(headers: &Headers) -> Result<RequestHead, String> {
     })
 }
 
+/// A reply's body and trailers, read up to `limit` bytes of body: one that
+/// says it is longer (Content-Length) is not read at all, one that turns
+/// out longer is read no further.
+async fn read_reply<B>(body: B, limit: usize) -> Result<(Vec<u8>, Headers), CallFailure>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    if body.size_hint().lower() > limit as u64 {
+        return Err(CallFailure::ReplyTooLarge { limit });
+    }
+    let collected = http_body_util::Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(|e| match e.downcast_ref::<http_body_util::LengthLimitError>() {
+            Some(_) => CallFailure::ReplyTooLarge { limit },
+            None => CallFailure::Failed(format!("reading the answer: {e}")),
+        })?;
+    let trailers = collected
+        .trailers()
+        .map(|t| Headers::from_map(t.clone()))
+        .unwrap_or_default();
+    Ok((collected.to_bytes().to_vec(), trailers))
+}
+
 /// A streamed request's body: what the filter sends, until it ends its side.
-struct SentBody(mpsc::UnboundedReceiver<Bytes>);
+struct SentBody(StreamBody);
 
 impl hyper::body::Body for SentBody {
     type Data = Bytes;
@@ -156,5 +175,44 @@ impl futures_core::Stream for ReceivedParts {
             },
         };
         Poll::Ready(Some(Ok(part)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A body that never ends, counting the frames it gave.
+    struct Endless<'a>(&'a AtomicUsize);
+
+    impl hyper::body::Body for Endless<'_> {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&[7; 1024])))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_is_read_up_to_its_limit_and_no_further() {
+        let frames = AtomicUsize::new(0);
+        let refused = read_reply(Endless(&frames), 4096).await;
+        assert_eq!(refused, Err(CallFailure::ReplyTooLarge { limit: 4096 }));
+        assert_eq!(frames.load(Ordering::Relaxed), 5, "4 KiB and one frame more");
+
+        let announced = http_body_util::Full::new(Bytes::from_static(&[1; 100]));
+        let refused = read_reply(announced, 99).await;
+        assert_eq!(refused, Err(CallFailure::ReplyTooLarge { limit: 99 }));
+
+        let body = http_body_util::Full::new(Bytes::from_static(b"fits"));
+        let (read, trailers) = read_reply(body, 4).await.unwrap();
+        assert_eq!((read.as_slice(), trailers.len()), (&b"fits"[..], 0));
     }
 }
