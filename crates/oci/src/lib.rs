@@ -7,6 +7,7 @@
 
 mod credentials;
 mod layout;
+mod manifests;
 mod pull;
 mod reference;
 mod store;

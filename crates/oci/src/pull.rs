@@ -1,8 +1,9 @@
 //! One pull: from the store when it has what the reference needs, else from
 //! the registry, keeping what was fetched. A tag is resolved to a digest
 //! once (logged), and from there on everything is fetched by digest and
-//! checked against it: the manifest (by oci-client), the layer (by
-//! oci-client's verifying stream), and everything read back from the store.
+//! checked against it: the manifest (manifests.rs, capped, redirected only
+//! within the registry), the layer (by oci-client's verifying stream), and
+//! everything read back from the store.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, RegistryOperation};
 
 use crate::layout::{self, Manifest, ModuleLayer, Packing};
+use crate::manifests::{Authorization, Manifests};
 use crate::reference::{digest_hex, OciReference};
 use crate::store::Store;
 use crate::Credentials;
@@ -203,11 +205,20 @@ fn pulled(reference: &OciReference, digest: &str, file: PathBuf) -> Pulled {
     }
 }
 
-/// A registry, authenticated for pulling one repository.
+/// Both clients' timeouts and user agent.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const USER_AGENT: &str = concat!("wasmgate/", env!("CARGO_PKG_VERSION"));
+
+/// A registry, authenticated for pulling one repository: oci-client for the
+/// token flow and blobs, our own client for manifests (manifests.rs says
+/// why).
 struct Registry<'a> {
     client: Client,
-    auth: RegistryAuth,
+    manifests: Manifests<'a>,
     reference: &'a OciReference,
+    /// Whose credentials, for errors.
+    who: String,
 }
 
 impl<'a> Registry<'a> {
@@ -221,20 +232,22 @@ impl<'a> Registry<'a> {
             } else {
                 ClientProtocol::Https
             },
-            connect_timeout: Some(Duration::from_secs(10)),
-            read_timeout: Some(Duration::from_secs(30)),
-            user_agent: concat!("wasmgate/", env!("CARGO_PKG_VERSION")),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(READ_TIMEOUT),
+            user_agent: USER_AGENT,
             platform_resolver: None,
             ..ClientConfig::default()
         };
-        if let Some(ca_file) = &settings.ca_file {
-            let data = std::fs::read(ca_file)
-                .with_context(|| format!("reading the registry CA file {}", ca_file.display()))?;
-            config.extra_root_certificates.push(Certificate {
+        let ca = match &settings.ca_file {
+            Some(ca_file) => Some(Certificate {
                 encoding: CertificateEncoding::Pem,
-                data,
-            });
-        }
+                data: std::fs::read(ca_file).with_context(|| {
+                    format!("reading the registry CA file {}", ca_file.display())
+                })?,
+            }),
+            None => None,
+        };
+        config.extra_root_certificates.extend(ca.clone());
         // A client per pull: oci-client keeps the first credentials it is
         // given per registry, and plugins may use different ones.
         let client = Client::new(config);
@@ -243,30 +256,46 @@ impl<'a> Registry<'a> {
             .for_registry(reference.registry())
             .await?;
         tracing::debug!(reference = %reference, credentials = %from, "pulling");
-        // Authenticate first: oci-client's later requests drop a failed
-        // token exchange silently, which would surface as a bare 401.
-        if !matches!(auth, RegistryAuth::Anonymous) {
-            client
-                .auth(reference.client_reference(), &auth, RegistryOperation::Pull)
-                .await
-                .map_err(|e| explain(e, reference, &from))?;
-        }
+        let who = match auth {
+            RegistryAuth::Anonymous => "an anonymous pull".to_string(),
+            _ => from,
+        };
+        // Authenticate first, anonymous pulls too (public registries hand
+        // them a token): oci-client's later requests drop a failed token
+        // exchange silently, which would surface as a bare 401, and the
+        // manifests' client needs the token.
+        let token = client
+            .auth(reference.client_reference(), &auth, RegistryOperation::Pull)
+            .await
+            .map_err(|e| explain(e, reference, &who))?;
+        let authorization = match (token, &auth) {
+            (Some(token), _) => Authorization::Bearer(token),
+            (None, RegistryAuth::Basic(username, password)) => Authorization::Basic {
+                username: username.clone(),
+                password: password.clone(),
+            },
+            (None, _) => Authorization::None,
+        };
+        let manifests = Manifests::new(
+            reference,
+            settings.plain_http,
+            ca.as_ref(),
+            authorization,
+            who.clone(),
+        )
+        .context("the registry's HTTP client")?;
         Ok(Registry {
             client,
-            auth,
+            manifests,
             reference,
+            who,
         })
     }
 
     /// The digest the reference's tag points to now.
     async fn resolve(&self) -> Result<String> {
-        let digest = self
-            .client
-            .fetch_manifest_digest(self.reference.client_reference(), &self.auth)
-            .await
-            .map_err(|e| explain(e, self.reference, "the given credentials"))?;
-        digest_hex(&digest).context("the registry's digest for the tag")?;
-        Ok(digest)
+        let tag = self.reference.tag().unwrap_or("latest");
+        self.manifests.digest_of_tag(tag).await
     }
 
     /// Fetches the manifest of `digest` (following an index), then the
@@ -274,12 +303,7 @@ impl<'a> Registry<'a> {
     async fn fetch(&self, digest: &str, store: &Store, max_bytes: u64) -> Result<Pulled> {
         let mut manifest_digest = digest.to_string();
         let image = loop {
-            let at = self.reference.at_digest(&manifest_digest);
-            let (bytes, _) = self
-                .client
-                .pull_manifest_raw(&at, &self.auth, &layout::MANIFEST_TYPES)
-                .await
-                .map_err(|e| explain(e, self.reference, "the given credentials"))?;
+            let bytes = self.manifests.get(&manifest_digest).await?;
             let parsed = Manifest::parse(&bytes)?;
             store.keep_manifest(&manifest_digest, &bytes)?;
             match parsed {
@@ -306,14 +330,17 @@ impl<'a> Registry<'a> {
     }
 
     /// The layer's bytes, at most `max_bytes` whatever its descriptor said,
-    /// checked against its digest by oci-client as they arrive.
+    /// checked against its digest by oci-client as they arrive. On
+    /// oci-client, whose client follows redirects anywhere: registries send
+    /// layer downloads to a CDN, which gets no credentials (reqwest drops
+    /// them across hosts), and what it sends is capped and checked.
     async fn layer(&self, layer: &ModuleLayer, max_bytes: u64) -> Result<Vec<u8>> {
         let at = self.reference.at_digest(&layer.descriptor.digest);
         let mut stream = self
             .client
             .pull_blob_stream(&at, &layer.descriptor)
             .await
-            .map_err(|e| explain(e, self.reference, "the given credentials"))?
+            .map_err(|e| explain(e, self.reference, &self.who))?
             .stream;
         let mut bytes = Vec::new();
         while let Some(chunk) = stream.next().await {
@@ -330,7 +357,12 @@ impl<'a> Registry<'a> {
 
 /// oci-client's error, with what it means for the user.
 fn explain(e: OciDistributionError, reference: &OciReference, credentials: &str) -> anyhow::Error {
-    let text = format!("{:#}", anyhow::Error::from(e));
+    explain_text(format!("{:#}", anyhow::Error::from(e)), reference, credentials)
+}
+
+/// A registry's or the network's error (`text`), with what it means for
+/// the user.
+pub(crate) fn explain_text(text: String, reference: &OciReference, credentials: &str) -> anyhow::Error {
     let lower = text.to_ascii_lowercase();
     let says = |words: &[&str]| words.iter().any(|w| lower.contains(w));
     let hint = if says(&["401", "unauthorized", "not authorized", "authentication"]) {
