@@ -15,12 +15,47 @@ use std::path::PathBuf;
 
 use kube::ResourceExt;
 use serde_json::Value;
+use wasmgate_config::grants::NamespaceGrants;
 use wasmgate_config::{FilterRef, PluginConfig, RegistryConfig};
 
 use crate::pull_secrets::Pulls;
 use crate::route_view::RouteKind;
 use crate::translate::{host_matches, GROUP};
 use crate::wasmplugin::{FailStrategy, ImagePullPolicy, Phase, WasmPlugin, WasmPluginKind};
+
+/// What the node's file lets each namespace's WasmPlugins use
+/// (`config.kubernetes.grants`, docs/security.md).
+#[derive(Default)]
+pub struct Tenancy<'a> {
+    pub grants: Option<&'a NamespaceGrants>,
+    /// The services ConfigMap's namespace and the services it lists: its
+    /// own namespace may use them without a grant.
+    pub own_services: Option<(&'a str, Vec<String>)>,
+    /// The variables the node's own `kubernetes.registry` reads.
+    pub registry_env: Vec<&'a str>,
+}
+
+impl Tenancy<'_> {
+    /// Why a WasmPlugin of `namespace` made into `config` asks for more
+    /// than its namespace is granted.
+    fn refusal(&self, namespace: &str, config: &PluginConfig) -> Option<String> {
+        let grant = (self.grants)
+            .and_then(|g| g.get(namespace))
+            .cloned()
+            .unwrap_or_default();
+        let own: &[String] = match &self.own_services {
+            Some((ns, names)) if *ns == namespace => names,
+            _ => &[],
+        };
+        let refused = grant.refusals(config, namespace, own, &self.registry_env);
+        (!refused.is_empty()).then(|| {
+            (refused.iter())
+                .map(|(field, why)| format!("spec.{field}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+}
 
 /// The node's plugins from WasmPlugin resources, and what routes get.
 pub struct WasmPlugins<'a> {
@@ -69,12 +104,14 @@ pub fn plugin_name(namespace: &str, name: &str) -> String {
 impl<'a> WasmPlugins<'a> {
     /// `broken`: plugins (by their node name) that did not load, and why;
     /// `named`: (namespace, name) of those some route's `ExtensionRef`
-    /// filter names.
+    /// filter names. A WasmPlugin asking for more than its namespace is
+    /// granted (`tenancy`) is broken too, with the reason.
     pub fn new(
         resources: &'a [WasmPlugin],
         broken: &BTreeMap<String, String>,
         named: &BTreeSet<(String, String)>,
         pulls: &Pulls,
+        tenancy: &Tenancy,
     ) -> Self {
         let mut entries: Vec<Entry> = (resources.iter())
             .map(|resource| {
@@ -85,17 +122,19 @@ impl<'a> WasmPlugins<'a> {
                     Ok(registry) => (registry, None),
                     Err(why) => (None, Some(why)),
                 };
-                let broken = (broken.get(&plugin).cloned())
-                    .or_else(|| spec_problem(resource))
-                    .or(secret_problem);
-                Entry {
+                let mut entry = Entry {
                     resource,
                     namespace,
                     named,
                     plugin,
-                    broken,
+                    broken: None,
                     registry,
-                }
+                };
+                entry.broken = (broken.get(&entry.plugin).cloned())
+                    .or_else(|| spec_problem(resource))
+                    .or(secret_problem)
+                    .or_else(|| tenancy.refusal(&entry.namespace, &plugin_config(&entry)));
+                entry
             })
             .collect();
         entries.sort_by_key(|e| {
@@ -163,12 +202,16 @@ impl<'a> WasmPlugins<'a> {
     }
 
     /// The hosts the match rules of the plugins that apply to this route
-    /// name: the route is served once per such host, so each gets its own
-    /// chain.
+    /// name (rules that name other routes do not count): the route is
+    /// served once per such host, so each gets its own chain. A tenant's
+    /// rule for its own route cannot multiply everyone else's routes.
     pub fn domains(&self, route: &RouteContext) -> BTreeSet<String> {
         (self.entries.iter())
             .filter(|e| e.is_filter() && e.in_scope(route))
-            .flat_map(|e| e.resource.spec.match_rules.iter())
+            .flat_map(|e| {
+                (e.resource.spec.match_rules.iter())
+                    .filter(move |r| r.route.is_empty() || e.names_route(r, route))
+            })
             .flat_map(|r| r.domain.iter().cloned())
             .collect()
     }
@@ -259,13 +302,16 @@ impl Entry<'_> {
 
     /// A rule matches when each list it has matches: `route` names the
     /// route's HTTPRoute, `domain` covers its host.
+    /// Whether `rule`'s `route` list names this route.
+    fn names_route(&self, rule: &crate::wasmplugin::MatchRule, route: &RouteContext) -> bool {
+        rule.route.iter().any(|r| match r.split_once('/') {
+            Some((ns, name)) => ns == route.namespace && name == route.name,
+            None => self.namespace == route.namespace && r == route.name,
+        })
+    }
+
     fn rule_matches(&self, rule: &crate::wasmplugin::MatchRule, route: &RouteContext) -> bool {
-        let names_route = || {
-            rule.route.iter().any(|r| match r.split_once('/') {
-                Some((ns, name)) => ns == route.namespace && name == route.name,
-                None => self.namespace == route.namespace && r == route.name,
-            })
-        };
+        let names_route = || self.names_route(rule, route);
         let covers_host = || {
             route
                 .host
@@ -325,6 +371,7 @@ fn plugin_config(e: &Entry) -> PluginConfig {
     };
     config.services = spec.services.clone();
     config.registry = e.registry.clone();
+    config.kubernetes_namespace = Some(e.namespace.clone());
     config.kind = match spec.kind.unwrap_or_default() {
         WasmPluginKind::ProxyWasm => wasmgate_config::PluginKind::ProxyWasm,
         WasmPluginKind::Component => wasmgate_config::PluginKind::Component,
@@ -343,6 +390,18 @@ mod tests {
             defaults: None,
             secrets: &[],
         }
+    }
+
+    /// What the tests' namespaces may use: modules from anywhere.
+    fn trusted() -> NamespaceGrants {
+        let everything = wasmgate_config::grants::NamespaceGrant {
+            services: Vec::new(),
+            files: vec!["/".into()],
+        };
+        ["gw", "team", "ns"]
+            .into_iter()
+            .map(|ns| (ns.to_string(), everything.clone()))
+            .collect()
     }
 
     fn wp(name: &str, spec: serde_json::Value) -> WasmPlugin {
@@ -371,6 +430,11 @@ mod tests {
 
     #[test]
     fn chains_run_by_phase_then_priority_with_the_first_matching_rules_config() {
+        let grants = trusted();
+        let tenancy = Tenancy {
+            grants: Some(&grants),
+            ..Tenancy::default()
+        };
         let all = [
             wp(
                 "stats",
@@ -388,8 +452,19 @@ mod tests {
                 "matchRules": [{"domain": ["api.example"], "config": {"on": true}}]}),
             ),
             wp("early", json!({"url": "/p/e.wasm", "priority": 50})),
+            wp(
+                "tenant",
+                json!({"url": "/p/t.wasm", "defaultConfigDisable": true,
+                "matchRules": [{"route": ["shop/orders"], "domain": ["orders.example"], "config": {}}]}),
+            ),
         ];
-        let set = WasmPlugins::new(&all, &BTreeMap::new(), &BTreeSet::new(), &no_pulls());
+        let set = WasmPlugins::new(
+            &all,
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            &no_pulls(),
+            &tenancy,
+        );
         let gws = [("gw".to_string(), "edge".to_string())];
         let (chain, _) = set.chain(&at("shop", "orders", &gws, None)).unwrap();
         let names: Vec<&str> = chain.iter().map(|f| f.plugin.as_str()).collect();
@@ -408,6 +483,10 @@ mod tests {
             set.domains(&at("shop", "cart", &gws, None)),
             BTreeSet::from(["*.internal.example".into(), "api.example".into()])
         );
+        // A rule for another route adds no host variant to this one.
+        assert!(set
+            .domains(&at("shop", "orders", &gws, None))
+            .contains("orders.example"));
         // Routes of a Gateway in another namespace are not in scope.
         let other = [("team".to_string(), "edge".to_string())];
         assert!(set
@@ -419,6 +498,11 @@ mod tests {
 
     #[test]
     fn target_refs_narrow_the_scope_and_a_broken_plugin_fails_closed_or_open() {
+        let grants = trusted();
+        let tenancy = Tenancy {
+            grants: Some(&grants),
+            ..Tenancy::default()
+        };
         let all = [
             wp(
                 "only",
@@ -429,18 +513,77 @@ mod tests {
                 json!({"url": "ftp://x/y.wasm", "failStrategy": "FAIL_OPEN"}),
             ),
         ];
-        let set = WasmPlugins::new(&all, &BTreeMap::new(), &BTreeSet::new(), &no_pulls());
+        let set = WasmPlugins::new(
+            &all,
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            &no_pulls(),
+            &tenancy,
+        );
         assert_eq!(set.configs().len(), 1, "the ftp:// one is broken");
         let gws = [("gw".to_string(), "edge".to_string())];
         let (chain, _) = set.chain(&at("gw", "a", &gws, None)).unwrap();
         assert_eq!(chain.len(), 1);
         assert!(set.chain(&at("gw", "b", &gws, None)).unwrap().0.is_empty());
         let broken = BTreeMap::from([("wp.gw.only".to_string(), "pull refused".to_string())]);
-        let set = WasmPlugins::new(&all, &broken, &BTreeSet::new(), &no_pulls());
+        let set = WasmPlugins::new(&all, &broken, &BTreeSet::new(), &no_pulls(), &tenancy);
         let err = set.chain(&at("gw", "a", &gws, None)).unwrap_err();
         assert!(
             err.contains("pull refused") && err.contains("gw/only"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_namespace_uses_only_the_services_and_files_it_is_granted() {
+        let team = |name: &str, spec: Value| {
+            let mut p = wp(name, spec);
+            p.metadata.namespace = Some("team".into());
+            p
+        };
+        let all = [
+            team(
+                "cache",
+                json!({"url": "file:///srv/wasm/team/c.wasm", "services": ["redis"]}),
+            ),
+            team("others", json!({"url": "file:///srv/wasm/other/o.wasm"})),
+            team("sneaky", json!({"url": "/srv/wasm/team/../other/o.wasm"})),
+            team(
+                "db",
+                json!({"url": "oci://r.example/db:1", "services": ["pg"]}),
+            ),
+            wp(
+                "stranger",
+                json!({"url": "oci://r.example/s:1", "services": ["redis"]}),
+            ),
+        ];
+        let grants = NamespaceGrants::from([(
+            "team".to_string(),
+            wasmgate_config::grants::NamespaceGrant {
+                services: vec!["redis".into()],
+                files: vec!["/srv/wasm/team".into()],
+            },
+        )]);
+        let tenancy = Tenancy {
+            grants: Some(&grants),
+            own_services: Some(("team", vec!["pg".into()])),
+            registry_env: Vec::new(),
+        };
+        let set = WasmPlugins::new(
+            &all,
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            &no_pulls(),
+            &tenancy,
+        );
+        let loaded: Vec<String> = set.configs().into_iter().map(|c| c.name).collect();
+        assert_eq!(loaded, ["wp.team.cache", "wp.team.db"], "{loaded:?}");
+        let why = |ns: &str, name: &str| {
+            let e = set.find(ns, name).unwrap();
+            e.broken.clone().unwrap()
+        };
+        assert!(why("team", "others").contains("not under a granted directory"));
+        assert!(why("team", "sneaky").contains("without `.` or `..`"));
+        assert!(why("gw", "stranger").contains("service `redis` is not granted to namespace `gw`"));
     }
 }

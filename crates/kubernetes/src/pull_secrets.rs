@@ -47,7 +47,10 @@ impl Pulls<'_> {
         let Some(reference) = plugin.spec.url.trim().strip_prefix("oci://") else {
             return Ok(None);
         };
-        let mut registry = self.defaults.cloned();
+        let host = reference.split('/').next().unwrap_or_default();
+        // The node's defaults carry their credentials only to the
+        // registries they name (`hosts`).
+        let mut registry = self.defaults.map(|d| d.for_host(host));
         let Some(name) = &plugin.spec.image_pull_secret else {
             return Ok(registry);
         };
@@ -59,7 +62,6 @@ impl Pulls<'_> {
                     "imagePullSecret: no Secret `{namespace}/{name}` of type {DOCKER_CONFIG_JSON}"
                 )
             })?;
-        let host = reference.split('/').next().unwrap_or_default();
         let auth = credentials(secret, host)
             .map_err(|why| format!("imagePullSecret `{namespace}/{name}`: {why}"))?;
         let r = registry.get_or_insert_with(RegistryConfig::default);
@@ -200,5 +202,33 @@ mod tests {
         assert!(why("oci://other.example/f/x:1", "explicit")
             .contains("no credentials for registry `other.example`"));
         assert!(why("oci://reg.example:5000/f/x:1", "broken").contains("not base64"));
+
+        // The node's default credentials reach only the registries they name.
+        let defaults = RegistryConfig {
+            hosts: vec!["reg.example:5000".into()],
+            username: Some("node".into()),
+            password_env: Some("NODE_PULL_PASSWORD".into()),
+            plain_http: true,
+            ..RegistryConfig::default()
+        };
+        let pulls = Pulls {
+            defaults: Some(&defaults),
+            secrets: &secrets,
+        };
+        let got = |url: &str| pulls.registry(&plugin(url, None)).unwrap().unwrap();
+        let ours = got("oci://reg.example:5000/f/x:1");
+        assert_eq!(
+            (
+                ours.username.as_deref(),
+                ours.password_env.as_deref(),
+                ours.plain_http
+            ),
+            (Some("node"), Some("NODE_PULL_PASSWORD"), true)
+        );
+        let theirs = got("oci://attacker.example/x:1");
+        assert!(
+            !theirs.has_credentials() && !theirs.plain_http,
+            "{theirs:?}"
+        );
     }
 }

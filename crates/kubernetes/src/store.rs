@@ -312,6 +312,7 @@ fn node(source: &KubernetesSource, local: &GatewayConfig) -> Node {
         services: (source.services.as_deref())
             .and_then(|s| s.split_once('/'))
             .map(|(ns, name)| (ns.to_string(), name.to_string())),
+        grants: source.grants.clone(),
     }
 }
 

@@ -37,7 +37,7 @@ use wasmgate_config::{
 use crate::backend_tls::TlsPolicies;
 use crate::backends::backend;
 use crate::listeners::{listeners, ListenerState};
-use crate::plugins::{RouteContext, WasmBackend, WasmPlugins};
+use crate::plugins::{RouteContext, Tenancy, WasmBackend, WasmPlugins};
 use crate::pull_secrets::Pulls;
 use crate::route_view::{BackendRef, RouteKind, RouteView, RuleView};
 use crate::wasmplugin::WasmPlugin;
@@ -191,6 +191,8 @@ pub struct Node {
     /// The ConfigMap (namespace, name) that lists services
     /// (`kubernetes.services`).
     pub services: Option<(String, String)>,
+    /// What each namespace's WasmPlugins may use (`kubernetes.grants`).
+    pub grants: wasmgate_config::grants::NamespaceGrants,
 }
 
 /// `broken`: WasmPlugins (by their plugin's name) that did not load on the
@@ -215,17 +217,7 @@ pub fn translate(
         defaults: node.registry.as_ref(),
         secrets: &snapshot.pull_secrets,
     };
-    let wasmplugins = WasmPlugins::new(&snapshot.wasmplugins, broken, &named, &pulls);
-    let tls_policies = TlsPolicies::new(snapshot, &node.controller);
-    let mut policy_ancestors: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
-    let mut out = Translation {
-        classes: (snapshot.classes.iter())
-            .filter(|c| c.spec.controller_name == node.controller)
-            .map(|c| c.name_any())
-            .collect(),
-        plugins: wasmplugins.configs(),
-        ..Translation::default()
-    };
+    let mut out = Translation::default();
     if let Some((ns, name)) = &node.services {
         let listed =
             crate::services::services((ns, name), &snapshot.config_maps, &snapshot.service_secrets);
@@ -234,6 +226,29 @@ pub fn translate(
             Err(why) => out.services_problem = Some(why),
         }
     }
+    let registry = node.registry.as_ref();
+    let tenancy = Tenancy {
+        grants: Some(&node.grants),
+        own_services: node.services.as_ref().map(|(ns, _)| {
+            let names = out.services.iter().map(|s| s.name.clone()).collect();
+            (ns.as_str(), names)
+        }),
+        registry_env: [
+            registry.and_then(|r| r.password_env.as_deref()),
+            registry.and_then(|r| r.token_env.as_deref()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+    };
+    let wasmplugins = WasmPlugins::new(&snapshot.wasmplugins, broken, &named, &pulls, &tenancy);
+    let tls_policies = TlsPolicies::new(snapshot, &node.controller);
+    let mut policy_ancestors: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
+    out.classes = (snapshot.classes.iter())
+        .filter(|c| c.spec.controller_name == node.controller)
+        .map(|c| c.name_any())
+        .collect();
+    out.plugins = wasmplugins.configs();
     let mut plugin_routes: BTreeMap<String, BTreeSet<RouteKey>> = BTreeMap::new();
     let ours: Vec<OurGateway> = (snapshot.gateways.iter())
         .filter(|g| out.classes.contains(&g.spec.gateway_class_name))
@@ -842,10 +857,10 @@ fn route_config(
                         config.function = Some(FunctionEndpoint { plugin, function })
                     }
                     Endpoint::Redirect => config.redirect = redirect(rule, m.prefix.as_deref()),
-                    Endpoint::Respond(status, body) => {
+                    Endpoint::Respond(status, why) => {
                         config.respond = Some(FixedResponse {
                             status,
-                            body: format!("{body}\n"),
+                            body: public_reason(status, &why),
                             headers: BTreeMap::new(),
                         })
                     }
@@ -916,7 +931,19 @@ enum Endpoint {
     /// The rule's RequestRedirect (made per match: a prefix replacement
     /// depends on the match's prefix).
     Redirect,
+    /// A fixed answer, and why (for the statuses, not for clients).
     Respond(u16, String),
+}
+
+/// What a client is told of a rule that cannot be served: not why (a
+/// plugin's URL, a registry and its user, a policy's CA), which is the
+/// namespace owner's to read in the route's or WasmPlugin's status.
+fn public_reason(status: u16, why: &str) -> String {
+    tracing::debug!(status, why, "a rule answers a fixed error");
+    match status {
+        503 => "no ready endpoints for this route's backends\n".into(),
+        _ => "this route cannot be served: its configuration is incomplete (its status in Kubernetes says why)\n".into(),
+    }
 }
 
 /// A rule whose backendRef is a WasmPlugin (one, alone, of the route's
@@ -988,8 +1015,13 @@ mod tests {
     use wasmgate_config::{PathMatch, UpstreamProtocol};
 
     fn node(controller: &str) -> Node {
+        let everything = wasmgate_config::grants::NamespaceGrant {
+            services: Vec::new(),
+            files: vec!["/".into()],
+        };
         Node {
             controller: controller.into(),
+            grants: [("ns".to_string(), everything)].into(),
             ..Node::default()
         }
     }
@@ -1118,8 +1150,8 @@ mod tests {
         );
         let (generation, accepted, attached) = &t.plugin_status[&("ns".into(), "auth".into())];
         assert_eq!((*generation, accepted.ok, *attached), (Some(3), true, 1));
-        // The plugin broken: its routes answer 500 with the reason; the
-        // status says it.
+        // The plugin broken: its routes answer 500, not saying why (no
+        // paths, registries or users for clients); the status says it.
         let broken = BTreeMap::from([("wp.ns.auth".to_string(), "no such file".to_string())]);
         let t = translate(&node("me/x"), &snap, &broken);
         assert!(t.plugins.is_empty());
@@ -1130,7 +1162,12 @@ mod tests {
             .unwrap();
         let respond = failing.respond.as_ref().unwrap();
         assert_eq!(respond.status, 500);
-        assert!(respond.body.contains("no such file"), "{}", respond.body);
+        assert!(!respond.body.contains("no such file"), "{}", respond.body);
+        assert!(
+            respond.body.contains("cannot be served"),
+            "{}",
+            respond.body
+        );
         let (_, accepted, _) = &t.plugin_status[&("ns".into(), "auth".into())];
         assert_eq!((accepted.ok, accepted.reason), (false, "Invalid"));
     }

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::gateway::{send, GatewayProc};
 use crate::common::kube::{
-    create, create_from_file, interface_ip, route, route_condition, service, until, until_status,
-    Cluster,
+    create, create_from_file, interface_ip, plugin_grant, route, route_condition, service, until,
+    until_status, Cluster,
 };
 use crate::common::upstream::Upstream;
 use crate::common::{client, HttpClient};
@@ -276,7 +276,9 @@ async fn wasmplugins_run_on_their_routes_with_per_route_config_and_one_replica_w
         "services:\n  - {{name: redis, redis: \"{}\"}}\n",
         redis.url()
     );
-    let mut first = cluster.node(&services);
+    let granted = format!(", grants: {{default: {}}}", plugin_grant(&["redis"]));
+    let kubeconfig = cluster.dir.path().join("kubeconfig");
+    let mut first = cluster.node_as(&kubeconfig, &granted, &services);
     let c = client();
     until_status(&c, &first, "/shop", 200).await;
 
@@ -340,8 +342,8 @@ async fn wasmplugins_run_on_their_routes_with_per_route_config_and_one_replica_w
     .await;
     let failing = until_status(&c, &first, "/shop", 500).await;
     assert!(
-        failing.text().contains("default/missing"),
-        "{}",
+        !failing.text().contains("nonexistent"),
+        "the client is told where the plugin should have come from: {}",
         failing.text()
     );
     let orders = get_host(&c, &first, "/orders/2", "x").await;
@@ -366,7 +368,7 @@ async fn wasmplugins_run_on_their_routes_with_per_route_config_and_one_replica_w
 
     // A second replica serves the same routes; exactly one writes status,
     // and when it stops the other takes over.
-    let second = cluster.node(&services);
+    let second = cluster.node_as(&kubeconfig, &granted, &services);
     let api = get_host(&c, &second, "/shop", "api.example.com");
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut reply = api.await;
@@ -426,14 +428,13 @@ async fn a_node_with_the_documented_rbac_serves_and_writes_status() {
     let data = secrets.get("wasmgate").await.unwrap().data.unwrap();
     let node_file = cluster.dir.path().join("from-secret.yaml");
     std::fs::write(&node_file, &data["wasmgate.yaml"].0).unwrap();
-    // As the pod runs it: the admin token from the Secret in its environment.
+    // As the pod runs it: no admin token anywhere, the admin API on the
+    // pod's loopback, the probes on a listener of their own.
+    assert!(!data.contains_key("admin-token"));
     let check = crate::common::wasmgate()
         .args(["check", "-c"])
         .arg(&node_file)
-        .env(
-            "WASMGATE_ADMIN_TOKEN",
-            String::from_utf8(data["admin-token"].0.clone()).unwrap(),
-        )
+        .env_remove("WASMGATE_ADMIN_TOKEN")
         .output()
         .unwrap();
     assert!(
@@ -441,6 +442,24 @@ async fn a_node_with_the_documented_rbac_serves_and_writes_status() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
+    let node: serde_json::Value = serde_yaml_ng::from_slice(&data["wasmgate.yaml"].0).unwrap();
+    let admin_address: std::net::SocketAddr = node["admin"].as_str().unwrap().parse().unwrap();
+    assert!(admin_address.ip().is_loopback(), "{node}");
+    {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let deployments: Api<Deployment> = Api::namespaced(k.clone(), "wasmgate-system");
+        let pod = deployments.get("wasmgate").await.unwrap().spec.unwrap().template.spec.unwrap();
+        let context = pod.security_context.unwrap();
+        assert_eq!(context.run_as_non_root, Some(true));
+        let container = &pod.containers[0];
+        let own = container.security_context.clone().unwrap();
+        assert_eq!(own.read_only_root_filesystem, Some(true));
+        assert_eq!(own.allow_privilege_escalation, Some(false));
+        let probe = container.readiness_probe.clone().unwrap().http_get.unwrap();
+        assert_eq!(probe.path.as_deref(), Some("/readyz"));
+        let ports: Vec<i32> = container.ports.clone().unwrap().iter().map(|p| p.container_port).collect();
+        assert!(!ports.contains(&admin_address.port().into()), "the admin port is not the pod's: {ports:?}");
+    }
 
     let accounts: Api<ServiceAccount> = Api::namespaced(k.clone(), "wasmgate-system");
     let request = TokenRequest {
@@ -1205,4 +1224,86 @@ async fn services_come_from_a_config_map_with_passwords_from_secrets() {
     })
     .await;
     assert!(!gw.logs().contains("second-pass"), "nor the new one");
+}
+
+/// Tenants: each namespace's WasmPlugins use only the services and module
+/// directories the node's file grants that namespace, and the node's
+/// default registry credentials reach only the registries they name: a
+/// WasmPlugin naming a registry of its own gets none (the registry records
+/// every request's headers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_gets_only_what_the_node_file_grants_it() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::PostParams;
+    use wasmgate_testkit::pki::{KeyType, Pki};
+
+    let cluster = Cluster::start().await;
+    let k = cluster.k.clone();
+    let namespaces: Api<Namespace> = Api::all(k.clone());
+    for name in ["team-a", "team-b"] {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    }
+    let pki = Pki::new("wasmgate test CA");
+    let cert = pki.server(&["IP:127.0.0.1"], KeyType::EcdsaP256, 1, 1);
+    let recorder = Upstream::start_tls("recorder", &cert.cert, &cert.key, None).await;
+    let redis = RedisServer::start();
+    let source = format!(
+        r#", grants: {{"team-a": {a}, "team-b": {b}}}, registry: {{hosts: ["registry.internal:5000"], username: node, password: node-secret, ca_file: "{ca}"}}"#,
+        a = plugin_grant(&["redis"]),
+        b = plugin_grant(&[]),
+        ca = pki.ca.display(),
+    );
+    let services = format!("services:\n  - {{name: redis, redis: \"{}\"}}\n", redis.url());
+    let gw = cluster.node_as(&cluster.dir.path().join("kubeconfig"), &source, &services);
+    let module = format!("file://{}", crate::common::plugin("higress_rules_counter").display());
+    let plugin = |namespace: &str, name: &str, spec: serde_json::Value| {
+        let k = k.clone();
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        async move {
+            let api: Api<WasmPlugin> = Api::namespaced(k, &namespace);
+            let object: WasmPlugin = serde_json::from_value(json!({
+                "apiVersion": "wasmgate.io/v1alpha1", "kind": "WasmPlugin",
+                "metadata": {"name": name, "namespace": namespace}, "spec": spec
+            }))
+            .unwrap();
+            api.create(&PostParams::default(), &object).await.unwrap();
+        }
+    };
+    plugin("team-a", "cache", json!({"url": module, "services": ["redis"]})).await;
+    plugin("team-b", "cache", json!({"url": module, "services": ["redis"]})).await;
+    plugin("team-b", "reader", json!({"url": "file:///etc/wasmgate/other-tenant.wasm"})).await;
+    plugin(
+        "team-b",
+        "pulled",
+        json!({"url": format!("oci://127.0.0.1:{}/team-b/plugin:1", recorder.port)}),
+    )
+    .await;
+    let condition = |namespace: &'static str, name: &'static str| {
+        let k = k.clone();
+        async move {
+            let api: Api<WasmPlugin> = Api::namespaced(k, namespace);
+            let p = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+            p["status"]["conditions"][0].clone()
+        }
+    };
+    until("team-a's plugin is accepted", || async {
+        condition("team-a", "cache").await["status"] == "True"
+    })
+    .await;
+    until("team-b's are refused with the reason", || async {
+        let cache = condition("team-b", "cache").await;
+        let reader = condition("team-b", "reader").await;
+        cache["status"] == "False"
+            && cache["message"].as_str().is_some_and(|m| m.contains("service `redis` is not granted to namespace `team-b`"))
+            && reader["status"] == "False"
+            && reader["message"].as_str().is_some_and(|m| m.contains("not under a granted directory"))
+    })
+    .await;
+    // The pull went to the tenant's registry, and no credentials with it.
+    until("the tenant's registry was asked", || async { recorder.hits() > 0 }).await;
+    for (path, headers) in recorder.received_all() {
+        assert!(headers.get("authorization").is_none(), "{path}: {headers:?}");
+    }
+    assert!(!gw.logs().contains("node-secret"));
 }

@@ -138,13 +138,29 @@ impl Cluster {
     }
 
     /// A node with `kubeconfig`'s identity; `source` is more of its
-    /// `config.kubernetes`, `extra` more of its file.
+    /// `config.kubernetes`, `extra` more of its file. Unless `source` says
+    /// its own `grants`, the `default` namespace's WasmPlugins may load the
+    /// test plugins ([`plugin_grant`]) and nothing more.
     pub fn node_as(&self, kubeconfig: &std::path::Path, source: &str, extra: &str) -> GatewayProc {
+        let grants = match source.contains("grants:") {
+            true => String::new(),
+            false => format!(", grants: {{default: {}}}", plugin_grant(&[])),
+        };
         GatewayProc::start(&format!(
-            "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nconfig: {{kubernetes: {{kubeconfig: \"{}\"{source}}}}}\n{extra}",
+            "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nconfig: {{kubernetes: {{kubeconfig: \"{}\"{source}{grants}}}}}\n{extra}",
             kubeconfig.display()
         ))
     }
+}
+
+/// A namespace grant (YAML) of the test plugins' directory and `services`.
+pub fn plugin_grant(services: &[&str]) -> String {
+    let dir = crate::common::plugin("capabilities");
+    format!(
+        "{{files: [\"{}\"], services: [{}]}}",
+        dir.parent().unwrap().display(),
+        services.join(", ")
+    )
 }
 
 pub async fn until<F, Fut>(what: &str, check: F)
