@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use wasmgate_cluster::access::EtcdAccess;
 use wasmgate_cluster::EtcdStore;
 use wasmgate_config::GatewayConfig;
 use wasmgate_gateway::{Gateway, LiveGateway};
@@ -31,9 +32,15 @@ pub struct PushArgs {
     /// Nodes still refuse a configuration whose plugins do not load.
     #[arg(long)]
     no_load: bool,
-    /// etcd endpoints (repeatable, or comma-separated).
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// etcd endpoints (repeatable, or comma-separated), reached in plain
+    /// `http://` with no user; for TLS, a user or sealed objects use `--node`.
+    #[arg(long, value_delimiter = ',', required_unless_present = "node")]
     etcd: Vec<String>,
+    /// Reach etcd as this node file's `config` section says: its endpoints,
+    /// prefix, `etcd_tls`, `etcd_auth`, and `encryption` keys (every object
+    /// is sealed with the first).
+    #[arg(long, conflicts_with_all = ["etcd", "prefix"])]
+    node: Option<std::path::PathBuf>,
     /// The key prefix the nodes watch.
     #[arg(long, default_value = "/wasmgate")]
     prefix: String,
@@ -99,23 +106,41 @@ fn push(args: PushArgs) -> Result<ExitCode> {
             }
         }
     }
-    let pushed = tokio.block_on(wasmgate_cluster::push::push(
-        &config,
-        &args.etcd,
-        &args.prefix,
-    ))?;
+    let (access, prefix) = match &args.node {
+        None => (EtcdAccess::plain(&args.etcd), args.prefix.clone()),
+        Some(file) => match node_access(file) {
+            Ok(found) => found,
+            Err(e) => {
+                eprintln!("{}: {e:#}\nnothing was pushed", file.display());
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    };
+    let pushed = tokio.block_on(wasmgate_cluster::push::push(&config, &access, &prefix))?;
     println!(
-        "{}: pushed {} objects to {} under {} (revision {}; {} deleted; {} transaction{})",
+        "{}: pushed {} objects to {} under {}{} (revision {}; {} deleted; {} transaction{})",
         args.config.file().display(),
         pushed.written,
-        args.etcd.join(", "),
-        args.prefix,
+        access.endpoints.join(", "),
+        prefix,
+        if access.keyring.is_some() { ", sealed" } else { "" },
         pushed.revision,
         pushed.deleted,
         pushed.transactions,
         if pushed.transactions == 1 { "" } else { "s" }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// How a node file (`--node`) reaches etcd, and its prefix.
+fn node_access(file: &std::path::Path) -> Result<(EtcdAccess, String)> {
+    let node = GatewayConfig::load(file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let Some(source) = node.config.filter(|c| !c.etcd.is_empty()) else {
+        anyhow::bail!("not a node file of an etcd cluster: it has no `config.etcd`");
+    };
+    let base = file.parent().unwrap_or(std::path::Path::new("."));
+    let prefix = source.prefix.clone();
+    Ok((EtcdAccess::new(&source, base)?, prefix))
 }
 
 /// Certificates given as files (`cert`, `key`) are published as their PEM
@@ -181,7 +206,7 @@ pub async fn start(
             .as_ref()
             .map_or(String::new(), |c| c.etcd.join(", "))
     ));
-    let store = EtcdStore::new(node, &live).map_err(|e| format!("{e:#}"))?;
+    let store = EtcdStore::new(node, file, &live).map_err(|e| format!("{e:#}"))?;
     live.set_store(store.clone());
     tokio::spawn(store.clone().run());
     tokio::spawn(wasmgate_cluster::nodes::register(store));

@@ -6,10 +6,11 @@
 //! see all of it at once; larger configurations are written in batches.
 
 use anyhow::{Context, Result};
-use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
+use etcd_client::{GetOptions, Txn, TxnOp};
 use wasmgate_config::GatewayConfig;
 
-use crate::layout;
+use crate::access::EtcdAccess;
+use crate::{layout, seal};
 
 /// Operations per transaction (etcd's default `--max-txn-ops` is 128).
 const MAX_TXN_OPS: usize = 128;
@@ -22,14 +23,15 @@ pub struct Pushed {
     pub transactions: usize,
 }
 
-pub async fn push(config: &GatewayConfig, endpoints: &[String], prefix: &str) -> Result<Pushed> {
+/// Writes `config` under `prefix`, each object sealed when `etcd` has keys.
+pub async fn push(config: &GatewayConfig, etcd: &EtcdAccess, prefix: &str) -> Result<Pushed> {
     let prefix = prefix.trim_end_matches('/');
-    let options = ConnectOptions::new()
-        .with_connect_timeout(std::time::Duration::from_secs(3))
-        .with_timeout(std::time::Duration::from_secs(10));
-    let mut client = Client::connect(endpoints, Some(options))
-        .await
-        .with_context(|| format!("connecting to etcd at {}", endpoints.join(", ")))?;
+    let mut client = etcd
+        .connect(
+            std::time::Duration::from_secs(3),
+            std::time::Duration::from_secs(10),
+        )
+        .await?;
     let existing = client
         .get(
             format!("{prefix}/"),
@@ -50,7 +52,10 @@ pub async fn push(config: &GatewayConfig, endpoints: &[String], prefix: &str) ->
     ops.extend(
         wanted
             .into_iter()
-            .map(|(key, value)| TxnOp::put(key, value, None)),
+            .map(|(key, value)| {
+                let value = seal::stored(etcd.keyring.as_ref(), &key, value);
+                TxnOp::put(key, value, None)
+            }),
     );
     let mut revision = 0;
     let mut transactions = 0;

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Txn, TxnOp, WatchOptions,
+    Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions,
 };
 use serde_json::{json, Value};
 use wasmgate_config::AdminChanges;
@@ -36,7 +36,9 @@ use wasmgate_gateway::config_store::{ConfigStore, StoreFuture};
 use wasmgate_gateway::reload::EditError;
 use wasmgate_gateway::LiveGateway;
 
+use crate::access::EtcdAccess;
 use crate::layout::{self, Objects};
+use crate::seal;
 use wasmgate_base::backoff::Backoff;
 
 /// Backoff between attempts to reach etcd: from about 100 ms, doubling, to
@@ -50,6 +52,8 @@ const SETTLE: Duration = Duration::from_millis(20);
 
 pub struct EtcdStore {
     pub(crate) endpoints: Vec<String>,
+    /// How etcd is reached (TLS, user) and the keys sealing its objects.
+    access: EtcdAccess,
     pub(crate) prefix: String,
     pub(crate) node: String,
     /// The node's own file: listen, admin, limits (no routes).
@@ -96,7 +100,13 @@ pub(crate) struct State {
 
 impl EtcdStore {
     /// A store for the node whose own file is `local` (with its `config`).
-    pub fn new(local: GatewayConfig, live: &Arc<LiveGateway>) -> Result<Arc<EtcdStore>> {
+    /// `file` is the node's file: `etcd_tls`, `etcd_auth` and the
+    /// encryption keys' paths are relative to its directory.
+    pub fn new(
+        local: GatewayConfig,
+        file: &std::path::Path,
+        live: &Arc<LiveGateway>,
+    ) -> Result<Arc<EtcdStore>> {
         let source: ConfigSource = local
             .config
             .clone()
@@ -108,8 +118,11 @@ impl EtcdStore {
                 .map(|l| l.address.clone())
                 .unwrap_or_default()
         });
+        let base = file.parent().unwrap_or(std::path::Path::new("."));
+        let access = EtcdAccess::new(&source, base)?;
         Ok(Arc::new(EtcdStore {
             endpoints: source.etcd.clone(),
+            access,
             prefix: source.prefix.trim_end_matches('/').to_string(),
             node,
             cache_file: source.cache_file.clone(),
@@ -173,14 +186,18 @@ impl EtcdStore {
         if let Some(client) = &*client {
             return Ok(client.clone());
         }
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(Duration::from_secs(5));
-        let connected = Client::connect(&self.endpoints, Some(options))
-            .await
-            .with_context(|| format!("connecting to etcd at {}", self.endpoints.join(", ")))?;
+        let connected = self
+            .access
+            .connect(Duration::from_secs(2), Duration::from_secs(5))
+            .await?;
         *client = Some(connected.clone());
         Ok(connected)
+    }
+
+    /// The configuration the objects (as stored in etcd) make.
+    fn merge(&self, objects: &Objects) -> Result<GatewayConfig> {
+        let opened = seal::open_all(self.access.keyring.as_ref(), objects)?;
+        layout::merge(&self.local, &self.prefix, &opened)
     }
 
     /// Forgets the client after a failure, so the next use reconnects.
@@ -355,7 +372,7 @@ impl EtcdStore {
             state.objects.clone()
         };
         let revision = layout::config_revision(&objects);
-        let merged = layout::merge(&self.local, &self.prefix, &objects);
+        let merged = self.merge(&objects);
         let result = match merged {
             Ok(config) if live.is_ready() && config == *live.current().config() => Ok(()),
             Ok(config) => live
@@ -457,7 +474,7 @@ impl EtcdStore {
             .collect();
         let revision = layout::config_revision(&objects);
         tracing::warn!(node = %self.node, revision, file = %path.display(), "{why}: serving the configuration cached in the cache file until etcd gives one this node can build");
-        let applied = match layout::merge(&self.local, &self.prefix, &objects) {
+        let applied = match self.merge(&objects) {
             Ok(config) => live
                 .apply(config, &format!("cache file (revision {revision})"))
                 .await
@@ -498,14 +515,22 @@ impl ConfigStore for EtcdStore {
                     .edit_base
                     .take()
                     .unwrap_or_else(|| state.applied_objects.clone());
-                let base = &base;
-                let last_seq = base
+                let opened = seal::open_all(self.access.keyring.as_ref(), &base).map_err(|e| {
+                    EditError::Invalid(format!("the configuration in etcd cannot be read: {e:#}"))
+                })?;
+                let last_seq = opened
                     .iter()
                     .filter(|(key, _)| key.starts_with(&format!("{}/routes/", self.prefix)))
                     .map(|(_, (_, bytes))| layout::route_seq(bytes))
                     .max()
                     .unwrap_or(0);
-                let writes = layout::writes(&self.prefix, &changes, base, last_seq);
+                let mut writes = layout::writes(&self.prefix, &changes, &opened, last_seq);
+                // Stored as etcd will hold them: sealed when the node has keys.
+                for w in &mut writes {
+                    if let Some(value) = w.value.take() {
+                        w.value = Some(seal::stored(self.access.keyring.as_ref(), &w.key, value));
+                    }
+                }
                 let compares: Vec<Compare> = writes
                     .iter()
                     .map(|w| match base.get(&w.key) {
@@ -519,12 +544,15 @@ impl ConfigStore for EtcdStore {
             };
             // Every writer writes it, so it is not compared: two edits of
             // different entries both succeed.
+            let changed_key = layout::changed_key(&self.prefix);
+            let changed = layout::changed_value(&format!("admin API on {}", self.node));
             writes.push(layout::Write {
-                key: layout::changed_key(&self.prefix),
-                value: Some(layout::changed_value(&format!(
-                    "admin API on {}",
-                    self.node
-                ))),
+                value: Some(seal::stored(
+                    self.access.keyring.as_ref(),
+                    &changed_key,
+                    changed,
+                )),
+                key: changed_key,
             });
             let ops: Vec<TxnOp> = writes
                 .iter()
@@ -589,7 +617,7 @@ impl ConfigStore for EtcdStore {
 
     fn latest(&self) -> Result<GatewayConfig, EditError> {
         let mut state = self.state.lock().expect("store state");
-        let config = layout::merge(&self.local, &self.prefix, &state.objects).map_err(|e| {
+        let config = self.merge(&state.objects).map_err(|e| {
             EditError::Invalid(format!(
                 "the configuration in etcd (revision {}) cannot be read: {e:#}; publish a valid one with `wasmgate config push`",
                 layout::config_revision(&state.objects)

@@ -50,7 +50,7 @@ mod postgres;
 mod redis;
 mod registry;
 
-pub use etcd::EtcdServer;
+pub use etcd::{EtcdServer, Secured as SecuredEtcd, ETCD_NODE_PASSWORD, ETCD_NODE_USER};
 pub use jaeger::JaegerServer;
 pub use kubernetes::{gateway_api_crd, KubeApiServer};
 pub use postgres::{PostgresOptions, PostgresServer};
