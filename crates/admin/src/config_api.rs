@@ -34,6 +34,12 @@ pub(super) async fn handle(
             }
             config.services = config.services.iter().map(NamedEntry::redacted).collect();
             config.plugins = config.plugins.iter().map(NamedEntry::redacted).collect();
+            config.routes = config.routes.iter().map(NamedEntry::redacted).collect();
+            for filter in &mut config.global_plugins {
+                if let Some(conf) = &mut filter.conf {
+                    wasmgate_config::secrets::redact_json(conf, &[]);
+                }
+            }
             config.certificates = config
                 .certificates
                 .iter()
@@ -120,6 +126,11 @@ fn find<T: NamedEntry>(live: &LiveGateway, name: &str) -> Option<T> {
 /// Creates (appended last: routes match in order) or replaces in place.
 async fn put<T: NamedEntry>(live: &LiveGateway, caller: &Caller, name: &str, body: &[u8]) -> Reply {
     let entry: T = match parse(name, body) {
+        Ok(entry) => entry,
+        Err(message) => return Reply::error(StatusCode::BAD_REQUEST, message),
+    };
+    // What it was shown redacted and wrote back so keeps its stored value.
+    let entry = match entry.with_secrets_kept(find::<T>(live, name).as_ref()) {
         Ok(entry) => entry,
         Err(message) => return Reply::error(StatusCode::BAD_REQUEST, message),
     };

@@ -23,6 +23,8 @@ pub(crate) enum Endpoint {
     StatsHistory,
     /// The last requests, from the access log.
     Requests,
+    /// The whole error a client was answered with, by its request id.
+    ErrorDetail,
     OpenApi,
     Reload,
     Profile,
@@ -67,6 +69,7 @@ pub(crate) const TABLE: &[(Method, &str, Endpoint)] = &[
     (Method::GET, "/status", Status),
     (Method::GET, "/stats/history", StatsHistory),
     (Method::GET, "/requests", Requests),
+    (Method::GET, "/errors/{name}", ErrorDetail),
     (Method::GET, "/openapi.yaml", OpenApi),
     (Method::POST, "/reload", Reload),
     (Method::POST, "/profile", Profile),

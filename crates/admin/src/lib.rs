@@ -59,6 +59,42 @@ impl Admin {
     }
 }
 
+/// Liveness and readiness answers (`/healthz`, `/readyz`).
+fn probe(live: &LiveGateway, endpoint: Endpoint) -> Reply {
+    match endpoint {
+        // Why is in /status (behind the token) and the log: etcd's
+        // endpoints and file paths are not for whoever reaches a probe.
+        Endpoint::Readyz if !live.is_ready() => Reply::text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "no configuration yet (GET /status says why)\n",
+        ),
+        _ => Reply::text(StatusCode::OK, "text/plain", "ok\n"),
+    }
+}
+
+/// The probes listener (`probes`): `/healthz` and `/readyz` and nothing
+/// else, so orchestrators reach them where the admin API itself stays on
+/// loopback (docs/admin.md, deploy/kubernetes).
+pub struct Probes {
+    pub live: Arc<LiveGateway>,
+}
+
+impl Handler for Probes {
+    async fn handle(&self, request: Request<Incoming>, _: Connection) -> Response<Body> {
+        let reply = match endpoints::find(request.method(), request.uri().path()) {
+            Lookup::Endpoint(endpoint, _) if endpoint.is_probe() => probe(&self.live, endpoint),
+            _ => Reply::text(StatusCode::NOT_FOUND, "text/plain", "not found: this listener answers /healthz and /readyz only\n"),
+        };
+        Response::builder()
+            .status(reply.status)
+            .header(hyper::header::CONTENT_TYPE, reply.content_type)
+            .header("x-content-type-options", "nosniff")
+            .body(body::full(reply.body))
+            .expect("static response parts are valid")
+    }
+}
+
 /// The OpenAPI description, served at `/openapi.yaml` and kept in docs/.
 const OPENAPI: &str = include_str!("../../../docs/admin-openapi.yaml");
 /// When this process started (ms since the epoch), for `/status`'s uptime.
@@ -141,9 +177,12 @@ impl Handler for Admin {
 
 impl Admin {
     fn respond(&self, reply: Reply) -> Response<Body> {
+        // nosniff: a browser takes a JSON or text answer for what it says
+        // it is, never for a page or a script.
         let mut response = Response::builder()
             .status(reply.status)
-            .header(hyper::header::CONTENT_TYPE, reply.content_type);
+            .header(hyper::header::CONTENT_TYPE, reply.content_type)
+            .header("x-content-type-options", "nosniff");
         if let Some(origin) = reply.cors {
             response = response
                 .header("access-control-allow-origin", origin)
@@ -166,14 +205,7 @@ impl Admin {
     /// Liveness and readiness: for orchestrators that hold no token, under
     /// whatever name they use; they reveal nothing.
     fn probe(&self, endpoint: Endpoint) -> Reply {
-        match endpoint {
-            Endpoint::Readyz if !self.live.is_ready() => Reply::text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                format!("no configuration yet: {}\n", self.live.waiting()),
-            ),
-            _ => Reply::text(StatusCode::OK, "text/plain", "ok\n"),
-        }
+        probe(&self.live, endpoint)
     }
 
     /// The Host and Origin checks (`guard.rs`): `Ok` with the CORS origin
@@ -277,6 +309,7 @@ impl Admin {
             Endpoint::Status => Reply::json(StatusCode::OK, self.status()),
             Endpoint::StatsHistory => Reply::json(StatusCode::OK, self.history.to_json()),
             Endpoint::Requests => requests::recent(&query),
+            Endpoint::ErrorDetail => requests::error_detail(&name),
             Endpoint::OpenApi => Reply::text(StatusCode::OK, "application/yaml", OPENAPI),
             Endpoint::Reload => {
                 let mut change = caller.change("POST /reload".into());
@@ -338,21 +371,29 @@ impl Admin {
                 "admin_file": gateway.config().admin_writes.then(|| self.live.admin_file().display().to_string()),
             }),
         };
+        let connections = wasmgate_gateway::stats::listener_counts();
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "started_at_ms": *STARTED_AT_MS,
             "reload": self.live.status(),
+            // Why a node serves no configuration yet (null when it does).
+            "waiting": (!self.live.is_ready()).then(|| self.live.waiting()),
             "watch": self.live.watch_status(),
             "config": config,
             "last_change": self.live.last_change(),
             "routes": gateway.config().routes.len(),
             "upstreams": gateway.config().upstreams.len(),
             "plugins": plugins,
-            "listeners": gateway.config().all_listeners().iter().map(|l| json!({
-                "address": l.address,
-                "tls": l.tls.is_some(),
-                "problem": gateway.listener_problem(&l.address),
-            })).collect::<Vec<_>>(),
+            "listeners": gateway.config().all_listeners().iter().map(|l| {
+                let counts = connections.iter().find(|c| c.address == l.address);
+                json!({
+                    "address": l.address,
+                    "tls": l.tls.is_some(),
+                    "problem": gateway.listener_problem(&l.address),
+                    "open_connections": counts.map(|c| c.open_connections),
+                    "max_connections": counts.map(|c| c.max_connections),
+                })
+            }).collect::<Vec<_>>(),
             "certificates": gateway.certificates,
         })
     }

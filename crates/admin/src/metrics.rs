@@ -1,11 +1,12 @@
 //! `/metrics`: everything in the Prometheus text format. Families, in order:
 //! configuration reloads, the engine's instance allocator, TLS (handshakes,
-//! certificates), routes, upstream nodes, plugins, services (Redis,
-//! PostgreSQL), then the metrics Proxy-Wasm plugins defined themselves.
+//! certificates), routes, upstream nodes, plugins, Proxy-Wasm shared data and
+//! queues, services (Redis, PostgreSQL), then the metrics Proxy-Wasm plugins
+//! defined themselves.
 
 use std::fmt::Write;
 
-use wasmgate_proxy_wasm::shared::{shared, Metric, MetricKind};
+use wasmgate_proxy_wasm::shared::{shared, Metric, MetricKind, VmUsage};
 use wasmgate_runtime::stats::LATENCY_BUCKETS;
 use wasmgate_runtime::{HistogramSnapshot, PoolStats};
 
@@ -19,12 +20,14 @@ pub fn render(live: &LiveGateway) -> String {
     instance_pool_metrics(live, &mut out);
     long_call_metrics(&mut out);
     tls_metrics(&gateway, &mut out);
+    listener_metrics(&mut out);
     tunnel_metrics(&mut out);
     access_log_metrics(&mut out);
     trace_metrics(&mut out);
     route_metrics(&gateway, &mut out);
     upstream_metrics(&gateway, &mut out);
     plugin_metrics(&gateway, &mut out);
+    shared_state_metrics(&mut out);
     service_metrics(live, &mut out);
     guest_defined_metrics(&mut out);
     out
@@ -320,6 +323,18 @@ fn plugin_metrics(gateway: &Gateway, out: &mut String) {
             let _ = writeln!(out, "{name}{{{l},kind=\"{kind}\"}} {n}");
         }
     }
+    let name = "wasmgate_plugin_host_limit_refusals_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Calls of a Proxy-Wasm filter a host limit refused, by limit (limits.proxy_wasm).",
+    );
+    for (l, set) in labels.iter().zip(&sets) {
+        for (limit, n) in set.stats.refusals() {
+            let _ = writeln!(out, "{name}{{{l},limit=\"{limit}\"}} {n}");
+        }
+    }
     let name = "wasmgate_plugin_memory_bytes";
     family(
         out,
@@ -353,6 +368,25 @@ fn plugin_metrics(gateway: &Gateway, out: &mut String) {
         family(out, name, kind, help);
         for (l, set) in labels.iter().zip(&sets) {
             let _ = writeln!(out, "{name}{{{l}}} {}", value(&set.pool));
+        }
+    }
+}
+
+/// What each Proxy-Wasm VM id holds in shared data and queues, against
+/// `limits.proxy_wasm` (the VM id is the plugin's name unless it sets one).
+fn shared_state_metrics(out: &mut String) {
+    let usage = shared().usage();
+    let families: [(&str, &str, fn(&VmUsage) -> usize); 5] = [
+        ("wasmgate_proxy_wasm_shared_data_bytes", "Keys and values of the VM id's shared data.", |u| u.data_bytes),
+        ("wasmgate_proxy_wasm_shared_data_keys", "Keys of the VM id's shared data.", |u| u.data_keys),
+        ("wasmgate_proxy_wasm_shared_queues", "Shared queues the VM id registered.", |u| u.queues),
+        ("wasmgate_proxy_wasm_shared_queue_items", "Items waiting in the VM id's shared queues.", |u| u.queue_items),
+        ("wasmgate_proxy_wasm_shared_queue_bytes", "Bytes waiting in the VM id's shared queues.", |u| u.queue_bytes),
+    ];
+    for (name, help, value) in families {
+        family(out, name, "gauge", help);
+        for vm in &usage {
+            let _ = writeln!(out, "{name}{{vm_id=\"{}\"}} {}", escape(&vm.vm_id), value(vm));
         }
     }
 }
@@ -587,6 +621,71 @@ fn tls_metrics(gateway: &Gateway, out: &mut String) {
             escape(&certificate.name),
             certificate.not_after
         );
+    }
+}
+
+/// Each listener's connections (traffic and admin), since the process started.
+fn listener_metrics(out: &mut String) {
+    let listeners = wasmgate_gateway::stats::listener_counts();
+    family(
+        out,
+        "wasmgate_listener_connections",
+        "gauge",
+        "Connections open now, by listener.",
+    );
+    for l in &listeners {
+        let _ = writeln!(
+            out,
+            "wasmgate_listener_connections{{listener=\"{}\"}} {}",
+            escape(&l.address),
+            l.open_connections
+        );
+    }
+    family(
+        out,
+        "wasmgate_listener_max_connections",
+        "gauge",
+        "The most connections each listener holds at once (max_connections).",
+    );
+    for l in &listeners {
+        let _ = writeln!(
+            out,
+            "wasmgate_listener_max_connections{{listener=\"{}\"}} {}",
+            escape(&l.address),
+            l.max_connections
+        );
+    }
+    family(
+        out,
+        "wasmgate_listener_connections_refused_total",
+        "counter",
+        "Connections closed as soon as they were accepted because the listener held max_connections.",
+    );
+    for l in &listeners {
+        let _ = writeln!(
+            out,
+            "wasmgate_listener_connections_refused_total{{listener=\"{}\"}} {}",
+            escape(&l.address),
+            l.refused
+        );
+    }
+    family(
+        out,
+        "wasmgate_listener_connections_closed_total",
+        "counter",
+        "Connections the gateway closed while their client kept them, by listener and why (http2_idle_timeout: no open stream for limits.http2_idle_timeout_ms; canceled_streams: the client canceled most of its HTTP/2 streams).",
+    );
+    for l in &listeners {
+        for (reason, n) in [
+            ("http2_idle_timeout", l.closed_idle),
+            ("canceled_streams", l.closed_canceled_streams),
+        ] {
+            let _ = writeln!(
+                out,
+                "wasmgate_listener_connections_closed_total{{listener=\"{}\",reason=\"{reason}\"}} {n}",
+                escape(&l.address),
+            );
+        }
     }
 }
 

@@ -2,6 +2,10 @@
 //! access log wrote (docs/observability.md), newest first, for the
 //! dashboard's request list. The access log keeps the last few hundred in
 //! memory; with the log off there are none, and the answer says so.
+//!
+//! `GET /errors/{request_id}`: the whole error the gateway answered a
+//! request with, of which the client got only the kind and the id
+//! (docs/security.md, "What clients are told").
 
 use hyper::StatusCode;
 use serde_json::json;
@@ -83,4 +87,26 @@ fn percent_decode(text: &str) -> String {
     percent_encoding::percent_decode_str(&spaced)
         .decode_utf8_lossy()
         .into_owned()
+}
+
+pub(super) fn error_detail(request_id: &str) -> Reply {
+    let Ok(id) = request_id.parse::<u64>() else {
+        return Reply::error(
+            StatusCode::BAD_REQUEST,
+            format!("`{request_id}` is not a request id (the number an error answer names)"),
+        );
+    };
+    match wasmgate_gateway::error_response::recent_errors::find(id) {
+        Some((status, error)) => Reply::json(
+            StatusCode::OK,
+            json!({"request_id": id, "status": status, "error": error}),
+        ),
+        None => Reply::error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no error answered to request {id} among the last {} (the log has older ones)",
+                wasmgate_gateway::error_response::recent_errors::KEPT
+            ),
+        ),
+    }
 }

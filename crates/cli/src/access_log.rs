@@ -75,6 +75,7 @@ pub fn start_tracing(config: &wasmgate_config::TracingConfig, base: &Path) -> Re
         },
         ca_file: config.ca_file.as_ref().map(|file| base.join(file)),
         sample_ratio: config.sample_ratio,
+        respect_sampled: config.respect_sampled,
         service_name: config.service_name.clone(),
         batch_delay: std::time::Duration::from_millis(config.batch_delay_ms),
         queue_spans: config.queue_spans,

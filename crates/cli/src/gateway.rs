@@ -242,10 +242,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     };
     let config = live.current().config().clone();
     let listeners = bind_listeners(&config, &args.config.config)?;
-    let listener_config = ListenerConfig {
-        header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
-        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
-    };
+    let listener_config = listener_config(&config.limits, args.shutdown_grace_secs);
     if let Some(admin) = &config.admin {
         let admin_listener = tokio::net::TcpListener::bind(admin)
             .await
@@ -270,6 +267,25 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
             }
         });
         tracing::info!(address = %admin, "admin listener (admin API, /metrics, /healthz, /readyz; see docs/admin.md)");
+    }
+    if let Some(probes) = &config.probes {
+        let probes_listener = tokio::net::TcpListener::bind(probes).await.with_context(|| {
+            format!(
+                "{}: probes: cannot listen on {probes} (is another process using it? change `probes`)",
+                args.config.config.display()
+            )
+        })?;
+        let handler = Arc::new(wasmgate_admin::Probes { live: live.clone() });
+        let probes_config = listener_config.clone();
+        tokio::spawn(async move {
+            let never = std::future::pending::<()>();
+            if let Err(e) =
+                wasmgate_gateway::serve(probes_listener, handler, probes_config, never).await
+            {
+                tracing::error!(error = %e, "probes listener failed");
+            }
+        });
+        tracing::info!(address = %probes, "probes listener (/healthz, /readyz only)");
     }
     // Reloads: SIGHUP, and changes to the configuration or a plugin's module
     // (with etcd, the node follows etcd instead of its file).
@@ -347,9 +363,28 @@ fn bind_listeners(config: &GatewayConfig, file: &std::path::Path) -> Result<Vec<
             Ok(Listening {
                 socket,
                 tls: l.tls.as_ref().map(|_| l.address.as_str().into()),
+                max_connections: l.max_connections.unwrap_or(config.limits.max_connections),
             })
         })
         .collect()
+}
+
+/// How the node's listeners serve connections, from its `limits`.
+fn listener_config(limits: &wasmgate_config::Limits, shutdown_grace_secs: u64) -> ListenerConfig {
+    let ms = Duration::from_millis;
+    ListenerConfig {
+        header_read_timeout: ms(limits.header_read_timeout_ms),
+        shutdown_grace: Duration::from_secs(shutdown_grace_secs),
+        http2: wasmgate_gateway::Http2Limits {
+            idle_timeout: ms(limits.http2_idle_timeout_ms),
+            keepalive_interval: (limits.http2_keepalive_interval_ms > 0)
+                .then(|| ms(limits.http2_keepalive_interval_ms)),
+            keepalive_timeout: ms(limits.http2_keepalive_timeout_ms),
+            max_concurrent_streams: limits.http2_max_concurrent_streams,
+            max_header_list_bytes: limits.http2_max_header_list_bytes,
+        },
+        max_connections: limits.max_connections,
+    }
 }
 
 /// How often the configuration file and plugin modules are checked for changes.

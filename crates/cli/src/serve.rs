@@ -201,6 +201,7 @@ async fn serve_one<H: Handler>(
     let listening = vec![wasmgate_gateway::Listening {
         socket: listener,
         tls: None,
+        max_connections: config.max_connections,
     }];
     serve_until_signal(listening, threads, route, config, async {}).await?;
     crate::access_log::drain();

@@ -292,6 +292,7 @@ fn log(c: &mut Ctx, level: tracing::Level, handle: u64) -> Result<()> {
     }
     let bytes = take_bytes(c, handle, "log message")?;
     let message = String::from_utf8_lossy(&bytes);
+    let message = wasmgate_runtime::guest_log::escape(&message);
     let plugin = &c.data().plugin.name;
     match level {
         tracing::Level::ERROR => {

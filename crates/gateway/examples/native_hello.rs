@@ -42,6 +42,7 @@ fn main() {
         vec![wasmgate_gateway::Listening {
             socket: listener,
             tls: None,
+            max_connections: 10_000,
         }],
         threads,
         Arc::new(NativeHello),

@@ -101,6 +101,7 @@ fn main() {
         vec![wasmgate_gateway::Listening {
             socket: listener,
             tls: None,
+            max_connections: 10_000,
         }],
         1,
         Arc::new(NativeOrders { service }),

@@ -75,10 +75,11 @@ impl Handler for ComponentRoute {
         let details = self.config.error_details;
         let call = component::answer(&self.plugin, head, body, secure, request_id, details);
         // A traced request's log lines carry its trace id.
-        let response = match pending.as_ref().and_then(|pending| pending.scope()) {
+        let mut response = match pending.as_ref().and_then(|pending| pending.scope()) {
             Some(scope) => scope.run(Box::pin(call)).await,
             None => call.await,
         };
+        crate::error_response::public(&mut response, details, || request_id);
         logged(pending, response)
     }
 }

@@ -129,12 +129,13 @@ pub fn crash_summary(report: &wasmgate_runtime::CrashReport, request_id: u64) ->
 /// A JSON error response with `{"error": body}`, marked as the gateway's
 /// own answer (a gRPC client gets it as a gRPC status: `grpc.rs`).
 pub fn json_error(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
+    let bytes = serde_json::to_vec(&json!({ "error": body })).expect("JSON values serialise");
     let made = crate::grpc::GatewayAnswer {
         kind: body["kind"].as_str().unwrap_or("error").to_string(),
         message: body["message"].as_str().unwrap_or_default().to_string(),
         grpc_status: None,
+        detail: Some(body),
     };
-    let bytes = serde_json::to_vec(&json!({ "error": body })).expect("JSON values serialise");
     Response::builder()
         .status(status)
         .header(hyper::header::CONTENT_TYPE, "application/json")
@@ -162,4 +163,84 @@ pub fn before_call(
 /// An error that is not a plugin call's (bad request, body too large, ...).
 pub fn simple(status: StatusCode, kind: &str, message: impl Into<String>) -> Response<Full<Bytes>> {
     json_error(status, json!({ "kind": kind, "message": message.into() }))
+}
+
+/// The gateway's error answers as clients get them without `error_details`:
+/// `{"error":{"kind":...,"request_id":...}}` and nothing else (no upstream
+/// address, connection error, plugin, registry or etcd endpoint: what
+/// failed inside is the operator's). The whole error goes to the log and to
+/// `GET /errors/{request_id}` on the admin API, under the id the client got.
+/// A response that is not the gateway's own error (an upstream's, a
+/// filter's local answer) passes as it is; so does every error with
+/// `details` on. The id is the error's own when it names one (a plugin
+/// failure's), else `request_id`'s.
+pub fn public(
+    response: &mut hyper::Response<crate::body::Body>,
+    details: bool,
+    request_id: impl FnOnce() -> u64,
+) {
+    let status = response.status();
+    let Some(answer) = response
+        .extensions_mut()
+        .get_mut::<crate::grpc::GatewayAnswer>()
+    else {
+        return;
+    };
+    let Some(detail) = &answer.detail else {
+        return; // a filter's local response: the filter's own words
+    };
+    let id = detail["request_id"].as_u64().unwrap_or_else(request_id);
+    let mut detail = detail.clone();
+    detail["request_id"] = json!(id);
+    // What failed was logged where it failed (an upstream, a filter, a
+    // crash report), often at `warn`; this line ties it to the id the
+    // client holds.
+    if status.is_server_error() {
+        tracing::info!(request_id = id, status = status.as_u16(), error = %detail, "answered a request with an error");
+    } else {
+        tracing::debug!(request_id = id, status = status.as_u16(), error = %detail, "answered a request with an error");
+    }
+    recent_errors::keep(id, status.as_u16(), detail);
+    if details {
+        return;
+    }
+    let kind = answer.kind.clone();
+    answer.message =
+        format!("{kind} (request {id}; the gateway's log and admin API have the details)");
+    answer.detail = None;
+    let bytes = serde_json::to_vec(&json!({ "error": { "kind": kind, "request_id": id } }))
+        .expect("JSON values serialise");
+    response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+    *response.body_mut() = crate::body::full(bytes);
+}
+
+/// The last errors the gateway answered with, whole, by request id: what
+/// `GET /errors/{request_id}` shows operators.
+pub mod recent_errors {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    /// How many are kept (the oldest go first).
+    pub const KEPT: usize = 1000;
+
+    static RECENT: Mutex<VecDeque<(u64, u16, serde_json::Value)>> = Mutex::new(VecDeque::new());
+
+    pub(crate) fn keep(request_id: u64, status: u16, error: serde_json::Value) {
+        let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == KEPT {
+            recent.pop_front();
+        }
+        recent.push_back((request_id, status, error));
+    }
+
+    /// The error answered to request `request_id` (its status and the
+    /// whole error), if it is among the last [`KEPT`].
+    pub fn find(request_id: u64) -> Option<(u16, serde_json::Value)> {
+        let recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+        recent
+            .iter()
+            .rev()
+            .find(|(id, _, _)| *id == request_id)
+            .map(|(_, status, error)| (*status, error.clone()))
+    }
 }

@@ -155,15 +155,21 @@ impl FunctionRoute {
 
 impl Handler for FunctionRoute {
     async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+        let details = self.config.error_details;
         if !wasmgate_observe::observing() {
-            return FunctionRoute::handle(self, request).await.map(body::boxed);
+            let mut response = FunctionRoute::handle(self, request).await.map(body::boxed);
+            error_response::public(&mut response, details, crate::request_id::next);
+            return response;
         }
         let host = crate::router::request_host(request.uri(), request.headers()).to_string();
         let (mut parts, body) = request.into_parts();
         let (_, mut pending) = crate::access::observe(&mut parts, &host, connection.peer);
         let request = Request::from_parts(parts, body);
-        let response = self.handle_noted(request, pending.as_deref_mut()).await;
-        logged(pending, response.map(body::boxed))
+        let mut response = self.handle_noted(request, pending.as_deref_mut()).await.map(body::boxed);
+        error_response::public(&mut response, details, || {
+            pending.as_ref().map_or_else(crate::request_id::next, |p| p.request_id())
+        });
+        logged(pending, response)
     }
 }
 

@@ -40,6 +40,10 @@ pub struct GatewayAnswer {
     pub message: String,
     /// The status a filter asked for (`proxy_send_local_response`).
     pub grpc_status: Option<u32>,
+    /// The whole error (`{"kind", "message", ...}`), for the log and the
+    /// admin API when clients get only its kind and request id
+    /// (`error_response::public`); `None` for a filter's local response.
+    pub detail: Option<serde_json::Value>,
 }
 
 const DEADLINE_EXCEEDED: u32 = 4;

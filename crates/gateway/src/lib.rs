@@ -40,5 +40,5 @@ pub use function_route::{FunctionRoute, FunctionRouteConfig};
 pub use gateway::Gateway;
 pub use reload::{LiveGateway, ReloadStatus};
 pub use transport::listener::{
-    serve, serve_workers, Connection, Handler, ListenerConfig, Listening, Workers,
+    serve, serve_workers, Connection, Handler, Http2Limits, ListenerConfig, Listening, Workers,
 };

@@ -132,7 +132,7 @@ impl Gateway {
                     parts.uri.path()
                 ),
             ));
-            return logged(pending, response);
+            return self.answered(pending, response);
         };
         if !route.access_log {
             pending = pending.and_then(Pending::without_log);
@@ -155,7 +155,7 @@ impl Gateway {
                     edits.apply(response.headers_mut());
                 }
                 route.count(response.status());
-                return logged(pending, response);
+                return self.answered(pending, response);
             }
             Some(cors::Verdict::Answer(headers)) => Some(headers),
             None => None,
@@ -177,7 +177,7 @@ impl Gateway {
                 Err(_) => {
                     route.rejected.fetch_add(1, Ordering::Relaxed);
                     route.count(StatusCode::SERVICE_UNAVAILABLE);
-                    return logged(pending, route_overloaded(&route.name));
+                    return self.answered(pending, route_overloaded(&route.name));
                 }
             },
         };
@@ -234,7 +234,7 @@ impl Gateway {
         }
         route.latency.record(started.elapsed());
         route.count(response.status());
-        let response = logged(pending, response);
+        let response = self.answered(pending, response);
         match permit {
             // The request counts against the limit until its body is sent.
             Some(permit) => response.map(|body| {
@@ -246,6 +246,22 @@ impl Gateway {
             }),
             None => response,
         }
+    }
+
+    /// The response as the client gets it: the gateway's own error answers
+    /// reduced to their kind and request id (`error_response::public`), and
+    /// its access-log line begun.
+    fn answered(
+        &self,
+        pending: Option<Box<Pending>>,
+        mut response: Response<Body>,
+    ) -> Response<Body> {
+        error_response::public(&mut response, self.config.error_details, || {
+            pending
+                .as_ref()
+                .map_or_else(crate::request_id::next, |p| p.request_id())
+        });
+        logged(pending, response)
     }
 
     /// The fast path: no filter, so no exchange to build.
@@ -880,6 +896,7 @@ fn local_response(local: LocalResponse, grpc: bool) -> Response<Body> {
                 kind: "local".into(),
                 message,
                 grpc_status: local.grpc_status,
+                detail: None,
             });
     }
     response

@@ -467,19 +467,24 @@ impl LiveGateway {
         reason
     }
 
-    /// The listener, admin address and thread counts are fixed at start-up.
+    /// The listeners (and how they treat connections), the admin and probes
+    /// addresses and the thread counts are fixed at start-up.
     fn warn_about_restart_only_changes(&self, new: &GatewayConfig) {
         let current = self.current();
         let old = current.config();
-        if old.all_listeners() != new.all_listeners()
-            || old.admin != new.admin
-            || old.limits.threads != new.limits.threads
-            || old.limits.long_call_threads != new.limits.long_call_threads
-            || old.limits.long_call_nice != new.limits.long_call_nice
-            || old.access_log != new.access_log
-        {
+        let fixed = |c: &GatewayConfig| {
+            let l = &c.limits;
+            (
+                (c.all_listeners(), c.admin.clone(), c.probes.clone(), c.access_log.clone()),
+                (l.threads, l.long_call_threads, l.long_call_nice),
+                (l.header_read_timeout_ms, l.max_connections),
+                (l.http2_idle_timeout_ms, l.http2_keepalive_interval_ms, l.http2_keepalive_timeout_ms),
+                (l.http2_max_concurrent_streams, l.http2_max_header_list_bytes),
+            )
+        };
+        if fixed(old) != fixed(new) {
             tracing::warn!(
-                "`listen`, `listeners`, `admin`, `limits.threads`, `limits.long_call_threads`, `limits.long_call_nice` and `access_log` changes take effect at the next restart (certificates and the other sections are reloaded)"
+                "`listen`, `listeners`, `admin`, `probes`, `access_log` and these `limits` take effect at the next restart: `threads`, `long_call_threads`, `long_call_nice`, `header_read_timeout_ms`, `max_connections`, `http2_*` (certificates and the other sections are reloaded)"
             );
         }
     }
@@ -561,15 +566,14 @@ impl Handler for LiveGateway {
 }
 
 impl LiveGateway {
-    /// 503 while the node has no configuration, with the reason.
+    /// 503 while the node has no configuration. Why (etcd's endpoints, a
+    /// cache file's path, a build error) is the operator's: the log and
+    /// `/status` say it, not the answer to every client.
     fn not_ready(&self) -> Response<Body> {
         let mut response = crate::error_response::simple(
             hyper::StatusCode::SERVICE_UNAVAILABLE,
             "no_configuration",
-            format!(
-                "this node has no configuration to serve yet: {}",
-                self.waiting()
-            ),
+            "this node has no configuration to serve yet",
         );
         response.headers_mut().insert(
             hyper::header::RETRY_AFTER,

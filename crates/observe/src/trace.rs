@@ -57,8 +57,14 @@ pub struct TraceSettings {
     /// self-signed collector); without it, Mozilla's roots.
     pub ca_file: Option<std::path::PathBuf>,
     /// The share of new traces recorded (0 to 1); a request that comes with
-    /// a `traceparent` follows its sampled flag.
+    /// a `traceparent` follows its sampled flag when `respect_sampled`.
     pub sample_ratio: f64,
+    /// Whether a client's `traceparent` decides that its request is
+    /// recorded (W3C's usual rule). Off, every request is recorded at
+    /// `sample_ratio` (by its trace id, so a trace continued through
+    /// several nodes gets the same decision on each), and a client cannot
+    /// fill the collector by setting the flag.
+    pub respect_sampled: bool,
     /// `service.name` of every span.
     pub service_name: String,
     /// How long finished spans wait to be sent in one batch.
@@ -82,6 +88,7 @@ pub struct Tracing {
     stats: Arc<TraceStats>,
     /// A new trace is recorded when its id's last 63 bits are below this.
     ratio_bound: u64,
+    respect_sampled: bool,
 }
 
 static TRACING: OnceLock<Tracing> = OnceLock::new();
@@ -135,6 +142,7 @@ impl Tracing {
             tracer,
             stats,
             ratio_bound: ratio_bound(settings.sample_ratio),
+            respect_sampled: settings.respect_sampled,
         })
     }
 
@@ -157,7 +165,11 @@ impl Tracing {
         let parent = traceparent.and_then(TraceParent::parse);
         let span_id = new_span_id();
         let (trace_id, sampled) = match &parent {
-            Some(parent) => (parent.trace_id, parent.sampled),
+            Some(parent) if self.respect_sampled => (parent.trace_id, parent.sampled),
+            Some(parent) => (
+                parent.trace_id,
+                ratio_samples(self.ratio_bound, &parent.trace_id),
+            ),
             None => {
                 let trace_id = random_trace_id();
                 (trace_id, ratio_samples(self.ratio_bound, &trace_id))
@@ -191,6 +203,9 @@ impl Tracing {
             span_id,
             upstream_span: new_span_id(),
             continued: parent.is_some(),
+            overruled_parent: parent
+                .filter(|parent| parent.sampled && span.is_none())
+                .map(|parent| parent.span_id),
             span,
         }
     }
@@ -292,6 +307,9 @@ pub struct RequestTrace {
     upstream_span: [u8; 8],
     /// Whether the client sent a valid `traceparent`.
     continued: bool,
+    /// The client's parent span, when its sampled flag was overruled
+    /// (`respect_sampled: false`): the upstream hears "not sampled".
+    overruled_parent: Option<[u8; 8]>,
     span: Option<opentelemetry_sdk::trace::Span>,
 }
 
@@ -329,10 +347,13 @@ impl RequestTrace {
     /// client's own: a recorded trace names the upstream span as parent;
     /// a trace this node started (and does not record) still reaches the
     /// upstream, unsampled. An unrecorded continued trace passes the
-    /// client's header on unchanged (`None`).
+    /// client's header on unchanged (`None`), unless the client's sampled
+    /// flag was overruled: then the upstream hears the same parent, unsampled.
     pub fn upstream_traceparent(&self) -> Option<[u8; traceparent::LEN]> {
         if !self.sampled() && self.continued {
-            return None;
+            return self
+                .overruled_parent
+                .map(|parent| traceparent::format(&self.trace_id, &parent, false));
         }
         Some(traceparent::format(
             &self.trace_id,

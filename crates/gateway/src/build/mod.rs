@@ -168,12 +168,14 @@ fn build_tls(config: &GatewayConfig, base: &Path, problems: &mut Problems) -> Bu
             tracing::warn!(listener = %listener.address, "this TLS listener {problem}");
             lacking.push((listener.address.clone(), problem));
         }
-        match tls::server_config(settings, &loaded, base) {
+        match tls::server_config(&listener.address, settings, &loaded, base) {
             Ok(server) => acceptors.push((
                 listener.address.clone(),
                 TlsAcceptorConfig {
                     server,
                     handshake_timeout: Duration::from_millis(settings.handshake_timeout_ms),
+                    requires_client_certificate: settings.client_auth
+                        == wasmgate_config::ClientAuth::Required,
                 },
             )),
             Err(message) => problems.add(format!("listeners[{}].tls", i - first_tls), message),

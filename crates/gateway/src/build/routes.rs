@@ -160,8 +160,8 @@ async fn build_filter(
         settings,
         filter,
         &r.name,
-        context.caller.clone(),
-        grants(settings, context.services),
+        (context.caller.clone(), grants(settings, context.services)),
+        &context.config.limits.proxy_wasm,
     );
     match FilterPlugin::from_module(context.runtime, module, filter_config).await {
         Ok(plugin) => Some((
