@@ -20,10 +20,17 @@ use wasmgate_testkit::{EtcdServer, RedisServer};
 
 /// A node whose configuration is in `etcd`.
 fn node(etcd: &EtcdServer, name: &str, extra: &str) -> GatewayProc {
+    node_granting(etcd, name, extra, "{}")
+}
+
+/// The same, its file granting the cluster's plugins `grants`
+/// (docs/security.md: etcd's plugins get only what the node's file grants).
+fn node_granting(etcd: &EtcdServer, name: &str, extra: &str, grants: &str) -> GatewayProc {
     GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
 admin: "{{admin}}"
+grants: {grants}
 config: {{etcd: ["{}"], node_name: {name}{extra}}}
 "#,
         etcd.url()
@@ -421,8 +428,20 @@ async fn a_late_node_catches_up_and_a_node_without_etcd_waits_or_uses_its_cache(
     let r = send(&c, "GET", &blind.url("/home"), &[], "").await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["kind"], "no_configuration");
+    // Clients and probes learn nothing of etcd; /status (the operator's) does.
+    let endpoint = etcd.url().trim_start_matches("http://").to_string();
+    assert!(
+        !r.text().contains(&endpoint) && !r.text().contains("etcd"),
+        "{}",
+        r.text()
+    );
     let ready = send(&c, "GET", &blind.admin_url("/readyz"), &[], "").await;
     assert_eq!(ready.status, 503);
+    assert!(!ready.text().contains(&endpoint), "{}", ready.text());
+    let status = send(&c, "GET", &blind.admin_url("/status"), &[], "")
+        .await
+        .text();
+    assert!(status.contains(&endpoint), "{status}");
     // ...one with a cache serves what it applied last.
     let cached = GatewayProc::start(&format!(
         r#"
@@ -466,7 +485,7 @@ routes:
         ),
     );
     let nodes: Vec<GatewayProc> = (1..=3)
-        .map(|i| node(&etcd, &format!("node{i}"), ""))
+        .map(|i| node_granting(&etcd, &format!("node{i}"), "", "{services: [redis]}"))
         .collect();
     let c = client();
     for gw in &nodes {

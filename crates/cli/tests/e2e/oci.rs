@@ -323,6 +323,7 @@ async fn a_bad_pull_is_refused_with_its_reason_and_the_running_version_keeps_ser
 listen: "{{listen}}"
 admin: "{{admin}}"
 admin_writes: true
+grants: {{env: ["WASMGATE_TEST_*"]}}
 plugins:
   - {{name: greeter, wasm: "oci://{host}/fn/greeter:1", registry: {{plain_http: true}}}}
 routes:
@@ -747,4 +748,95 @@ routes:
         }
         assert_eq!(plugin_status(&c, gw, "greeter").await["image"], wasm);
     }
+}
+
+/// A body of 1 MiB chunks of spaces, for ever, with no length.
+struct Endless;
+
+impl hyper::body::Body for Endless {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        let chunk = bytes::Bytes::from(vec![b' '; 1 << 20]);
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(chunk))))
+    }
+}
+
+/// A registry that misbehaves with its manifests, served in-process: the
+/// manifest of `big` is endless (sent in chunks, no length), and that of
+/// `moved` redirects to another host.
+async fn misbehaving_registry(other_host: String) -> (u16, tokio::task::JoinHandle<()>) {
+    use http_body_util::{BodyExt, Full};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let other_host = other_host.clone();
+            let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
+                let path = request.uri().path().to_string();
+                let other_host = other_host.clone();
+                async move {
+                    let response = hyper::Response::builder();
+                    let digest = format!("sha256:{}", "0".repeat(64));
+                    let response = if path.starts_with("/v2/big/manifests/") {
+                        response
+                            .header("docker-content-digest", digest)
+                            .body(Endless.boxed())
+                    } else if path.starts_with("/v2/moved/manifests/") {
+                        response
+                            .status(307)
+                            .header("location", format!("http://{other_host}{path}"))
+                            .body(Full::new(bytes::Bytes::new()).map_err(|e| match e {}).boxed())
+                    } else {
+                        // `/v2/`: no authentication needed.
+                        response.body(Full::new(bytes::Bytes::new()).map_err(|e| match e {}).boxed())
+                    };
+                    Ok::<_, std::convert::Infallible>(response.unwrap())
+                }
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    (port, task)
+}
+
+/// A manifest is read up to 4 MiB, and only from the registry itself: a
+/// redirect to another host is refused before that host is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifests_are_capped_and_never_fetched_from_another_host() {
+    let elsewhere = crate::common::upstream::Upstream::start("elsewhere").await;
+    let (port, _registry) = misbehaving_registry(elsewhere.address()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let pull = |name: &str| {
+        let cache = cache.path().to_path_buf();
+        let reference = format!("oci://127.0.0.1:{port}/{name}:1");
+        tokio::task::spawn_blocking(move || {
+            wasmgate(&cache, &["call", &reference, "hello", "--plain-http", "--input", "x"])
+        })
+    };
+    let out = pull("big").await.unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("larger than the limit of 4194304 bytes"),
+        "{}",
+        text(&out)
+    );
+    let out = pull("moved").await.unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("another host: refused"), "{}", text(&out));
+    assert_eq!(
+        elsewhere.hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the other host was asked"
+    );
 }

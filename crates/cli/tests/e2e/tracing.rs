@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::gateway::{send, GatewayProc};
+use crate::common::gateway::{send, until_metric, GatewayProc};
 use crate::common::upstream::Upstream;
 use crate::common::{client, HttpClient};
 use serde_json::Value;
@@ -301,6 +301,38 @@ async fn sampling_follows_the_ratio_and_the_clients_flag() {
             .await
             .is_none()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cannot_decide_sampling_when_respect_sampled_is_off() {
+    // No collector is needed: what is recorded is counted before export.
+    let upstream = Upstream::start("web").await;
+    let tracing = r#"endpoint: "http://127.0.0.1:9", sample_ratio: 0.0, respect_sampled: false"#;
+    let gw = GatewayProc::start(&config_tracing(tracing, upstream.port));
+    let c = client();
+    let theirs = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    for path in ["/a", "/b", "/c"] {
+        let reply = send(&c, "GET", &gw.url(path), &[("traceparent", theirs)], "").await;
+        // The trace goes on, under the client's parent, but unsampled.
+        assert_eq!(
+            reply.json()["headers"]["traceparent"],
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+        );
+    }
+    assert_eq!(spans_counted(&c, &gw, "recorded").await, 0);
+
+    // The control: by default the client's flag is followed.
+    let tracing = r#"endpoint: "http://127.0.0.1:9", sample_ratio: 0.0"#;
+    let gw = GatewayProc::start(&config_tracing(tracing, upstream.port));
+    let reply = send(&c, "GET", &gw.url("/a"), &[("traceparent", theirs)], "").await;
+    assert_eq!(traceparent_seen(&reply).2, "01");
+    until_metric(
+        &c,
+        &gw,
+        "wasmgate_trace_spans_total{outcome=\"recorded\"}",
+        |n| n >= 1.0,
+    )
+    .await;
 }
 
 /// The count of spans `outcome` (`exported`, `failed`) in `/metrics`.

@@ -205,6 +205,19 @@ pub async fn get(client: &HttpClient, url: &str) -> Reply {
     send(client, "GET", url, &[], Bytes::new()).await
 }
 
+/// An admin API call as a script makes it (marked deliberate with
+/// `X-Wasmgate-Admin`, no token: the tests' admin listeners are on loopback).
+pub async fn admin(c: &HttpClient, gw: &GatewayProc, method: &str, path: &str, body: &str) -> Reply {
+    send(
+        c,
+        method,
+        &gw.admin_url(path),
+        &[("x-wasmgate-admin", "1")],
+        body.to_string(),
+    )
+    .await
+}
+
 /// A sample of the gateway's `/metrics`, with its labels as written.
 pub async fn metric(c: &HttpClient, gw: &GatewayProc, series: &str) -> f64 {
     let text = send(c, "GET", &gw.admin_url("/metrics"), &[], "")

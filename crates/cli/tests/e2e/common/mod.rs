@@ -28,7 +28,8 @@ pub fn plugin(name: &str) -> PathBuf {
         "{} is missing: run `make plugins` first",
         path.display()
     );
-    path
+    // Without `..`: a path a Kubernetes namespace may be granted.
+    path.canonicalize().unwrap()
 }
 
 pub fn wasmgate() -> Command {

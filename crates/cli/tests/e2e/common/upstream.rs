@@ -185,6 +185,14 @@ impl Upstream {
             .collect()
     }
 
+    /// The paths and headers of the last requests it received, oldest first.
+    pub fn received_all(&self) -> Vec<(String, hyper::HeaderMap)> {
+        let log = self.received.lock().unwrap();
+        log.iter()
+            .map(|(path, headers, _)| (path.clone(), headers.clone()))
+            .collect()
+    }
+
     /// The bodies of the last requests to `path` it received, oldest first.
     pub fn received_bodies(&self, path: &str) -> Vec<Bytes> {
         let log = self.received.lock().unwrap();
