@@ -84,7 +84,11 @@ impl Handler for Probes {
     async fn handle(&self, request: Request<Incoming>, _: Connection) -> Response<Body> {
         let reply = match endpoints::find(request.method(), request.uri().path()) {
             Lookup::Endpoint(endpoint, _) if endpoint.is_probe() => probe(&self.live, endpoint),
-            _ => Reply::text(StatusCode::NOT_FOUND, "text/plain", "not found: this listener answers /healthz and /readyz only\n"),
+            _ => Reply::text(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "not found: this listener answers /healthz and /readyz only\n",
+            ),
         };
         Response::builder()
             .status(reply.status)

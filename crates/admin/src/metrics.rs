@@ -375,18 +375,45 @@ fn plugin_metrics(gateway: &Gateway, out: &mut String) {
 /// What each Proxy-Wasm VM id holds in shared data and queues, against
 /// `limits.proxy_wasm` (the VM id is the plugin's name unless it sets one).
 fn shared_state_metrics(out: &mut String) {
+    /// A gauge family: its name, help, and what it reads of a VM id's usage.
+    type Family = (&'static str, &'static str, fn(&VmUsage) -> usize);
     let usage = shared().usage();
-    let families: [(&str, &str, fn(&VmUsage) -> usize); 5] = [
-        ("wasmgate_proxy_wasm_shared_data_bytes", "Keys and values of the VM id's shared data.", |u| u.data_bytes),
-        ("wasmgate_proxy_wasm_shared_data_keys", "Keys of the VM id's shared data.", |u| u.data_keys),
-        ("wasmgate_proxy_wasm_shared_queues", "Shared queues the VM id registered.", |u| u.queues),
-        ("wasmgate_proxy_wasm_shared_queue_items", "Items waiting in the VM id's shared queues.", |u| u.queue_items),
-        ("wasmgate_proxy_wasm_shared_queue_bytes", "Bytes waiting in the VM id's shared queues.", |u| u.queue_bytes),
+    let families: [Family; 5] = [
+        (
+            "wasmgate_proxy_wasm_shared_data_bytes",
+            "Keys and values of the VM id's shared data.",
+            |u| u.data_bytes,
+        ),
+        (
+            "wasmgate_proxy_wasm_shared_data_keys",
+            "Keys of the VM id's shared data.",
+            |u| u.data_keys,
+        ),
+        (
+            "wasmgate_proxy_wasm_shared_queues",
+            "Shared queues the VM id registered.",
+            |u| u.queues,
+        ),
+        (
+            "wasmgate_proxy_wasm_shared_queue_items",
+            "Items waiting in the VM id's shared queues.",
+            |u| u.queue_items,
+        ),
+        (
+            "wasmgate_proxy_wasm_shared_queue_bytes",
+            "Bytes waiting in the VM id's shared queues.",
+            |u| u.queue_bytes,
+        ),
     ];
     for (name, help, value) in families {
         family(out, name, "gauge", help);
         for vm in &usage {
-            let _ = writeln!(out, "{name}{{vm_id=\"{}\"}} {}", escape(&vm.vm_id), value(vm));
+            let _ = writeln!(
+                out,
+                "{name}{{vm_id=\"{}\"}} {}",
+                escape(&vm.vm_id),
+                value(vm)
+            );
         }
     }
 }

@@ -123,7 +123,11 @@ fn push(args: PushArgs) -> Result<ExitCode> {
         pushed.written,
         access.endpoints.join(", "),
         prefix,
-        if access.keyring.is_some() { ", sealed" } else { "" },
+        if access.keyring.is_some() {
+            ", sealed"
+        } else {
+            ""
+        },
         pushed.revision,
         pushed.deleted,
         pushed.transactions,

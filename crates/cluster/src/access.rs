@@ -74,8 +74,8 @@ impl EtcdAccess {
     }
 
     fn tls_options(&self, tls: &EtcdTls) -> Result<TlsOptions> {
-        let mut options =
-            TlsOptions::new().ca_certificate(Certificate::from_pem(self.read("etcd_tls.ca", &tls.ca)?));
+        let mut options = TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(self.read("etcd_tls.ca", &tls.ca)?));
         if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
             options = options.identity(Identity::from_pem(
                 self.read("etcd_tls.cert", cert)?,

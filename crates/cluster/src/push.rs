@@ -49,14 +49,10 @@ pub async fn push(config: &GatewayConfig, etcd: &EtcdAccess, prefix: &str) -> Re
         .collect();
     let deleted = ops.len();
     let written = wanted.len();
-    ops.extend(
-        wanted
-            .into_iter()
-            .map(|(key, value)| {
-                let value = seal::stored(etcd.keyring.as_ref(), &key, value);
-                TxnOp::put(key, value, None)
-            }),
-    );
+    ops.extend(wanted.into_iter().map(|(key, value)| {
+        let value = seal::stored(etcd.keyring.as_ref(), &key, value);
+        TxnOp::put(key, value, None)
+    }));
     let mut revision = 0;
     let mut transactions = 0;
     for batch in ops.chunks(MAX_TXN_OPS) {

@@ -26,9 +26,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions,
-};
+use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 use serde_json::{json, Value};
 use wasmgate_config::AdminChanges;
 use wasmgate_config::{ConfigSource, GatewayConfig};

@@ -74,7 +74,10 @@ pub(crate) fn check(
     encryption: Option<&Encryption>,
     problem: &mut dyn FnMut(String, String),
 ) {
-    let https = endpoints.iter().filter(|e| e.starts_with("https://")).count();
+    let https = endpoints
+        .iter()
+        .filter(|e| e.starts_with("https://"))
+        .count();
     if https > 0 && https < endpoints.len() {
         problem(
             "config.etcd".into(),

@@ -21,8 +21,8 @@ pub mod names;
 pub mod node;
 pub mod plugins;
 pub mod rewrite;
-pub mod secrets;
 pub mod routes;
+pub mod secrets;
 pub mod tls;
 pub mod upstreams;
 
@@ -34,8 +34,8 @@ use serde::{Deserialize, Serialize};
 pub use admin_changes::{admin_file_path, AdminChanges};
 pub(crate) use errors::parse_yaml;
 pub use errors::{ConfigError, ConfigErrors};
-use names::unique_names;
 pub use etcd_access::{Encryption, EncryptionKey, EtcdAuth, EtcdTls};
+use names::unique_names;
 pub use names::{check_name, NamedEntry};
 pub use node::{
     check_tracing, AccessLogConfig, AccessLogFormat, ConfigSource, KubernetesSource, Limits,

@@ -133,10 +133,24 @@ mod tests {
 
     #[test]
     fn secret_names_are_words_not_endings() {
-        for name in ["password", "api_key", "clientSecret", "access-token", "apiKey", "KEY", "redis.password"] {
+        for name in [
+            "password",
+            "api_key",
+            "clientSecret",
+            "access-token",
+            "apiKey",
+            "KEY",
+            "redis.password",
+        ] {
             assert!(is_secret_name(name, &[]), "{name}");
         }
-        for name in ["monkey", "key_header", "tokens", "passwords_allowed", "hockey"] {
+        for name in [
+            "monkey",
+            "key_header",
+            "tokens",
+            "passwords_allowed",
+            "hockey",
+        ] {
             assert!(!is_secret_name(name, &[]), "{name}");
         }
         assert!(is_secret_name("consumers", &["consumers".into()]));

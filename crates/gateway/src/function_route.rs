@@ -165,9 +165,14 @@ impl Handler for FunctionRoute {
         let (mut parts, body) = request.into_parts();
         let (_, mut pending) = crate::access::observe(&mut parts, &host, connection.peer);
         let request = Request::from_parts(parts, body);
-        let mut response = self.handle_noted(request, pending.as_deref_mut()).await.map(body::boxed);
+        let mut response = self
+            .handle_noted(request, pending.as_deref_mut())
+            .await
+            .map(body::boxed);
         error_response::public(&mut response, details, || {
-            pending.as_ref().map_or_else(crate::request_id::next, |p| p.request_id())
+            pending
+                .as_ref()
+                .map_or_else(crate::request_id::next, |p| p.request_id())
         });
         logged(pending, response)
     }

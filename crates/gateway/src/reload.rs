@@ -475,11 +475,23 @@ impl LiveGateway {
         let fixed = |c: &GatewayConfig| {
             let l = &c.limits;
             (
-                (c.all_listeners(), c.admin.clone(), c.probes.clone(), c.access_log.clone()),
+                (
+                    c.all_listeners(),
+                    c.admin.clone(),
+                    c.probes.clone(),
+                    c.access_log.clone(),
+                ),
                 (l.threads, l.long_call_threads, l.long_call_nice),
                 (l.header_read_timeout_ms, l.max_connections),
-                (l.http2_idle_timeout_ms, l.http2_keepalive_interval_ms, l.http2_keepalive_timeout_ms),
-                (l.http2_max_concurrent_streams, l.http2_max_header_list_bytes),
+                (
+                    l.http2_idle_timeout_ms,
+                    l.http2_keepalive_interval_ms,
+                    l.http2_keepalive_timeout_ms,
+                ),
+                (
+                    l.http2_max_concurrent_streams,
+                    l.http2_max_header_list_bytes,
+                ),
             )
         };
         if fixed(old) != fixed(new) {

@@ -42,7 +42,10 @@ pub(crate) enum Authorization {
     None,
     /// The token flow's token (or the configuration's token).
     Bearer(String),
-    Basic { username: String, password: String },
+    Basic {
+        username: String,
+        password: String,
+    },
 }
 
 /// One repository's manifests at its registry.
@@ -133,7 +136,10 @@ impl<'a> Manifests<'a> {
     async fn send(&self, method: Method, tag_or_digest: &str) -> Result<Response> {
         let url = format!("{}{tag_or_digest}", self.base);
         let accept = HeaderValue::from_str(&layout::MANIFEST_TYPES.join(", "))?;
-        let request = self.http.request(method.clone(), &url).header(ACCEPT, accept);
+        let request = self
+            .http
+            .request(method.clone(), &url)
+            .header(ACCEPT, accept);
         let response = match self.authorise(request).send().await {
             Ok(response) => response,
             // The policy's own words (which host, what to do) are the
@@ -160,7 +166,11 @@ impl<'a> Manifests<'a> {
         };
         let body = String::from_utf8_lossy(&body[..body.len().min(512)]);
         let text = format!("{method} {url}: {status} {}", body.trim());
-        Err(explain_text(text.trim_end().to_string(), self.reference, &self.who))
+        Err(explain_text(
+            text.trim_end().to_string(),
+            self.reference,
+            &self.who,
+        ))
     }
 
     fn authorise(&self, request: RequestBuilder) -> RequestBuilder {
@@ -194,7 +204,10 @@ impl<'a> Manifests<'a> {
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => return Ok(bytes),
                 Err(e) => {
-                    let text = format!("reading the manifest {tag_or_digest}: {:#}", anyhow::Error::from(e));
+                    let text = format!(
+                        "reading the manifest {tag_or_digest}: {:#}",
+                        anyhow::Error::from(e)
+                    );
                     return Err(explain_text(text, self.reference, &self.who));
                 }
             };

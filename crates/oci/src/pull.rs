@@ -357,12 +357,20 @@ impl<'a> Registry<'a> {
 
 /// oci-client's error, with what it means for the user.
 fn explain(e: OciDistributionError, reference: &OciReference, credentials: &str) -> anyhow::Error {
-    explain_text(format!("{:#}", anyhow::Error::from(e)), reference, credentials)
+    explain_text(
+        format!("{:#}", anyhow::Error::from(e)),
+        reference,
+        credentials,
+    )
 }
 
 /// A registry's or the network's error (`text`), with what it means for
 /// the user.
-pub(crate) fn explain_text(text: String, reference: &OciReference, credentials: &str) -> anyhow::Error {
+pub(crate) fn explain_text(
+    text: String,
+    reference: &OciReference,
+    credentials: &str,
+) -> anyhow::Error {
     let lower = text.to_ascii_lowercase();
     let says = |words: &[&str]| words.iter().any(|w| lower.contains(w));
     let hint = if says(&["401", "unauthorized", "not authorized", "authentication"]) {

@@ -117,9 +117,7 @@ impl CallsInFlight {
                 self.calls.spawn(async move {
                     let result = match tokio::time::timeout(timeout, call).await {
                         Ok(result) => within(result, limit).map(Box::new),
-                        Err(_) => Err(CallFailure::Failed(format!(
-                            "timed out after {timeout:?}"
-                        ))),
+                        Err(_) => Err(CallFailure::Failed(format!("timed out after {timeout:?}"))),
                     };
                     Some((token, Answer::Http(result)))
                 })
@@ -141,9 +139,7 @@ impl CallsInFlight {
             }
             Callout::GrpcStream(request) => {
                 let Some(caller) = caller else { return };
-                let streams = self
-                    .streams
-                    .get_or_insert_with(|| OpenStreams::new(limits));
+                let streams = self.streams.get_or_insert_with(|| OpenStreams::new(limits));
                 let (body_in, body) = mpsc::unbounded_channel();
                 streams.senders.insert(token, body_in);
                 let opened = caller.open_stream(request.into_http(StreamBody::new(body)));

@@ -44,14 +44,8 @@ fn refused(c: &Ctx, function: &'static str, limit: Limit, status: Status) -> i32
 /// `InternalFailure` for a call beyond `calls_in_flight` (what Envoy answers
 /// when it cannot start a call, and what the SDKs' call wrappers expect).
 fn too_many_calls(c: &Ctx, function: &'static str) -> Option<i32> {
-    (!c.data().may_call()).then(|| {
-        refused(
-            c,
-            function,
-            Limit::CallsInFlight,
-            Status::InternalFailure,
-        )
-    })
+    (!c.data().may_call())
+        .then(|| refused(c, function, Limit::CallsInFlight, Status::InternalFailure))
 }
 
 pub fn add_to_linker(linker: &mut Linker<FilterState>) -> Result<()> {
@@ -643,9 +637,12 @@ fn add_grpc_calls(linker: &mut Linker<FilterState>) -> Result<()> {
             let message = match (message_ptr, message_len) {
                 (0, 0) => None,
                 _ => {
-                    let admitted = with_guest_bytes(&mut c, F, (message_ptr, message_len), |message, state| {
-                        queue.admit(message, &state.plugin.config.limits)
-                    })?;
+                    let admitted = with_guest_bytes(
+                        &mut c,
+                        F,
+                        (message_ptr, message_len),
+                        |message, state| queue.admit(message, &state.plugin.config.limits),
+                    )?;
                     match admitted {
                         Ok(queued) => Some(queued),
                         Err(limit) => return Ok(refused(&c, F, limit, Status::BadArgument)),

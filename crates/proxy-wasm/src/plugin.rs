@@ -681,7 +681,8 @@ impl FilterInstance {
         answer: Answer,
     ) -> Result<(), FilterError> {
         // The call is over, unless this is a stream's event before its close.
-        let over = !matches!(&answer, Answer::GrpcStream(e) if !matches!(e, StreamEvent::Close(..)));
+        let over =
+            !matches!(&answer, Answer::GrpcStream(e) if !matches!(e, StreamEvent::Close(..)));
         if over {
             let state = self.store_mut().data_mut();
             state.calls_in_flight = state.calls_in_flight.saturating_sub(1);

@@ -471,9 +471,14 @@ mod tests {
         let l = small();
         let refused = |limit| Err(Refused::Limit(limit));
         assert_eq!(
-            s.set_within("vm", b"k", b"1234567".to_vec(), 0, &l),
+            s.set_within("vm", b"k", b"12345678".to_vec(), 0, &l),
             refused(Limit::SharedDataValueBytes),
-            "key and value: 8 bytes"
+            "key and value: 9 bytes, over 8"
+        );
+        assert_eq!(
+            s.set_within("edge", b"k", b"1234567".to_vec(), 0, &l),
+            Ok(()),
+            "8 bytes: at the cap, not over it"
         );
         assert_eq!(s.set_within("vm", b"a", b"123456".to_vec(), 0, &l), Ok(()));
         assert_eq!(
@@ -496,8 +501,8 @@ mod tests {
         assert_eq!(s.set_within("vm", b"b", b"12345".to_vec(), 0, &l), Ok(()));
         assert_eq!(s.set_within("vm2", b"a", b"123456".to_vec(), 0, &l), Ok(()));
         let usage = s.usage();
-        assert_eq!(usage[0].vm_id, "vm");
-        assert_eq!((usage[0].data_keys, usage[0].data_bytes), (2, 8));
+        let vm = usage.iter().find(|u| u.vm_id == "vm").unwrap();
+        assert_eq!((vm.data_keys, vm.data_bytes), (2, 8));
     }
 
     #[test]
@@ -528,7 +533,10 @@ mod tests {
         assert_eq!(s.dequeue_as(Some("vm"), q).unwrap(), b"12");
         assert_eq!(s.enqueue_within(Some("vm"), q, b"5".to_vec(), &l), Ok(()));
         let usage = s.usage();
-        assert_eq!((usage[0].queues, usage[0].queue_items, usage[0].queue_bytes), (1, 2, 3));
+        assert_eq!(
+            (usage[0].queues, usage[0].queue_items, usage[0].queue_bytes),
+            (1, 2, 3)
+        );
     }
 
     #[test]

@@ -112,7 +112,11 @@ impl EtcdServer {
 
     /// The client URL (`http://127.0.0.1:PORT`, `https://` when secured).
     pub fn url(&self) -> String {
-        let scheme = if self.secured.is_some() { "https" } else { "http" };
+        let scheme = if self.secured.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 

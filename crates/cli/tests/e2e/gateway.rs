@@ -1024,6 +1024,7 @@ async fn crashed_filters_fail_closed_or_open_and_are_replaced() {
     let gw = GatewayProc::start(&format!(
         r#"
 listen: "{{listen}}"
+error_details: true   # the filter's callback in the answer, checked below
 plugins:
   - {{name: strict, wasm: "{f}", fail: closed, pool_size: 2}}
   - {{name: lenient, wasm: "{f}", fail: open, pool_size: 2}}

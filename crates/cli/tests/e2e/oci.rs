@@ -11,8 +11,8 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::common::gateway::{send, GatewayProc};
-use crate::common::{client, plugin, HttpClient, Reply, Server};
+use crate::common::gateway::{admin, send, GatewayProc};
+use crate::common::{client, plugin, HttpClient, Server};
 use serde_json::Value;
 use wasmgate_testkit::{EtcdServer, RegistryAuth, RegistryOptions, RegistryServer, TokenService};
 
@@ -31,17 +31,6 @@ fn wasmgate(cache: &Path, args: &[&str]) -> Output {
 
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
-async fn admin(c: &HttpClient, gw: &GatewayProc, method: &str, path: &str, body: &str) -> Reply {
-    send(
-        c,
-        method,
-        &gw.admin_url(path),
-        &[("x-wasmgate-admin", "1")],
-        body.to_string(),
-    )
-    .await
 }
 
 /// The `/status` entry of plugin `name`.
@@ -776,7 +765,9 @@ async fn misbehaving_registry(other_host: String) -> (u16, tokio::task::JoinHand
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
             let other_host = other_host.clone();
             let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
                 let path = request.uri().path().to_string();
@@ -792,10 +783,18 @@ async fn misbehaving_registry(other_host: String) -> (u16, tokio::task::JoinHand
                         response
                             .status(307)
                             .header("location", format!("http://{other_host}{path}"))
-                            .body(Full::new(bytes::Bytes::new()).map_err(|e| match e {}).boxed())
+                            .body(
+                                Full::new(bytes::Bytes::new())
+                                    .map_err(|e| match e {})
+                                    .boxed(),
+                            )
                     } else {
                         // `/v2/`: no authentication needed.
-                        response.body(Full::new(bytes::Bytes::new()).map_err(|e| match e {}).boxed())
+                        response.body(
+                            Full::new(bytes::Bytes::new())
+                                .map_err(|e| match e {})
+                                .boxed(),
+                        )
                     };
                     Ok::<_, std::convert::Infallible>(response.unwrap())
                 }
@@ -821,7 +820,10 @@ async fn manifests_are_capped_and_never_fetched_from_another_host() {
         let cache = cache.path().to_path_buf();
         let reference = format!("oci://127.0.0.1:{port}/{name}:1");
         tokio::task::spawn_blocking(move || {
-            wasmgate(&cache, &["call", &reference, "hello", "--plain-http", "--input", "x"])
+            wasmgate(
+                &cache,
+                &["call", &reference, "hello", "--plain-http", "--input", "x"],
+            )
         })
     };
     let out = pull("big").await.unwrap();
@@ -833,7 +835,11 @@ async fn manifests_are_capped_and_never_fetched_from_another_host() {
     );
     let out = pull("moved").await.unwrap();
     assert!(!out.status.success());
-    assert!(text(&out).contains("another host: refused"), "{}", text(&out));
+    assert!(
+        text(&out).contains("another host: refused"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(
         elsewhere.hits.load(std::sync::atomic::Ordering::SeqCst),
         0,

@@ -420,9 +420,11 @@ async fn grpc_calls_of_every_kind_pass_over_h2c_and_h2_upstreams() {
 async fn the_gateways_own_answers_reach_grpc_clients_as_grpc_statuses() {
     let upstream = Peer::serve("grpc_peer.py", &[]);
     let gw = GatewayProc::start(&grpc_config(&upstream.address(), "h2c", ""));
+    // What failed inside is the operator's (docs/security.md): clients get
+    // the kind and the request id.
     let cases = [
-        ("nowhere.test", "NOT_FOUND", "no route"),
-        ("down.test", "UNAVAILABLE", "no node could be reached"),
+        ("nowhere.test", "NOT_FOUND", "no_route (request "),
+        ("down.test", "UNAVAILABLE", "upstream_unreachable (request "),
         ("refused.test", "PERMISSION_DENIED", "refused by a filter"),
     ];
     for (host, code, message) in cases {

@@ -77,7 +77,10 @@ routes:
     assert!(!r.text().contains(&dead.to_string()), "{}", r.text());
     // No route: the host and path the client sent are not echoed either.
     let r = get(&c, &gw.url("/nowhere/secret-path")).await;
-    assert_eq!((r.status, r.json()["error"]["kind"].as_str()), (404, Some("no_route")));
+    assert_eq!(
+        (r.status, r.json()["error"]["kind"].as_str()),
+        (404, Some("no_route"))
+    );
     assert!(!r.text().contains("nowhere"), "{}", r.text());
 
     // The operator finds the whole error under the id the client got.
@@ -92,14 +95,21 @@ routes:
             .is_some_and(|m| m.contains(&format!("127.0.0.1:{dead}"))),
         "{found}"
     );
-    assert!(gw.logs().contains(&format!("request_id={id}")), "the log names it too");
+    assert!(
+        gw.logs().contains(&format!("request_id={id}")),
+        "the log names it too"
+    );
     let missing = admin(&c, &gw, "GET", "/errors/999999999", "").await;
     assert_eq!(missing.status, 404);
 
     // With error_details (a development setting), clients get it all.
     let gw = GatewayProc::start(&yaml(true));
     let r = get(&c, &gw.url("/dead")).await;
-    assert!(r.text().contains(&format!("127.0.0.1:{dead}")), "{}", r.text());
+    assert!(
+        r.text().contains(&format!("127.0.0.1:{dead}")),
+        "{}",
+        r.text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,11 +135,17 @@ routes:
     let c = client();
     let shown = admin(&c, &gw, "GET", "/plugins/caps", "").await.json();
     assert_eq!(shown["config"]["api_key"], "<redacted>");
-    assert_eq!(shown["config"]["region"], "<redacted>", "marked by secret_fields");
+    assert_eq!(
+        shown["config"]["region"], "<redacted>",
+        "marked by secret_fields"
+    );
     assert_eq!(shown["vm_config"]["upstream"]["password"], "<redacted>");
     assert_eq!(shown["vm_config"]["upstream"]["host"], "db");
     let whole = admin(&c, &gw, "GET", "/config", "").await.text();
-    assert!(!whole.contains("s3cret") && !whole.contains("hunter2"), "{whole}");
+    assert!(
+        !whole.contains("s3cret") && !whole.contains("hunter2"),
+        "{whole}"
+    );
 
     // Written back as read, with one change: the secrets keep their values.
     let mut written = shown.clone();
@@ -139,7 +155,10 @@ routes:
     let r = post(&c, &gw.url("/config/"), "api_key").await;
     assert_eq!(r.text(), "s3cret");
     let kept = std::fs::read_to_string(gw.dir().join("wasmgate.admin.yaml")).unwrap();
-    assert!(kept.contains("s3cret") && !kept.contains("<redacted>"), "{kept}");
+    assert!(
+        kept.contains("s3cret") && !kept.contains("<redacted>"),
+        "{kept}"
+    );
     // A new entry cannot be written with a marker: there is nothing to keep.
     let mut fresh = written.clone();
     fresh["name"] = serde_json::json!("fresh");
@@ -151,18 +170,16 @@ routes:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_grants_plugins_only_what_the_node_file_allows() {
     let registry = Upstream::start("registry").await;
-    let yaml = format!(
-        r#"
-listen: "{{listen}}"
-admin: "{{admin}}"
+    let yaml = r#"
+listen: "{listen}"
+admin: "{admin}"
 admin_writes: true
-grants: {{allowed_hosts: ["*.example.com"], services: [], env: ["PULL_*"]}}
+grants: {allowed_hosts: ["*.example.com"], services: [], env: ["PULL_*"]}
 services:
-  - {{name: cache, redis: "redis://127.0.0.1:1/0"}}
-"#
-    );
+  - {name: cache, redis: "redis://127.0.0.1:1/0"}
+"#;
     let gw = GatewayProc::start_with_env(
-        &yaml,
+        yaml,
         &[],
         &[("NODE_SECRET", "hunter2"), ("PULL_PASSWORD", "granted")],
     );
@@ -174,17 +191,36 @@ services:
     let wasm = crate::common::plugin("capabilities");
     let wasm = wasm.display();
     // Within the grants: accepted.
-    let ok = put(format!(r#"{{"wasm": "{wasm}", "allowed_hosts": ["api.example.com"]}}"#)).await;
+    let ok = put(format!(
+        r#"{{"wasm": "{wasm}", "allowed_hosts": ["api.example.com"]}}"#
+    ))
+    .await;
     assert!(ok.status < 300, "{}", ok.text());
     // Beyond them: refused whole, with the field and what would grant it.
     for (body, field, grant) in [
-        (format!(r#"{{"wasm": "{wasm}", "allowed_hosts": ["*"]}}"#), "allowed_hosts[0]", "grants.allowed_hosts"),
-        (format!(r#"{{"wasm": "{wasm}", "allowed_paths": {{"/etc": "/etc"}}}}"#), "allowed_paths./etc", "grants.allowed_paths"),
-        (format!(r#"{{"wasm": "{wasm}", "services": ["cache"]}}"#), "services[0]", "grants.services"),
+        (
+            format!(r#"{{"wasm": "{wasm}", "allowed_hosts": ["*"]}}"#),
+            "allowed_hosts[0]",
+            "grants.allowed_hosts",
+        ),
+        (
+            format!(r#"{{"wasm": "{wasm}", "allowed_paths": {{"/etc": "/etc"}}}}"#),
+            "allowed_paths./etc",
+            "grants.allowed_paths",
+        ),
+        (
+            format!(r#"{{"wasm": "{wasm}", "services": ["cache"]}}"#),
+            "services[0]",
+            "grants.services",
+        ),
     ] {
         let refused = put(body).await;
         assert_eq!(refused.status, 422, "{}", refused.text());
-        assert!(refused.text().contains(field) && refused.text().contains(grant), "{}", refused.text());
+        assert!(
+            refused.text().contains(field) && refused.text().contains(grant),
+            "{}",
+            refused.text()
+        );
     }
     // A registry password from a variable the node file does not grant is
     // refused before anything is pulled: the registry hears nothing.
@@ -195,7 +231,11 @@ services:
         );
         let refused = put(body).await;
         assert_eq!(refused.status, 422, "{}", refused.text());
-        assert!(refused.text().contains("password_env"), "{}", refused.text());
+        assert!(
+            refused.text().contains("password_env"),
+            "{}",
+            refused.text()
+        );
     }
     assert_eq!(registry.hits.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
@@ -229,9 +269,15 @@ routes:
     }
     for i in 0..2 {
         let r = get(&c, &gw.url(&format!("/refused/{i}"))).await;
-        assert!(r.status >= 500, "the filter panics on the refusal: {}", r.text());
+        assert!(
+            r.status >= 500,
+            "the filter panics on the refusal: {}",
+            r.text()
+        );
     }
-    let metrics = send(&c, "GET", &gw.admin_url("/metrics"), &[], "").await.text();
+    let metrics = send(&c, "GET", &gw.admin_url("/metrics"), &[], "")
+        .await
+        .text();
     let line = |prefix: &str| {
         metrics
             .lines()
@@ -248,7 +294,9 @@ routes:
         line(r#"wasmgate_proxy_wasm_shared_queue_items{vm_id="state"}"#).ends_with(" 3"),
         "{metrics}"
     );
-    assert!(gw.logs().contains("limits.proxy_wasm.shared_queue_items is 3"));
+    assert!(gw
+        .logs()
+        .contains("limits.proxy_wasm.shared_queue_items is 3"));
     // Everything else is served.
     assert_eq!(get(&c, &gw.url("/health")).await.status, 200);
 }
@@ -357,7 +405,10 @@ routes:
     let raw = etcd.etcdctl(&["get", "/wasmgate/", "--prefix"]);
     assert!(raw.contains(r#""sealed":"aes-256-gcm""#), "{raw}");
     for secret in ["service-pw-5d1e", "sealed-home", "second-body", "redis://"] {
-        assert!(!raw.contains(secret), "{secret} in plain text in etcd: {raw}");
+        assert!(
+            !raw.contains(secret),
+            "{secret} in plain text in etcd: {raw}"
+        );
     }
 
     // An etcd writer without the key cannot add to the configuration.

@@ -122,10 +122,12 @@ where
     let collected = http_body_util::Limited::new(body, limit)
         .collect()
         .await
-        .map_err(|e| match e.downcast_ref::<http_body_util::LengthLimitError>() {
-            Some(_) => CallFailure::ReplyTooLarge { limit },
-            None => CallFailure::Failed(format!("reading the answer: {e}")),
-        })?;
+        .map_err(
+            |e| match e.downcast_ref::<http_body_util::LengthLimitError>() {
+                Some(_) => CallFailure::ReplyTooLarge { limit },
+                None => CallFailure::Failed(format!("reading the answer: {e}")),
+            },
+        )?;
     let trailers = collected
         .trailers()
         .map(|t| Headers::from_map(t.clone()))
@@ -205,7 +207,11 @@ mod tests {
         let frames = AtomicUsize::new(0);
         let refused = read_reply(Endless(&frames), 4096).await;
         assert_eq!(refused, Err(CallFailure::ReplyTooLarge { limit: 4096 }));
-        assert_eq!(frames.load(Ordering::Relaxed), 5, "4 KiB and one frame more");
+        assert_eq!(
+            frames.load(Ordering::Relaxed),
+            5,
+            "4 KiB and one frame more"
+        );
 
         let announced = http_body_util::Full::new(Bytes::from_static(&[1; 100]));
         let refused = read_reply(announced, 99).await;

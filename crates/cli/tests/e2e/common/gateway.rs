@@ -207,7 +207,13 @@ pub async fn get(client: &HttpClient, url: &str) -> Reply {
 
 /// An admin API call as a script makes it (marked deliberate with
 /// `X-Wasmgate-Admin`, no token: the tests' admin listeners are on loopback).
-pub async fn admin(c: &HttpClient, gw: &GatewayProc, method: &str, path: &str, body: &str) -> Reply {
+pub async fn admin(
+    c: &HttpClient,
+    gw: &GatewayProc,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Reply {
     send(
         c,
         method,
