@@ -10,7 +10,7 @@ use wasmgate_proxy_wasm::shared::{shared, Metric, MetricKind, VmUsage};
 use wasmgate_runtime::stats::LATENCY_BUCKETS;
 use wasmgate_runtime::{HistogramSnapshot, PoolStats};
 
-use wasmgate_gateway::stats::{NodeStats, RouteStats};
+use wasmgate_gateway::stats::{ListenerCount, NodeStats, RouteStats};
 use wasmgate_gateway::{Gateway, LiveGateway};
 
 pub fn render(live: &LiveGateway) -> String {
@@ -653,48 +653,40 @@ fn tls_metrics(gateway: &Gateway, out: &mut String) {
 
 /// Each listener's connections (traffic and admin), since the process started.
 fn listener_metrics(out: &mut String) {
+    /// A family: its name, type, help, and what it reads of a listener.
+    type Family = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&ListenerCount) -> u64,
+    );
     let listeners = wasmgate_gateway::stats::listener_counts();
-    family(
-        out,
-        "wasmgate_listener_connections",
-        "gauge",
-        "Connections open now, by listener.",
-    );
-    for l in &listeners {
-        let _ = writeln!(
-            out,
-            "wasmgate_listener_connections{{listener=\"{}\"}} {}",
-            escape(&l.address),
-            l.open_connections
-        );
-    }
-    family(
-        out,
-        "wasmgate_listener_max_connections",
-        "gauge",
-        "The most connections each listener holds at once (max_connections).",
-    );
-    for l in &listeners {
-        let _ = writeln!(
-            out,
-            "wasmgate_listener_max_connections{{listener=\"{}\"}} {}",
-            escape(&l.address),
-            l.max_connections
-        );
-    }
-    family(
-        out,
-        "wasmgate_listener_connections_refused_total",
-        "counter",
-        "Connections closed as soon as they were accepted because the listener held max_connections.",
-    );
-    for l in &listeners {
-        let _ = writeln!(
-            out,
-            "wasmgate_listener_connections_refused_total{{listener=\"{}\"}} {}",
-            escape(&l.address),
-            l.refused
-        );
+    let families: [Family; 3] = [
+        (
+            "wasmgate_listener_connections",
+            "gauge",
+            "Connections open now, by listener.",
+            |l| l.open_connections as u64,
+        ),
+        (
+            "wasmgate_listener_max_connections",
+            "gauge",
+            "The most connections each listener holds at once (max_connections).",
+            |l| l.max_connections as u64,
+        ),
+        (
+            "wasmgate_listener_connections_refused_total",
+            "counter",
+            "Connections closed as soon as they were accepted because the listener held max_connections.",
+            |l| l.refused,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        family(out, name, kind, help);
+        for l in &listeners {
+            let address = escape(&l.address);
+            let _ = writeln!(out, "{name}{{listener=\"{address}\"}} {}", value(l));
+        }
     }
     family(
         out,
