@@ -365,7 +365,8 @@ fn explain(e: OciDistributionError, reference: &OciReference, credentials: &str)
 }
 
 /// A registry's or the network's error (`text`), with what it means for
-/// the user.
+/// the user. The network's failures are told apart first: their text
+/// carries addresses, and a port such as 29401 must not read as a 401.
 pub(crate) fn explain_text(
     text: String,
     reference: &OciReference,
@@ -373,25 +374,96 @@ pub(crate) fn explain_text(
 ) -> anyhow::Error {
     let lower = text.to_ascii_lowercase();
     let says = |words: &[&str]| words.iter().any(|w| lower.contains(w));
-    let hint = if says(&["401", "unauthorized", "not authorized", "authentication"]) {
-        format!("the registry refused {credentials}")
-    } else if says(&["403", "denied"]) {
-        format!("the registry denies {credentials} access to the repository")
-    } else if says(&[
-        "manifest unknown",
-        "manifest_unknown",
-        "name unknown",
-        "name_unknown",
-        "404",
-        "not found",
-    ]) {
-        "no such tag, digest or repository in the registry".to_string()
-    } else if says(&["certificate"]) {
+    // An HTTP status is a word of its own ("401 Unauthorized", "status
+    // 404"), never part of a number.
+    let status = |codes: &[&str]| {
+        lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| codes.contains(&word))
+    };
+    let anonymous = credentials == "an anonymous pull";
+    let hint = if says(&["certificate"]) {
         "the registry's TLS certificate is not trusted: give the CA that issued it (`registry.ca_file`, `--registry-ca-file`)".to_string()
-    } else if says(&["error sending request", "connect"]) {
+    } else if says(&[
+        "corrupt message",
+        "invalidcontenttype",
+        "invalid content type",
+        "wrong version number",
+        "invalidmessage",
+    ]) {
+        "the registry did not answer in TLS: if it speaks plain HTTP, say so (`registry.plain_http: true`, `--plain-http`)".to_string()
+    } else if says(&[
+        "error sending request",
+        "tcp connect",
+        "connection refused",
+        "timed out",
+        "dns error",
+    ]) {
         "the registry cannot be reached".to_string()
+    } else if anonymous
+        && (status(&["401"]) || says(&["unauthorized", "not authorized", "authentication"]))
+    {
+        "the registry wants credentials and none were given: give them in `registry` (`username` with `password_env`, or `token_env`), with `--registry-username`, or by `docker login` (Docker's config.json)".to_string()
+    } else if status(&["401"]) || says(&["unauthorized", "not authorized", "authentication"]) {
+        format!("the registry refused {credentials}")
+    } else if status(&["403"]) || says(&["denied"]) {
+        format!("the registry denies {credentials} access to the repository")
+    } else if status(&["404"])
+        || says(&[
+            "manifest unknown",
+            "manifest_unknown",
+            "name unknown",
+            "name_unknown",
+            "not found",
+        ])
+    {
+        "no such tag, digest or repository in the registry".to_string()
     } else {
         return anyhow!("{reference}: {text}");
     };
     anyhow!("{reference}: {hint} ({text})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn explained(text: &str, credentials: &str) -> String {
+        let reference = OciReference::parse("oci://127.0.0.1:29401/plugins/hello:1.0").unwrap();
+        explain_text(text.to_string(), &reference, credentials).to_string()
+    }
+
+    /// A refused connection to a registry on port 29401 is a registry that
+    /// cannot be reached, not a 401 (a CI run once said "refused").
+    #[test]
+    fn a_port_number_is_not_an_http_status() {
+        let said = explained(
+            "error sending request for url (http://127.0.0.1:29401/v2/): client error (Connect): tcp connect error: Connection refused (os error 111)",
+            "an anonymous pull",
+        );
+        assert!(said.contains("the registry cannot be reached"), "{said}");
+        assert!(
+            said.starts_with("oci://127.0.0.1:29401/plugins/hello:1.0: "),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn statuses_and_tls_mistakes_say_what_to_do() {
+        let anonymous = explained(
+            "401 Unauthorized: authentication required",
+            "an anonymous pull",
+        );
+        assert!(anonymous.contains("none were given"), "{anonymous}");
+        assert!(anonymous.contains("docker login"), "{anonymous}");
+        let refused = explained("status 401: unauthorized", "user `ci` of the node's file");
+        assert!(refused.contains("refused user `ci`"), "{refused}");
+        let plain = explained(
+            "error sending request for url (https://127.0.0.1:5000/v2/): client error (Connect): received corrupt message of type InvalidContentType",
+            "an anonymous pull",
+        );
+        assert!(plain.contains("--plain-http"), "{plain}");
+        let missing = explained("404 Not Found: manifest unknown", "an anonymous pull");
+        assert!(missing.contains("no such tag"), "{missing}");
+    }
 }
