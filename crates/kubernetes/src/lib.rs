@@ -18,6 +18,7 @@ mod listeners;
 mod plugins;
 mod pull_secrets;
 mod route_view;
+mod secrets;
 mod services;
 mod status;
 mod store;

@@ -209,8 +209,8 @@ fn certificate(
             .find(|s| s.name_any() == r.name && s.namespace().as_deref() == Some(secret_ns))
             .ok_or_else(|| {
                 invalid(format!(
-                    "certificateRefs[{i}]: no Secret `{secret_ns}/{}` of type kubernetes.io/tls",
-                    r.name
+                    "certificateRefs[{i}]: {}",
+                    snapshot.missing_secret(secret_ns, &r.name, "kubernetes.io/tls")
                 ))
             })?;
         let config = certificate_config(

@@ -389,6 +389,7 @@ mod tests {
         Pulls {
             defaults: None,
             secrets: &[],
+            unreadable: &crate::secrets::NONE_UNREADABLE,
         }
     }
 

@@ -21,6 +21,8 @@ pub const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
 pub struct Pulls<'a> {
     pub defaults: Option<&'a RegistryConfig>,
     pub secrets: &'a [Secret],
+    /// Named Secrets the node may not read.
+    pub unreadable: &'a crate::secrets::Unreadable,
 }
 
 /// `.dockerconfigjson`: credentials by registry.
@@ -58,9 +60,9 @@ impl Pulls<'_> {
         let secret = (self.secrets.iter())
             .find(|s| s.name_any() == *name && s.namespace().as_deref() == Some(&namespace))
             .ok_or_else(|| {
-                format!(
-                    "imagePullSecret: no Secret `{namespace}/{name}` of type {DOCKER_CONFIG_JSON}"
-                )
+                let why =
+                    crate::secrets::missing(self.unreadable, &namespace, name, DOCKER_CONFIG_JSON);
+                format!("imagePullSecret: {why}")
             })?;
         let auth = credentials(secret, host)
             .map_err(|why| format!("imagePullSecret `{namespace}/{name}`: {why}"))?;
@@ -176,6 +178,7 @@ mod tests {
         let pulls = Pulls {
             defaults: Some(&defaults),
             secrets: &secrets,
+            unreadable: &crate::secrets::NONE_UNREADABLE,
         };
         let got = |url: &str, name: Option<&str>| pulls.registry(&plugin(url, name));
         let r = got("oci://reg.example:5000/f/x:1", Some("explicit"))
@@ -214,6 +217,7 @@ mod tests {
         let pulls = Pulls {
             defaults: Some(&defaults),
             secrets: &secrets,
+            unreadable: &crate::secrets::NONE_UNREADABLE,
         };
         let got = |url: &str| pulls.registry(&plugin(url, None)).unwrap().unwrap();
         let ours = got("oci://reg.example:5000/f/x:1");

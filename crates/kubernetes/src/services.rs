@@ -26,6 +26,7 @@ pub fn services(
     (namespace, name): (&str, &str),
     config_maps: &[ConfigMap],
     secrets: &[Secret],
+    unreadable: &crate::secrets::Unreadable,
 ) -> Result<Vec<ServiceConfig>, String> {
     let at = format!("ConfigMap `{namespace}/{name}`");
     let text = (config_maps.iter())
@@ -61,12 +62,18 @@ pub fn services(
             .find(|s| s.namespace().as_deref() == Some(namespace) && s.name_any() == r.name)
             .and_then(|s| s.data.as_ref()?.get(&r.key))
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .ok_or_else(|| {
-                format!(
-                    "{at}.password_secret: no key `{}` in Secret `{namespace}/{}`",
-                    r.key, r.name
-                )
-            })?;
+            .ok_or_else(
+                || match unreadable.get(&(namespace.to_string(), r.name.clone())) {
+                    Some(why) => format!(
+                        "{at}.password_secret: Secret `{namespace}/{}` cannot be read: {why}",
+                        r.name
+                    ),
+                    None => format!(
+                        "{at}.password_secret: no key `{}` in Secret `{namespace}/{}`",
+                        r.key, r.name
+                    ),
+                },
+            )?;
         let password = password.trim_end_matches(['\n', '\r']);
         let service = service
             .with_password(password)
@@ -74,6 +81,22 @@ pub fn services(
         out.push(service);
     }
     Ok(out)
+}
+
+/// The Secrets ConfigMap `namespace/name`'s services take passwords from
+/// (of its namespace), so that the node watches them by name; nothing when
+/// the list cannot be read (`services` then says why).
+pub fn password_secrets((namespace, name): (&str, &str), config_maps: &[ConfigMap]) -> Vec<String> {
+    let text = (config_maps.iter())
+        .find(|c| c.namespace().as_deref() == Some(namespace) && c.name_any() == name)
+        .and_then(|c| c.data.as_ref()?.get(KEY));
+    let entries: Vec<serde_json::Value> = text
+        .and_then(|t| serde_yaml_ng::from_str(t).ok())
+        .unwrap_or_default();
+    (entries.iter())
+        .filter_map(|e| e.get("password_secret")?.get("name")?.as_str())
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]
@@ -95,21 +118,35 @@ mod tests {
             parse(json!({"metadata": {"name": "auth", "namespace": namespace},
                          "stringData": {}, "data": {"redis": "czNjcmV0Cg=="}}))
         };
-        let got = services(("gw", "svc"), &maps, &[secret("gw")]).unwrap();
+        let got = services(
+            ("gw", "svc"),
+            &maps,
+            &[secret("gw")],
+            &crate::secrets::NONE_UNREADABLE,
+        )
+        .unwrap();
         assert_eq!(
             got[0].redis.as_deref(),
             Some("redis://:s3cret@cache.svc:6379/0")
         );
         assert_eq!(got[1].redis.as_deref(), Some("redis://other:6379"));
-        let why = services(("gw", "svc"), &maps, &[secret("elsewhere")]).unwrap_err();
+        let why = services(
+            ("gw", "svc"),
+            &maps,
+            &[secret("elsewhere")],
+            &crate::secrets::NONE_UNREADABLE,
+        )
+        .unwrap_err();
         assert!(why.contains("no key `redis` in Secret `gw/auth`"), "{why}");
-        assert!(services(("gw", "nope"), &maps, &[])
-            .unwrap_err()
-            .contains("does not exist"));
+        assert!(
+            services(("gw", "nope"), &maps, &[], &crate::secrets::NONE_UNREADABLE)
+                .unwrap_err()
+                .contains("does not exist")
+        );
         let bad: Vec<ConfigMap> = vec![parse(
             json!({"metadata": {"name": "svc", "namespace": "gw"}, "data": {KEY: "- {name: x, redis: \"redis://h\", password_file: /etc/shadow}"}}),
         )];
-        let why = services(("gw", "svc"), &bad, &[]).unwrap_err();
+        let why = services(("gw", "svc"), &bad, &[], &crate::secrets::NONE_UNREADABLE).unwrap_err();
         assert!(why.contains("password_file"), "{why}");
     }
 }

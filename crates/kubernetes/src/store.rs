@@ -1,5 +1,6 @@
 //! The node's side of the API server: a reflector per kind (kube-runtime's
-//! watch with its backoff, an in-memory copy of every object), and one task
+//! watch with its backoff, an in-memory copy of every object; Secrets only
+//! by name, `secrets.rs`), and one task
 //! that, after any change (gathered for 20 ms), translates the whole
 //! snapshot (`translate.rs`), applies the result through the node's one
 //! build-and-swap (`LiveGateway::apply`, the path of a file reload and of
@@ -20,7 +21,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -30,7 +31,7 @@ use wasmgate_config::{GatewayConfig, KubernetesSource, Scheme};
 use wasmgate_gateway::config_store::{ConfigStore, EditError, StoreFuture};
 use wasmgate_gateway::LiveGateway;
 
-use crate::pull_secrets::DOCKER_CONFIG_JSON;
+use crate::secrets::NamedSecrets;
 use crate::status::{self, Written};
 use crate::translate::{translate, Node, Snapshot, Translation};
 use crate::wasmplugin::WasmPlugin;
@@ -64,16 +65,12 @@ struct Readers {
     slices: Store<EndpointSlice>,
     wasmplugins: Store<WasmPlugin>,
     grants: Store<ReferenceGrant>,
-    secrets: Store<Secret>,
-    /// Registry credentials of WasmPlugins (`imagePullSecret`).
-    pull_secrets: Store<Secret>,
     namespaces: Store<Namespace>,
     tls_policies: Store<BackendTlsPolicy>,
     /// The CAs BackendTLSPolicies name; the services' list.
     config_maps: Store<ConfigMap>,
-    /// Opaque Secrets of the services ConfigMap's namespace, when there is
-    /// one (`kubernetes.services`): the services' passwords.
-    service_secrets: Option<Store<Secret>>,
+    /// The Secrets the resources above name, each watched by name.
+    secrets: NamedSecrets,
 }
 
 #[derive(Default)]
@@ -122,14 +119,6 @@ impl KubernetesStore {
         live: &Arc<LiveGateway>,
     ) -> Arc<KubernetesStore> {
         let node = node(source, &local);
-        // The services' passwords: Opaque Secrets of their ConfigMap's
-        // namespace only.
-        let service_secrets = (node.services.as_ref()).map(|(namespace, _)| {
-            watch_with(
-                Api::namespaced(client.clone(), namespace),
-                watcher::Config::default().fields("type=Opaque"),
-            )
-        });
         Arc::new(KubernetesStore {
             node,
             local,
@@ -143,20 +132,10 @@ impl KubernetesStore {
                 slices: watch(Api::all(client.clone())),
                 wasmplugins: watch(Api::all(client.clone())),
                 grants: watch(Api::all(client.clone())),
-                // Only TLS Secrets: the certificates of HTTPS listeners.
-                secrets: watch_with(
-                    Api::all(client.clone()),
-                    watcher::Config::default().fields("type=kubernetes.io/tls"),
-                ),
-                // And registry credentials (WasmPlugins' imagePullSecret).
-                pull_secrets: watch_with(
-                    Api::all(client.clone()),
-                    watcher::Config::default().fields(&format!("type={DOCKER_CONFIG_JSON}")),
-                ),
                 namespaces: watch(Api::all(client.clone())),
                 tls_policies: watch(Api::all(client.clone())),
                 config_maps: watch(Api::all(client.clone())),
-                service_secrets,
+                secrets: NamedSecrets::new(client.clone()),
             },
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
@@ -192,7 +171,14 @@ impl KubernetesStore {
     /// (`plugins.rs` says what its routes do meanwhile).
     async fn pass(&self, live: &LiveGateway) -> Result<(), String> {
         let mut written = self.pass.lock().await;
-        let snapshot = self.readers.snapshot();
+        let mut snapshot = self.readers.snapshot();
+        let named = crate::secrets::named(
+            &snapshot,
+            &self.node.controller,
+            self.node.services.as_ref(),
+        );
+        self.readers.secrets.follow(named, &NOTIFY).await;
+        self.readers.secrets.fill(&mut snapshot);
         let mut broken = self.still_broken(&snapshot);
         let mut attempt = 0;
         let (translation, outcome) = loop {
@@ -378,18 +364,6 @@ impl Readers {
         .await;
         optional_ready(
             client,
-            &self.secrets,
-            "Secrets cannot be read (RBAC: deploy/kubernetes/rbac.yaml): HTTPS listeners get no certificates",
-        )
-        .await;
-        optional_ready(
-            client,
-            &self.pull_secrets,
-            "Secrets cannot be read (RBAC: deploy/kubernetes/rbac.yaml): WasmPlugins' imagePullSecrets are not found",
-        )
-        .await;
-        optional_ready(
-            client,
             &self.tls_policies,
             "the BackendTLSPolicy CRD is not installed (or not readable): backends are reached without TLS until it is",
         )
@@ -400,14 +374,6 @@ impl Readers {
             "ConfigMaps cannot be read (RBAC: deploy/kubernetes/rbac.yaml): BackendTLSPolicies' CA certificates are not found",
         )
         .await;
-        if let Some(secrets) = &self.service_secrets {
-            optional_ready(
-                client,
-                secrets,
-                "Secrets cannot be read (RBAC: deploy/kubernetes/rbac.yaml): the services' passwords are not found",
-            )
-            .await;
-        }
         optional_ready(
             client,
             &self.namespaces,
@@ -437,12 +403,11 @@ impl Readers {
             slices: all(&self.slices),
             wasmplugins: all(&self.wasmplugins),
             grants: all(&self.grants),
-            secrets: all(&self.secrets),
-            pull_secrets: all(&self.pull_secrets),
             tls_policies: all(&self.tls_policies),
             config_maps: all(&self.config_maps),
-            service_secrets: self.service_secrets.as_ref().map(all).unwrap_or_default(),
             namespaces: all(&self.namespaces),
+            // Filled from the named watches (`secrets.rs`).
+            ..Snapshot::default()
         }
     }
 }
@@ -471,15 +436,7 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    watch_with(api, watcher::Config::default())
-}
-
-/// [`watch`] of the objects `config` selects.
-fn watch_with<K>(api: Api<K>, config: watcher::Config) -> Store<K>
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
+    let config = watcher::Config::default();
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, config))
         .default_backoff()
@@ -569,6 +526,7 @@ impl ConfigStore for KubernetesStore {
                 "rejected": state.rejected,
                 "status_writer": self.leader.is_leader(),
                 "services_problem": state.services_problem,
+                "secrets": self.readers.secrets.describe(),
                 "wasmplugins_not_loaded": state.broken.iter()
                     .map(|(plugin, b)| (plugin.clone(), b.reason.clone()))
                     .collect::<BTreeMap<_, _>>(),

@@ -53,7 +53,8 @@ pub struct Snapshot {
     pub slices: Vec<EndpointSlice>,
     pub wasmplugins: Vec<WasmPlugin>,
     pub grants: Vec<ReferenceGrant>,
-    /// Secrets of type kubernetes.io/tls (the only ones watched).
+    /// Secrets of type kubernetes.io/tls that listeners name (the node
+    /// reads Secrets only by name: `secrets.rs`).
     pub secrets: Vec<Secret>,
     /// For listeners that allow routes from namespaces by label.
     pub namespaces: Vec<Namespace>,
@@ -63,8 +64,18 @@ pub struct Snapshot {
     pub tls_policies: Vec<BackendTlsPolicy>,
     /// The CAs of BackendTLSPolicies (`ca.crt`), the services' list.
     pub config_maps: Vec<ConfigMap>,
-    /// Opaque Secrets of the services ConfigMap's namespace: passwords.
+    /// The Secrets the services ConfigMap's services name: passwords.
     pub service_secrets: Vec<Secret>,
+    /// Named Secrets the node cannot read (namespace, name), with why.
+    pub unreadable_secrets: crate::secrets::Unreadable,
+}
+
+impl Snapshot {
+    /// Why Secret `namespace/name` is not here: it cannot be read, or
+    /// there is no such Secret of type `kind`.
+    pub fn missing_secret(&self, namespace: &str, name: &str, kind: &str) -> String {
+        crate::secrets::missing(&self.unreadable_secrets, namespace, name, kind)
+    }
 }
 
 /// A condition to write: `type`, `status`, `reason`, `message`.
@@ -216,11 +227,16 @@ pub fn translate(
     let pulls = Pulls {
         defaults: node.registry.as_ref(),
         secrets: &snapshot.pull_secrets,
+        unreadable: &snapshot.unreadable_secrets,
     };
     let mut out = Translation::default();
     if let Some((ns, name)) = &node.services {
-        let listed =
-            crate::services::services((ns, name), &snapshot.config_maps, &snapshot.service_secrets);
+        let listed = crate::services::services(
+            (ns, name),
+            &snapshot.config_maps,
+            &snapshot.service_secrets,
+            &snapshot.unreadable_secrets,
+        );
         match listed {
             Ok(services) => out.services = services,
             Err(why) => out.services_problem = Some(why),

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::gateway::{send, GatewayProc};
 use crate::common::kube::{
-    create, create_from_file, interface_ip, plugin_grant, route, route_condition, service, until,
-    until_status, Cluster,
+    create, create_from_file, interface_ip, listener_condition, plugin_grant, route,
+    route_condition, service, until, until_status, Cluster,
 };
 use crate::common::upstream::Upstream;
 use crate::common::{client, HttpClient};
@@ -415,10 +415,12 @@ async fn wasmplugins_run_on_their_routes_with_per_route_config_and_one_replica_w
 /// Lease, and may change nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_the_documented_rbac_serves_and_writes_status() {
+    use crate::common::tls::curl;
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
     use kube::api::PostParams;
+    use wasmgate_testkit::pki::{KeyType, Pki};
 
     let cluster = Cluster::start().await;
     let k = cluster.k.clone();
@@ -503,9 +505,69 @@ async fn a_node_with_the_documented_rbac_serves_and_writes_status() {
         {"matches": [{"path": {"type": "PathPrefix", "value": "/app"}}], "backendRefs": [{"name": "app", "port": 80}]}
     ])))
     .await;
-    let gw = cluster.node_as(&kubeconfig, ", lease_namespace: wasmgate-system", "");
+    // Secrets are read by name: the Role grants `example-tls`, not
+    // `other-tls`, though an HTTPS listener names each.
+    let ca = Pki::new("rbac-ca");
+    for (name, host) in [
+        ("example-tls", "shop.example.com"),
+        ("other-tls", "api.example.com"),
+    ] {
+        let issued = ca.server(&[host], KeyType::EcdsaP256, 1, 1);
+        create::<Secret>(
+            &k,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": issued.cert_pem(), "tls.key": issued.key_pem()}}),
+        )
+        .await;
+    }
+    create::<Gateway>(
+        &k,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "secure"},
+            "spec": {"gatewayClassName": "wasmgate", "listeners": [
+                {"name": "shop", "port": 443, "protocol": "HTTPS", "hostname": "shop.example.com",
+                 "tls": {"certificateRefs": [{"name": "example-tls"}]}},
+                {"name": "api", "port": 443, "protocol": "HTTPS", "hostname": "api.example.com",
+                 "tls": {"certificateRefs": [{"name": "other-tls"}]}}]}
+        }),
+    )
+    .await;
+    let mut secure_route = route(
+        "secure",
+        json!([{"backendRefs": [{"name": "app", "port": 80}]}]),
+    );
+    secure_route["spec"]["parentRefs"] = json!([{"name": "secure"}]);
+    create::<HttpRoute>(&k, secure_route).await;
+    let tls_port = crate::common::free_port();
+    let gw = cluster.node_as(
+        &kubeconfig,
+        ", lease_namespace: wasmgate-system",
+        &format!("listeners: [{{address: \"127.0.0.1:{tls_port}\", tls: {{}}}}]\n"),
+    );
     let c = client();
     until_status(&c, &gw, "/app", 200).await;
+    until("the granted Secret serves", || async {
+        curl("shop.example.com", tls_port, "/", &ca.ca, &[]).status == 200
+    })
+    .await;
+    until("the Secret the node may not read is said", || async {
+        let condition = listener_condition(&k, "secure", "api", "ResolvedRefs").await;
+        condition.is_some_and(|c| {
+            c["status"] == "False"
+                && c["message"].as_str().unwrap_or_default().contains(
+                    "Secret `default/other-tls` cannot be read: the node may not read it (RBAC",
+                )
+        })
+    })
+    .await;
+    let status = crate::common::gateway::admin(&c, &gw, "GET", "/status", "")
+        .await
+        .json();
+    let unreadable = &status["config"]["kubernetes"]["secrets"]["unreadable"];
+    assert!(unreadable.get("default/other-tls").is_some(), "{status}");
+    assert!(unreadable.get("default/example-tls").is_none(), "{status}");
     assert_eq!(
         route_condition(&k, "app", "Accepted").await["status"],
         "True"
@@ -520,13 +582,23 @@ async fn a_node_with_the_documented_rbac_serves_and_writes_status() {
         .and_then(|s| s.holder_identity)
         .unwrap_or_default();
     assert!(!holder.is_empty(), "the node holds the Lease");
+    let logs = gw.logs();
+    let refused: Vec<&str> = (logs.lines())
+        .filter(|l| l.contains("forbidden") && !l.contains("other-tls"))
+        .collect();
     assert!(
-        !gw.logs().contains("forbidden"),
-        "the node was refused something: {}",
-        gw.logs()
+        refused.is_empty(),
+        "the node was refused something: {refused:?}"
     );
-    // The ServiceAccount reads and writes status; it changes no spec.
+    // The ServiceAccount reads and writes status; it changes no spec; it
+    // reads the Secret it was granted and no other, nor lists any.
     let as_node = crate::common::kube::client_from(&kubeconfig).await;
+    let node_secrets: Api<Secret> = Api::default_namespaced(as_node.clone());
+    assert!(node_secrets.get("example-tls").await.is_ok());
+    assert!(node_secrets.get("other-tls").await.is_err());
+    assert!(node_secrets.list(&Default::default()).await.is_err());
+    let everywhere: Api<Secret> = Api::all(as_node.clone());
+    assert!(everywhere.list(&Default::default()).await.is_err());
     let routes: Api<HttpRoute> = Api::default_namespaced(as_node);
     let refused = routes.delete("app", &DeleteParams::default()).await;
     assert!(
@@ -610,26 +682,14 @@ async fn https_listeners_use_tls_secrets_and_grpc_routes_reach_grpc_services() {
 
     // The listener whose Secret does not exist says so; the Secret created,
     // it serves.
-    let gateways: Api<Gateway> = Api::default_namespaced(k.clone());
     let listener_condition = |name: &'static str, kind: &'static str| {
-        let gateways = gateways.clone();
+        let k = k.clone();
         async move {
-            let g = serde_json::to_value(gateways.get("secure").await.unwrap()).unwrap();
-            let listeners = g["status"]["listeners"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let l = listeners.iter().find(|l| l["name"] == name).cloned();
-            l.and_then(|l| {
-                (l["conditions"].as_array()?.iter())
-                    .find(|c| c["type"] == kind)
-                    .map(|c| {
-                        (
-                            c["status"].as_str().unwrap().to_string(),
-                            c["reason"].as_str().unwrap().to_string(),
-                        )
-                    })
-            })
+            let c = listener_condition(&k, "secure", name, kind).await?;
+            Some((
+                c["status"].as_str()?.to_string(),
+                c["reason"].as_str()?.to_string(),
+            ))
         }
     };
     until("the missing Secret is said", || async {

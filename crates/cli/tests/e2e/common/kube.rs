@@ -255,6 +255,23 @@ pub async fn route_condition(c: &Client, name: &str, kind: &str) -> Value {
     }
 }
 
+/// The condition `kind` of listener `listener` of Gateway `gateway` (in
+/// `default`), as the node last wrote it.
+pub async fn listener_condition(
+    c: &Client,
+    gateway: &str,
+    listener: &str,
+    kind: &str,
+) -> Option<Value> {
+    let gateways: Api<Gateway> = Api::default_namespaced(c.clone());
+    let g = serde_json::to_value(gateways.get(gateway).await.ok()?).unwrap();
+    let listeners = g["status"]["listeners"].as_array()?.clone();
+    let l = listeners.iter().find(|l| l["name"] == listener)?;
+    (l["conditions"].as_array()?.iter())
+        .find(|c| c["type"] == kind)
+        .cloned()
+}
+
 pub async fn until_status(c: &HttpClient, gw: &GatewayProc, path: &str, status: u16) -> Reply {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
