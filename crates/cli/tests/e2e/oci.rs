@@ -529,7 +529,10 @@ routes:
             format!(r#"{{"ca_file": "{ca}", "username": "ci", "password": "wrong"}}"#),
             "the registry refused",
         ),
-        (format!(r#"{{"ca_file": "{ca}"}}"#), "the registry refused"),
+        (
+            format!(r#"{{"ca_file": "{ca}"}}"#),
+            "the registry wants credentials and none were given",
+        ),
         (
             r#"{"username": "ci", "password": "s3cret-pass"}"#.to_string(),
             "certificate is not trusted",
