@@ -52,8 +52,13 @@ service:
     traces:
       receivers: [otlp]
       exporters: [jaeger_storage_exporter]
+  # Jaeger's own telemetry off: left on, it exports its own spans to
+  # 127.0.0.1:4317 (a port a test may use) and waits ~10 s at exit to
+  # flush them.
   telemetry:
     metrics:
+      level: none
+    traces:
       level: none
     logs:
       level: warn
@@ -86,6 +91,7 @@ exporters:
         let child = crate::spawn_logged(
             Command::new(crate::test_bin("jaeger"))
                 .args(["--config", "jaeger.yaml"])
+                .env("OTEL_TRACES_EXPORTER", "none")
                 .current_dir(dir.path()),
             &dir.path().join("jaeger.log"),
         );
