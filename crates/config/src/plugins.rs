@@ -56,6 +56,11 @@ pub struct PluginConfig {
     /// Deadline of one callback or function call, in milliseconds.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Proxy-Wasm: deadline of an instance's start-up (start code,
+    /// `proxy_on_vm_start`, `proxy_on_configure`), in milliseconds
+    /// (default 60000).
+    #[serde(default)]
+    pub startup_timeout_ms: Option<u64>,
     /// Most instances alive at once (per route for filters).
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,

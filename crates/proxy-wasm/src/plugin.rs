@@ -38,8 +38,11 @@ use crate::stream::FilterStream;
 /// Every instance has one root context, with this id (the SDKs look root
 /// contexts up by the id the host passes to root callbacks).
 pub(crate) const ROOT_CONTEXT_ID: u32 = 1;
-/// Deadline of start-up code and root-context callbacks.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline of an instance's start-up (its start code, `proxy_on_vm_start`,
+/// `proxy_on_configure`) unless the plugin says (`startup_timeout_ms`):
+/// generous, as heavy filters take long (Higress's WAF with the OWASP CRS
+/// parses its rules for about a minute of CPU at each start).
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How a filter plugin is set up.
 #[derive(Clone, Debug, Default)]
@@ -64,6 +67,9 @@ pub struct FilterConfig {
     pub memory_limit: Option<usize>,
     /// Deadline of one callback.
     pub timeout: Option<Duration>,
+    /// Deadline of an instance's start-up ([`DEFAULT_STARTUP_TIMEOUT`] when
+    /// `None`).
+    pub startup_timeout: Option<Duration>,
     pub pool: PoolConfig,
     /// What the host holds for the plugin outside its memory (`limits.rs`).
     pub limits: HostLimits,
@@ -384,7 +390,8 @@ impl FilterPlugin {
         );
         store.limiter(|s| &mut s.limiter);
         install_epoch_policy(&mut store);
-        let ticks = store.data_mut().budget.start(Some(START_TIMEOUT));
+        let startup = (self.shared.config.startup_timeout).unwrap_or(DEFAULT_STARTUP_TIMEOUT);
+        let ticks = store.data_mut().budget.start(Some(startup));
         store.set_epoch_deadline(ticks);
 
         let (instance, guest) = self

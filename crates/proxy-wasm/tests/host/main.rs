@@ -13,3 +13,4 @@ mod fuzz_host;
 mod giving;
 mod hostile;
 mod long_calls;
+mod startup;
