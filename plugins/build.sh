@@ -56,6 +56,15 @@ for dir in "$here"/higress/*/; do
     go build -mod=readonly -buildmode=c-shared -o "$out/$name.wasm" .)
 done
 
+# Higress's own plugins, unchanged (third_party/higress-plugins/README.md): each
+# with its own go.mod and go.sum.
+for dir in "$here"/third_party/higress-plugins/*/; do
+  [ -f "$dir/go.mod" ] || continue
+  name="higress_plugin_$(basename "$dir")"
+  (cd "$dir" && GOOS=wasip1 GOARCH=wasm GONOSUMDB='github.com/higress-group/*' \
+    go build -mod=readonly -buildmode=c-shared -o "$out/$name.wasm" .)
+done
+
 # wasi:http/proxy components (WASI 0.2.12, exporting wasi:http/incoming-handler),
 # the same paths in Rust, Python and JavaScript. Rust: the wasip2 crate 1.0.4
 # (the `wasi` crate's successor) for wasm32-wasip2, where rustc links the component.

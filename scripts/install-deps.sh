@@ -52,7 +52,7 @@ for mod in "$root"/plugins/go/*/ "$root"/plugins/proxy-wasm/go/*/ "$root"/refere
 done
 # Higress filters: go.sum pins the Higress modules, whose pseudo-versions the
 # checksum database does not have; GONOSUMDB keeps go from asking it.
-for mod in "$root"/plugins/higress/*/; do
+for mod in "$root"/plugins/higress/*/ "$root"/plugins/third_party/higress-plugins/*/; do
   [ -f "$mod/go.mod" ] || continue
   (cd "$mod" && GONOSUMDB='github.com/higress-group/*' go mod download)
 done

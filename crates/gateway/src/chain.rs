@@ -1,8 +1,17 @@
 //! A route's filter chain for one request: one Proxy-Wasm stream per filter,
-//! in chain order, run phase by phase. A filter that fails (crash, timeout,
+//! run phase by phase, as Envoy runs its HTTP filters: the request's
+//! callbacks in chain order, the response's in reverse order (the last
+//! filter sees the response first). A filter that fails (crash, timeout,
 //! no instance) either fails the request (`fail: closed`) or drops out of
 //! the chain for the rest of the request (`fail: open`). Bodies stream
 //! through it with `body_pump.rs`.
+//!
+//! A filter that pauses in a headers callback with a body to come stops
+//! the headers there (Envoy's StopIteration): the filters after it have
+//! not seen them, the body goes to it (and to the filters before it), and
+//! when one of its body callbacks continues, the headers go on to the next
+//! filters, then that body. Until then nothing leaves the chain, so the
+//! headers it edits in its body callbacks are the ones sent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -62,6 +71,9 @@ pub struct Chain {
     /// One per filter of the route, in order; `None` once a filter dropped
     /// out (fail open).
     links: Vec<Option<Link>>,
+    /// Per direction (request, response), the filter whose headers callback
+    /// stopped the headers (`Flow::Stop`), while they are stopped there.
+    stopped: [Option<usize>; 2],
     /// What the access log wants to know, when it is on (`access.rs`).
     notes: Option<Arc<ChainNotes>>,
 }
@@ -191,14 +203,45 @@ impl Chain {
                 Err(error) => {
                     if let Err(stop) = fail(filter.plugin.name(), filter.fail, error) {
                         // The streams already started go back to their pools.
-                        Chain { links, notes }.finish(&mut Box::default()).await;
+                        let stopped = [None; 2];
+                        Chain {
+                            links,
+                            notes,
+                            stopped,
+                        }
+                        .finish(&mut Box::default())
+                        .await;
                         return Err(stop);
                     }
                     links.push(None);
                 }
             }
         }
-        Ok(Chain { links, notes })
+        Ok(Chain {
+            links,
+            notes,
+            stopped: [None; 2],
+        })
+    }
+
+    /// Whether the headers of `direction` are stopped at a filter (it holds
+    /// them while it reads the body): nothing may be sent on yet.
+    pub fn headers_stopped(&self, direction: Direction) -> bool {
+        self.stopped[direction as usize].is_some()
+    }
+
+    /// The filter that `direction`'s callbacks run `k`-th (the response's
+    /// run in reverse order, as Envoy's encoder filters do).
+    fn nth(&self, direction: Direction, k: usize) -> usize {
+        match direction {
+            Direction::Request => k,
+            Direction::Response => self.links.len() - 1 - k,
+        }
+    }
+
+    /// Where filter `i` is in `direction`'s order (`nth`'s inverse).
+    fn rank(&self, direction: Direction, i: usize) -> usize {
+        self.nth(direction, i)
     }
 
     /// The clock of filter `i`'s callback, when notes are kept.
@@ -231,7 +274,21 @@ impl Chain {
         exchange: &mut Box<HttpExchange>,
         end_of_stream: bool,
     ) -> Result<(), Stop> {
-        for i in 0..self.links.len() {
+        self.headers_from(direction, exchange, 0, end_of_stream)
+            .await
+    }
+
+    /// Headers callbacks of the filters from the `from`-th in `direction`'s
+    /// order on; a filter that stops them is remembered (`stopped`).
+    async fn headers_from(
+        &mut self,
+        direction: Direction,
+        exchange: &mut Box<HttpExchange>,
+        from: usize,
+        end_of_stream: bool,
+    ) -> Result<(), Stop> {
+        for k in from..self.links.len() {
+            let i = self.nth(direction, k);
             let started = self.clock();
             let Some(link) = &mut self.links[i] else {
                 continue;
@@ -248,14 +305,30 @@ impl Chain {
                         .await
                 }
             };
-            // Headers cannot be buffered: Buffer only comes from body callbacks.
-            self.settle(i, started, result)?;
+            if self.settle(i, started, result)? == Some(Flow::Stop) {
+                self.stopped[direction as usize] = Some(i);
+                return Ok(());
+            }
         }
         Ok(())
     }
 
+    /// The headers stopped at filter `i` go on to the filters after it (it
+    /// continued, or dropped out).
+    async fn resume_headers(
+        &mut self,
+        direction: Direction,
+        exchange: &mut Box<HttpExchange>,
+        i: usize,
+    ) -> Result<(), Stop> {
+        self.stopped[direction as usize] = None;
+        let next = self.rank(direction, i) + 1;
+        self.headers_from(direction, exchange, next, false).await
+    }
+
     /// Runs one body chunk through the chain. Returns the bytes that come out
-    /// of the last filter (empty while some filter holds them).
+    /// of the last filter (empty while some filter holds them, or holds
+    /// the headers).
     pub async fn body_chunk(
         &mut self,
         direction: Direction,
@@ -263,9 +336,14 @@ impl Chain {
         mut data: Vec<u8>,
         end_of_stream: bool,
     ) -> Result<Vec<u8>, Stop> {
-        for i in 0..self.links.len() {
+        for k in 0..self.links.len() {
+            let i = self.nth(direction, k);
             let started = self.clock();
             let Some(link) = &mut self.links[i] else {
+                // A filter that held the headers and dropped out lets them on.
+                if self.stopped[direction as usize] == Some(i) {
+                    self.resume_headers(direction, exchange, i).await?;
+                }
                 continue;
             };
             let mut held = std::mem::take(&mut link.held);
@@ -283,19 +361,31 @@ impl Chain {
                     }
                     return Ok(Vec::new());
                 }
-                // Continue, or the filter dropped out (fail open): pass on.
-                _ => data = out,
+                // Continue, or the filter dropped out (fail open): pass on,
+                // the headers first if this filter held them.
+                _ => {
+                    if self.stopped[direction as usize] == Some(i) {
+                        self.resume_headers(direction, exchange, i).await?;
+                    }
+                    data = out;
+                }
             }
         }
         Ok(data)
     }
 
+    /// Trailers callbacks. Headers still stopped at a filter go on first:
+    /// the trailers end the body, so no body callback will continue them.
     pub async fn trailers(
         &mut self,
         direction: Direction,
         exchange: &mut Box<HttpExchange>,
     ) -> Result<(), Stop> {
-        for i in 0..self.links.len() {
+        if let Some(i) = self.stopped[direction as usize] {
+            self.resume_headers(direction, exchange, i).await?;
+        }
+        for k in 0..self.links.len() {
+            let i = self.nth(direction, k);
             let started = self.clock();
             let Some(link) = &mut self.links[i] else {
                 continue;
@@ -307,6 +397,42 @@ impl Chain {
             self.settle(i, started, result)?;
         }
         Ok(())
+    }
+
+    /// The response callbacks of a local reply made while the request was
+    /// filtered (it is in the exchange's response headers and body): Envoy
+    /// sends such a reply through the filters' response callbacks, those
+    /// whose stream began (a filter after the one that answered never saw
+    /// the request). A filter may edit the reply there (CORS headers on a
+    /// preflight); a second local reply or a failure there leaves the
+    /// first as it is.
+    pub async fn local_reply(&mut self, exchange: &mut Box<HttpExchange>) {
+        let body = std::mem::take(&mut exchange.response_body);
+        let has_body = !body.is_empty();
+        for k in 0..self.links.len() {
+            let i = self.nth(Direction::Response, k);
+            let started = self.clock();
+            let Some(link) = self.links[i].as_mut().filter(|l| l.stream.started()) else {
+                continue;
+            };
+            let result = link.stream.on_response_headers(exchange, !has_body).await;
+            exchange.local_response = None;
+            let _ = self.settle(i, started, result);
+        }
+        exchange.response_body = body;
+        if !has_body {
+            return;
+        }
+        for k in 0..self.links.len() {
+            let i = self.nth(Direction::Response, k);
+            let started = self.clock();
+            let Some(link) = self.links[i].as_mut().filter(|l| l.stream.started()) else {
+                continue;
+            };
+            let result = link.stream.on_response_body(exchange, true).await;
+            exchange.local_response = None;
+            let _ = self.settle(i, started, result);
+        }
     }
 
     /// `proxy_on_log` / `on_done` / `on_delete` on every stream; instances go back.
@@ -333,6 +459,7 @@ fn settle(
     match result {
         Ok(Flow::Continue) => Ok(Some(Flow::Continue)),
         Ok(Flow::Buffer) => Ok(Some(Flow::Buffer)),
+        Ok(Flow::Stop) => Ok(Some(Flow::Stop)),
         Ok(Flow::Respond) => Err(Stop::Respond),
         Ok(Flow::Close) => Err(Stop::Closed { plugin: plugin() }),
         Err(error) => {

@@ -332,7 +332,9 @@ impl Gateway {
             .headers(Direction::Request, &mut exchange, request_ends)
             .await
         {
-            let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
+            let response = self
+                .request_stopped(route, stop, &mut chain, &mut exchange)
+                .await;
             chain.finish(&mut exchange).await;
             return response;
         }
@@ -396,10 +398,16 @@ impl Gateway {
                 if let Some(notes) = &notes {
                     notes.note_endpoint(&sent.0);
                 }
+                // A component or function answers as an upstream would.
+                if exchange.response_details.is_none() {
+                    exchange.response_details = Some("via_upstream".into());
+                }
                 sent
             }
             Err(stop) => {
-                let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
+                let response = self
+                    .request_stopped(route, stop, &mut chain, &mut exchange)
+                    .await;
                 chain.finish(&mut exchange).await;
                 return response;
             }
@@ -419,9 +427,11 @@ impl Gateway {
         peer: SocketAddr,
     ) -> Result<(Response<Body>, Option<RequestPump>), Stop> {
         let request_ends = body.is_end_stream();
-        let head = upstream_head(exchange, peer);
-        let key = exchange_hash_key(upstream, exchange, peer);
-        let send = |body| {
+        let prepare = |exchange: &HttpExchange| {
+            let head = upstream_head(exchange, peer);
+            (head, exchange_hash_key(upstream, exchange, peer))
+        };
+        let send = |(head, key), body| {
             let body = if mirrors.is_empty() {
                 body
             } else {
@@ -430,14 +440,18 @@ impl Gateway {
             upstream.send(head, body, key)
         };
         let (result, rest) = self
-            .send_streaming(chain, exchange, body, request_ends, send)
+            .send_streaming(chain, exchange, body, request_ends, prepare, send)
             .await?;
         match result {
-            Ok(response) => Ok((upstream::answer(response), rest)),
+            Ok(response) => {
+                exchange.response_details = Some("via_upstream".into());
+                Ok((upstream::answer(response), rest))
+            }
             Err(e) => {
                 if let Some(pump) = rest {
                     pump.abandon();
                 }
+                exchange.response_details = Some(upstream::code_details(&e).into());
                 tracing::warn!(upstream = %upstream.name, error = %e, "upstream request failed");
                 Ok((upstream::upstream_error_response(e), None))
             }
@@ -454,44 +468,66 @@ impl Gateway {
         peer: SocketAddr,
         request_ends: bool,
     ) -> Result<(Response<Body>, Option<RequestPump>), Stop> {
-        let head = upstream_head(exchange, peer);
         let secure = exchange.info.tls.is_some();
         let (request_id, details) = (exchange.info.id, self.config.error_details);
-        let send = |body| component::answer(plugin, head, body, secure, request_id, details);
-        self.send_streaming(chain, exchange, body, request_ends, send)
+        let prepare = |exchange: &HttpExchange| upstream_head(exchange, peer);
+        let send = |head, body| component::answer(plugin, head, body, secure, request_id, details);
+        self.send_streaming(chain, exchange, body, request_ends, prepare, send)
             .await
     }
 
     /// Sends the filtered request on with `send`, its body pumped through
-    /// the chain while the receiver reads it. When the receiver answers
-    /// before the request body is over (a bidirectional stream), the rest of
-    /// the request body comes back with the answer, to be pumped beside the
-    /// response body (`filter_response`).
-    async fn send_streaming<T, Sent>(
+    /// the chain while the receiver reads it. `prepare` makes what `send`
+    /// needs of the request's head once the headers are final: at once,
+    /// or, when a filter holds them while it reads the body (Envoy's
+    /// StopIteration), once it lets them go, with what it changed. When the
+    /// receiver answers before the request body is over (a bidirectional
+    /// stream), the rest of the request body comes back with the answer, to
+    /// be pumped beside the response body (`filter_response`).
+    async fn send_streaming<P, T, Sent>(
         &self,
         chain: &mut Chain,
         exchange: &mut Box<HttpExchange>,
         body: ClientBody,
         request_ends: bool,
-        send: impl FnOnce(OutboundBody) -> Sent,
+        prepare: impl Fn(&HttpExchange) -> P,
+        send: impl FnOnce(P, OutboundBody) -> Sent,
     ) -> Result<(T, Option<RequestPump>), Stop>
     where
         Sent: std::future::Future<Output = T>,
     {
         if request_ends {
             let body = OutboundBody::Replayable(Bytes::new());
-            return Ok((send(body).await, None));
+            return Ok((send(prepare(exchange), body).await, None));
         }
         let (tx, mut rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
         let limit = self.config.limits.max_body_bytes;
         let mut pump = Some(BodyPump::new(Direction::Request, body, tx, limit));
+        // The head, now if the headers are final; else it comes through
+        // `held_head` once they are (a channel only then: most requests
+        // have no filter that holds their headers).
+        let (ready, mut held_head, head_later) = if chain.headers_stopped(Direction::Request) {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            (None, Some(tx), Some(rx))
+        } else {
+            (Some(prepare(exchange)), None, None)
+        };
         // The receiver hears of the request once the filters have let the
         // first of its body through (or its end): a request a filter
         // refuses while it buffers the body (a JSON or WAF check) never
         // reaches the upstream, not even its head.
         let send = async {
             let first = rx.recv().await;
-            send(OutboundBody::Streaming(channel_body_after(first, rx))).await
+            let prepared = match (ready, head_later) {
+                (Some(prepared), _) => prepared,
+                (None, Some(later)) => later.await.expect("the head is sent before the body ends"),
+                (None, None) => unreachable!("a head now or later"),
+            };
+            send(
+                prepared,
+                OutboundBody::Streaming(channel_body_after(first, rx)),
+            )
+            .await
         };
         let mut send = std::pin::pin!(send);
         loop {
@@ -505,7 +541,14 @@ impl Gateway {
                     }
                 } => {
                     let body = pump.as_mut().expect("only polled while there");
-                    match chain.feed(body, exchange, next).await {
+                    let fed = chain.feed(body, exchange, next).await;
+                    // The headers let go (or the body over): the head as
+                    // the filters left it.
+                    let ended = matches!(fed, Ok(true));
+                    if held_head.is_some() && (ended || !chain.headers_stopped(Direction::Request)) {
+                        let _ = held_head.take().expect("checked").send(prepare(exchange));
+                    }
+                    match fed {
                         // Dropping the sink ends the body the receiver reads.
                         Ok(true) => pump = None,
                         Ok(false) => {}
@@ -559,7 +602,9 @@ impl Gateway {
             }
         };
         if let Err(stop) = chain.headers(Direction::Request, &mut exchange, true).await {
-            let response = stopped(&route.name, stop, &mut exchange, self.config.error_details);
+            let response = self
+                .request_stopped(route, stop, &mut chain, &mut exchange)
+                .await;
             chain.finish(&mut exchange).await;
             return response;
         }
@@ -605,10 +650,12 @@ impl Gateway {
             chain.finish(&mut exchange).await;
             return response;
         }
-        let status = (exchange.response_headers.get(b":status"))
-            .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok())
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .unwrap_or(parts.status);
+        if chain.headers_stopped(Direction::Response) && !response_ends {
+            return self
+                .filter_held_response(route, chain, exchange, parts.status, body, request_rest)
+                .await;
+        }
+        let status = response_status(&exchange, parts.status);
         let builder = Response::builder().status(status);
         // The headers are final once `on_response_headers` is over; the
         // exchange keeps them for the filters' later reads (`proxy_on_log`)
@@ -702,6 +749,130 @@ impl Gateway {
         });
         builder.body(channel_body(rx)).expect("valid parts")
     }
+}
+
+impl Gateway {
+    /// A response whose headers a filter holds while it reads the body
+    /// (Envoy's StopIteration in `proxy_on_response_headers`): the body goes
+    /// through the chain until the filter lets the headers go, and the
+    /// head sent is the one the filters left; the rest streams on. The
+    /// request's body, if still coming, waits until then.
+    async fn filter_held_response(
+        &self,
+        route: &Route,
+        mut chain: Chain,
+        mut exchange: Box<HttpExchange>,
+        status: StatusCode,
+        body: Body,
+        request_rest: Option<RequestPump>,
+    ) -> Response<Body> {
+        let (tx, rx) = mpsc::channel(BODY_CHANNEL_FRAMES);
+        let limit = self.config.limits.max_body_bytes;
+        let mut pump = BodyPump::new(Direction::Response, body, tx, limit);
+        let mut ended = false;
+        while chain.headers_stopped(Direction::Response) && !ended {
+            let next = pump.next().await;
+            match chain.feed(&mut pump, &mut exchange, next).await {
+                Ok(done) => ended = done,
+                Err(stop) => {
+                    if let Some(request) = request_rest {
+                        request.abandon();
+                    }
+                    let response =
+                        stopped(&route.name, stop, &mut exchange, self.config.error_details);
+                    chain.finish(&mut exchange).await;
+                    return response;
+                }
+            }
+        }
+        let status = response_status(&exchange, status);
+        let mut headers = exchange.response_headers.map().clone();
+        // Filters may change the body's length: let the framing follow.
+        headers.remove(header::CONTENT_LENGTH);
+        let mut response = Response::new(channel_body(rx));
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        if ended {
+            // The whole body is in the channel; dropping the pump ends it.
+            drop(pump);
+            if let Some(request) = request_rest {
+                request.abandon();
+            }
+            chain.finish(&mut exchange).await;
+            return response;
+        }
+        let route_name = route.name.clone();
+        tokio::spawn(async move {
+            let pumped = match request_rest {
+                None => chain.pump(&mut exchange, pump, None).await,
+                Some(request) => chain.duplex(&mut exchange, request, pump).await,
+            };
+            if let Err(stop) = pumped {
+                tracing::warn!(route = %route_name, ?stop, "a filter stopped a body; aborting the response");
+            }
+            chain.finish(&mut exchange).await;
+        });
+        response
+    }
+}
+
+impl Gateway {
+    /// The response for a request the chain stopped before its response
+    /// began. A filter's local reply goes through the filters' response
+    /// callbacks first, as Envoy sends it through its encoder filters
+    /// (`Chain::local_reply`), and says its details in
+    /// `response.code_details`.
+    async fn request_stopped(
+        &self,
+        route: &Route,
+        stop: Stop,
+        chain: &mut Chain,
+        exchange: &mut Box<HttpExchange>,
+    ) -> Response<Body> {
+        let local = match stop {
+            Stop::Respond => exchange.local_response.take(),
+            _ => None,
+        };
+        let Some(local) = local else {
+            return stopped(&route.name, stop, exchange, self.config.error_details);
+        };
+        let LocalResponse {
+            status,
+            details,
+            mut headers,
+            body,
+            grpc_status,
+        } = local;
+        headers.push_pseudo(":status", status.to_string().into_bytes());
+        exchange.response_headers = headers;
+        exchange.response_body = body;
+        exchange.response_details = Some(match details.is_empty() {
+            true => "local_reply".into(),
+            false => details.clone().into(),
+        });
+        chain.local_reply(exchange).await;
+        let status = (exchange.response_headers.get(b":status"))
+            .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u32>().ok())
+            .unwrap_or(status);
+        let replied = LocalResponse {
+            status,
+            details,
+            headers: std::mem::take(&mut exchange.response_headers),
+            body: std::mem::take(&mut exchange.response_body),
+            grpc_status,
+        };
+        let grpc = (exchange.request_headers.get(b"content-type"))
+            .is_some_and(|v| v.starts_with(b"application/grpc"));
+        local_response(replied, grpc)
+    }
+}
+
+/// The status the filters left in `:status`, else `status`.
+fn response_status(exchange: &HttpExchange, status: StatusCode) -> StatusCode {
+    (exchange.response_headers.get(b":status"))
+        .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(status)
 }
 
 /// Collects the request body through the chain's body callbacks.

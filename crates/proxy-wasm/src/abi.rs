@@ -37,6 +37,13 @@ impl Action {
     }
 }
 
+/// A headers callback's `StopIteration` (1): what Higress's hosts honour
+/// as such for modules of [`AbiVersion::V0_2_100`] (the body goes on to
+/// the filter while its headers wait). Stock Envoy turns it into
+/// `StopAllIterationAndWatermark` for every other module, as it does with
+/// 3 and 4: nothing more reaches the filter until something resumes it.
+pub const HEADERS_STOP_ITERATION: i32 = 1;
+
 /// Which header map a host function works on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapType {
@@ -128,6 +135,12 @@ pub enum AbiVersion {
 }
 
 impl AbiVersion {
+    /// Whether a headers callback's [`HEADERS_STOP_ITERATION`] stops only
+    /// the headers, as Higress's Envoy does for its modules.
+    pub fn honours_stop_iteration(self) -> bool {
+        self == AbiVersion::V0_2_100
+    }
+
     pub const MARKERS: [(&'static str, AbiVersion); 5] = [
         ("proxy_abi_version_0_1_0", AbiVersion::V0_1_0),
         ("proxy_abi_version_0_2_0", AbiVersion::V0_2_0),

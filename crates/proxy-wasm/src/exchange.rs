@@ -25,6 +25,10 @@ pub struct HttpExchange {
     pub properties: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Set by `proxy_send_local_response`: answer with this, skip the upstream.
     pub local_response: Option<LocalResponse>,
+    /// How the response came about, as Envoy's `response.code_details` says
+    /// it: `via_upstream` for an upstream's answer, a local reply's details
+    /// (Higress's framework reads it to tell the two apart).
+    pub response_details: Option<std::borrow::Cow<'static, str>>,
 }
 
 /// Facts about a request that are not in its headers. Properties

@@ -64,6 +64,10 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
             .and_then(|s| std::str::from_utf8(s).ok()?.parse::<i64>().ok())
             .map(integer),
         [b"response", b"size"] => content_length(&exchange.response_headers),
+        [b"response", b"code_details"] => exchange
+            .response_details
+            .as_ref()
+            .map(|d| d.as_bytes().to_vec()),
         [b"source", field] => address(info.source, field),
         [b"destination", field] => address(info.destination, field),
         [b"connection", b"id"] => Some(integer(info.connection_id as i64)),

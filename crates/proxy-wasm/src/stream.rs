@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use wasmgate_runtime::Lease;
 use wasmtime::Store;
 
-use crate::abi::{Action, StreamType};
+use crate::abi::{Action, StreamType, HEADERS_STOP_ITERATION};
 use crate::callout::CallsInFlight;
 use crate::exchange::HttpExchange;
 use crate::plugin::{
@@ -32,6 +32,12 @@ pub enum Flow {
     /// later call continues (StopIterationAndBuffer); the filter sees the
     /// whole buffer each time.
     Buffer,
+    /// Headers callbacks with a body to come only: the headers stop at this
+    /// filter (Envoy's StopIteration). The body keeps coming to this
+    /// filter, which may still edit the headers; they go on to the next
+    /// filters when one of its body callbacks continues (or it calls
+    /// `proxy_continue_stream`).
+    Stop,
     /// A local response is in `HttpExchange::local_response`: answer with it.
     Respond,
     /// The filter closed the stream: reset it.
@@ -96,6 +102,11 @@ impl FilterStream {
 
     pub fn plugin(&self) -> &Arc<FilterPlugin> {
         &self.plugin
+    }
+
+    /// Whether the stream's context exists (a callback of it ran).
+    pub fn started(&self) -> bool {
+        self.created
     }
 
     pub async fn on_request_headers(
@@ -243,6 +254,15 @@ impl FilterStream {
             };
             self.run(exchange, phase.name, call).await?
         };
+        // Higress's StopIteration: only for its ABI, only from headers with a
+        // body to come.
+        let stops_headers = code == HEADERS_STOP_ITERATION
+            && phase.may_stop_headers(end_of_stream)
+            && self.plugin.abi_version().honours_stop_iteration();
+        let phase = Phase {
+            stops_headers,
+            ..phase
+        };
         self.after_callback(phase, Action::from_code(code), exchange, end_of_stream)
             .await
     }
@@ -293,6 +313,9 @@ impl FilterStream {
             // Pausing a body chunk that is not the last one means "buffer":
             // the host collects more and calls again.
             Action::Pause if phase.body && !end_of_stream => Ok(Flow::Buffer),
+            // Higress's StopIteration with no call to wait for: its Envoy
+            // goes on delivering the body to this filter.
+            Action::Pause if phase.stops_headers && self.calls.is_empty() => Ok(Flow::Stop),
             Action::Pause => self.wait_until_resumed(phase, exchange).await,
         }
     }
@@ -324,6 +347,11 @@ impl FilterStream {
         let deadline = Instant::now() + limit;
         loop {
             let tick = self.lease.instance().tick_period();
+            // Headers of a StopIteration still paused once their calls are
+            // answered: the body goes to the filter (`Flow::Stop`).
+            if self.calls.is_empty() && phase.stops_headers {
+                return Ok(Flow::Stop);
+            }
             if self.calls.is_empty() && tick.is_none() {
                 return Err(FilterError::Stalled {
                     plugin: self.plugin.name().to_string(),
@@ -412,14 +440,24 @@ struct Phase {
     name: &'static str,
     direction: StreamType,
     body: bool,
+    /// A pause here is Higress's StopIteration: the headers wait, the
+    /// body goes on to the filter (`Flow::Stop`).
+    stops_headers: bool,
 }
 
 impl Phase {
+    /// Whether a pause here may stop only the headers: a headers callback
+    /// (not trailers, which end the stream) with a body to come.
+    fn may_stop_headers(&self, end_of_stream: bool) -> bool {
+        !self.body && !end_of_stream
+    }
+
     fn headers(name: &'static str, direction: StreamType) -> Phase {
         Phase {
             name,
             direction,
             body: false,
+            stops_headers: false,
         }
     }
 
@@ -428,6 +466,7 @@ impl Phase {
             name,
             direction,
             body: true,
+            stops_headers: false,
         }
     }
 }

@@ -19,6 +19,7 @@ mod cluster;
 mod components;
 mod connections;
 mod differential;
+mod envoy_semantics;
 mod first_plugin;
 mod gateway;
 mod grpc_call;

@@ -323,6 +323,21 @@ fn status_and_kind(error: &UpstreamError) -> (StatusCode, &'static str) {
     }
 }
 
+/// What Envoy's `response.code_details` says of the gateway's answer to
+/// an upstream's failure.
+pub(crate) fn code_details(error: &UpstreamError) -> &'static str {
+    match error {
+        UpstreamError::Timeout { .. } => "upstream_response_timeout",
+        UpstreamError::Unreachable { .. } => {
+            "upstream_reset_before_response_started{connection_failure}"
+        }
+        UpstreamError::Tls { .. } => {
+            "upstream_reset_before_response_started{connection_failure,TLS_error}"
+        }
+        UpstreamError::ClientBody { .. } => "downstream_remote_disconnect",
+    }
+}
+
 pub(crate) fn upstream_failed(route: &str, error: UpstreamError) -> Response<Body> {
     let (_, kind) = status_and_kind(&error);
     tracing::warn!(%route, kind, error = %error, "upstream request failed");

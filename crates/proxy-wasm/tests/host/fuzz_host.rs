@@ -1557,6 +1557,7 @@ fn fuzz_exchange(rng: &mut Rng) -> Box<HttpExchange> {
         },
         response_trailers: trailers(rng),
         info: request_info(),
+        response_details: Some("via_upstream".into()),
         properties: BTreeMap::new(),
         local_response: None,
     })

@@ -1,0 +1,188 @@
+//! Envoy's HTTP filter semantics, which Higress's and Istio's plugins are
+//! written against (docs/gateway.md, "The filter chain"), tried with two of
+//! Higress's own plugins built unchanged from its sources
+//! (plugins/third_party/higress-plugins/) and a Rust SDK filter that
+//! reports what it reads (`properties`):
+//!
+//! - a local reply goes through the filters' response callbacks (cors adds
+//!   its `access-control-*` headers to its own preflight answer there);
+//! - response callbacks run in reverse chain order (the last filter sees the
+//!   response first);
+//! - a filter that stops the headers (`HeaderStopIteration`) still gets the
+//!   body, and the headers it edits from the body are the ones sent, on the
+//!   request (to the upstream) and on the response (to the client);
+//! - `response.code_details` says whether the answer came from the upstream
+//!   (`via_upstream`) or a local reply (its details).
+
+use crate::common::gateway::{send, with_upstream};
+use crate::common::{client, Reply};
+
+fn header(r: &Reply, name: &str) -> Option<String> {
+    r.headers.get(name).map(|v| v.to_str().unwrap().to_string())
+}
+
+const ORIGIN: &str = "http://app.example.com";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn higress_cors_answers_preflights_with_its_headers_through_the_response_callbacks() {
+    let (upstream, gw) = with_upstream(
+        "backend",
+        r#"
+listen: "{listen}"
+plugins:
+  - {name: cors, wasm: "{wasm:higress_plugin_cors}"}
+  - {name: props, wasm: "{wasm:properties}"}
+upstreams:
+  - {name: backend, nodes: [{address: "{backend}"}]}
+routes:
+  - name: api
+    plugins:
+      - {plugin: props, conf: ["response.code_details", "response.headers.access-control-allow-origin"]}
+      - plugin: cors
+        conf: {allow_origins: ["http://app.example.com"], allow_methods: [GET, POST], allow_headers: [Content-Type, Token], expose_headers: [x-upstream], allow_credentials: true, max_age: 600}
+    upstream: backend
+"#,
+    )
+    .await;
+    let c = client();
+
+    // The preflight: cors answers it itself, and adds its headers to that
+    // answer in proxy_on_response_headers; the filter before it sees the
+    // reply too, after cors (reverse order), with the reply's details.
+    let preflight = send(
+        &c,
+        "OPTIONS",
+        &gw.url("/orders"),
+        &[
+            ("origin", ORIGIN),
+            ("access-control-request-method", "POST"),
+            ("access-control-request-headers", "Content-Type,Token"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(preflight.status, 200, "{}", preflight.text());
+    assert_eq!(
+        header(&preflight, "access-control-allow-origin").as_deref(),
+        Some(ORIGIN)
+    );
+    let methods = header(&preflight, "access-control-allow-methods").unwrap_or_default();
+    assert!(methods.contains("POST"), "{:?}", preflight.headers);
+    assert_eq!(
+        header(&preflight, "access-control-max-age").as_deref(),
+        Some("600")
+    );
+    assert_eq!(
+        header(&preflight, "access-control-allow-credentials").as_deref(),
+        Some("true")
+    );
+    // The trace header of its local reply is removed by its own response
+    // callback.
+    assert_eq!(header(&preflight, "x-cors-plugin-trace"), None);
+    assert_eq!(
+        header(&preflight, "x-property-response.code_details").as_deref(),
+        Some("cores.preflight")
+    );
+    assert_eq!(
+        header(
+            &preflight,
+            "x-property-response.headers.access-control-allow-origin"
+        )
+        .as_deref(),
+        Some(ORIGIN),
+        "the response callbacks run in reverse order: cors before props"
+    );
+    assert_eq!(upstream.hits(), 0, "a preflight never reaches the upstream");
+
+    // A CORS request goes to the upstream; its answer carries the headers.
+    let simple = send(&c, "GET", &gw.url("/orders"), &[("origin", ORIGIN)], "").await;
+    assert_eq!(simple.status, 200, "{}", simple.text());
+    assert_eq!(simple.json()["upstream"], "backend");
+    assert_eq!(
+        header(&simple, "access-control-allow-origin").as_deref(),
+        Some(ORIGIN)
+    );
+    assert_eq!(
+        header(&simple, "access-control-expose-headers").as_deref(),
+        Some("x-upstream")
+    );
+    assert_eq!(
+        header(&simple, "x-property-response.code_details").as_deref(),
+        Some("via_upstream")
+    );
+
+    // An origin it does not allow: its 403, through the response callbacks.
+    let refused = send(
+        &c,
+        "GET",
+        &gw.url("/orders"),
+        &[("origin", "http://evil.example.net")],
+        "",
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert_eq!(refused.text(), "Invalid CORS request");
+    assert_eq!(
+        header(&refused, "x-property-response.code_details").as_deref(),
+        Some("cors.forbidden")
+    );
+    assert_eq!(upstream.hits(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn higress_transformer_maps_bodies_into_headers_it_holds() {
+    let (upstream, gw) = with_upstream(
+        "backend",
+        r#"
+listen: "{listen}"
+plugins:
+  - {name: transformer, wasm: "{wasm:higress_plugin_transformer}"}
+  - {name: props, wasm: "{wasm:properties}"}
+upstreams:
+  - {name: backend, nodes: [{address: "{backend}"}]}
+routes:
+  - name: api
+    plugins:
+      - plugin: transformer
+        conf:
+          reqRules:
+            - {operate: map, mapSource: body, headers: [{fromKey: userId, toKey: x-user-id}]}
+          respRules:
+            - {operate: map, mapSource: body, headers: [{fromKey: upstream, toKey: x-served-by}]}
+      - {plugin: props, conf: ["request.headers.x-user-id"]}
+    upstream: backend
+"#,
+    )
+    .await;
+    let c = client();
+    let body = r#"{"userId": 12, "userName": "ada"}"#;
+    let reply = send(
+        &c,
+        "POST",
+        &gw.url("/json/users"),
+        &[("content-type", "application/json")],
+        body,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    // The request's headers waited at the transformer while it read the
+    // body; the header it added from the body went upstream with them, and
+    // the filter after it saw them only then.
+    let seen = &upstream.received("/json/users")[0];
+    assert_eq!(seen.get("x-user-id").unwrap(), "12");
+    assert_eq!(reply.json()["body"], body, "the body itself goes on whole");
+    assert_eq!(
+        header(&reply, "x-property-request.headers.x-user-id").as_deref(),
+        Some("12")
+    );
+    // The response's headers waited for its body the same way: the header
+    // mapped from the upstream's JSON answer reaches the client.
+    assert_eq!(header(&reply, "x-served-by").as_deref(), Some("backend"));
+
+    // Without a body there is nothing to wait for: the request goes on.
+    let reply = send(&c, "GET", &gw.url("/json/plain"), &[], "").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(upstream.received("/json/plain")[0]
+        .get("x-user-id")
+        .is_none());
+}
