@@ -387,6 +387,12 @@ impl Gateway {
                         let answer = endpoint
                             .answer_whole(&target, input, request_id, details)
                             .await;
+                        // Envoy's words: a route's own answer is a direct
+                        // response; a function answers as an upstream would.
+                        exchange.response_details = Some(match endpoint {
+                            Endpoint::Function(_) => "via_upstream".into(),
+                            _ => "direct_response".into(),
+                        });
                         Ok((answer, None))
                     }
                     Err(stop) => Err(stop),
@@ -398,7 +404,7 @@ impl Gateway {
                 if let Some(notes) = &notes {
                     notes.note_endpoint(&sent.0);
                 }
-                // A component or function answers as an upstream would.
+                // A component answers as an upstream would.
                 if exchange.response_details.is_none() {
                     exchange.response_details = Some("via_upstream".into());
                 }

@@ -1272,10 +1272,14 @@ plugins:
   - {name: props, wasm: "{wasm:properties}"}
 upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
 routes:
+  - name: fixed
+    path: {prefix: /fixed}
+    plugins: [{plugin: props, conf: ["response.code_details"]}]
+    respond: {status: 200, body: fixed}
   - name: inspected
     plugins:
       - plugin: props
-        conf: ["request.path", "request.url_path", "request.query", "request.method",
+        conf: ["response.code_details", "request.path", "request.url_path", "request.query", "request.method",
                "request.host", "request.scheme", "request.protocol", "request.id",
                "request.time:int", "request.size:int", "request.headers.x-probe",
                "response.code:int", "response.size:int", "response.headers.x-upstream",
@@ -1339,6 +1343,13 @@ routes:
     let up_port = up.address().rsplit_once(':').unwrap().1.to_string();
     assert_eq!(p("cluster_name"), format!("outbound|{up_port}||backend"));
     assert_eq!(p("no.such.property"), "<absent>");
+    // Where the answer came from, in Envoy's words.
+    assert_eq!(p("response.code_details"), "via_upstream");
+    let fixed = send(&c, "GET", &gw.url("/fixed"), &[], "").await;
+    assert_eq!(
+        header(&fixed, "x-property-response.code_details"),
+        Some("direct_response")
+    );
     // Each request gets its own id.
     let again = send(&c, "POST", &gw.url("/a/b?x=1"), &[], "").await;
     let id = header(&again, "x-property-request.id").unwrap();
