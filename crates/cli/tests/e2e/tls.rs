@@ -795,7 +795,10 @@ routes:
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["path"], format!("/verified/{i}"));
     }
-    // Keep-alive over TLS: the five requests shared one connection.
+    // Keep-alive over TLS: the five requests shared a connection. (Two at
+    // most: a connection goes back to its pool once the gateway has read
+    // its answer's end, which the client's next request can overtake on a
+    // busy machine; a full parallel run once saw that.)
     let connections = metric(
         &c,
         &gw,
@@ -805,7 +808,10 @@ routes:
         ),
     )
     .await;
-    assert_eq!(connections, 1.0);
+    assert!(
+        (1.0..=2.0).contains(&connections),
+        "{connections} connections for 5 requests"
+    );
     // ALPN offered HTTP/1.1 alone (the node prefers h2, and would have
     // chosen it had it been offered).
     let chosen = upstream.alpn();
