@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::common::gateway::{send, GatewayProc};
 use crate::common::kube::{
     create, create_from_file, interface_ip, listener_condition, plugin_grant, route,
-    route_condition, service, until, until_status, Cluster,
+    route_condition, secure_gateway, service, tls_secret, until, until_status, Cluster,
 };
 use crate::common::upstream::Upstream;
 use crate::common::{client, HttpClient};
@@ -513,33 +513,9 @@ async fn a_node_with_the_documented_rbac_serves_and_writes_status() {
         ("other-tls", "api.example.com"),
     ] {
         let issued = ca.server(&[host], KeyType::EcdsaP256, 1, 1);
-        create::<Secret>(
-            &k,
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-            "type": "kubernetes.io/tls",
-            "stringData": {"tls.crt": issued.cert_pem(), "tls.key": issued.key_pem()}}),
-        )
-        .await;
+        create::<Secret>(&k, tls_secret(name, &issued)).await;
     }
-    create::<Gateway>(
-        &k,
-        json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {"name": "secure"},
-            "spec": {"gatewayClassName": "wasmgate", "listeners": [
-                {"name": "shop", "port": 443, "protocol": "HTTPS", "hostname": "shop.example.com",
-                 "tls": {"certificateRefs": [{"name": "example-tls"}]}},
-                {"name": "api", "port": 443, "protocol": "HTTPS", "hostname": "api.example.com",
-                 "tls": {"certificateRefs": [{"name": "other-tls"}]}}]}
-        }),
-    )
-    .await;
-    let mut secure_route = route(
-        "secure",
-        json!([{"backendRefs": [{"name": "app", "port": 80}]}]),
-    );
-    secure_route["spec"]["parentRefs"] = json!([{"name": "secure"}]);
-    create::<HttpRoute>(&k, secure_route).await;
+    secure_gateway(&k, "example-tls", "other-tls").await;
     let tls_port = crate::common::free_port();
     let gw = cluster.node_as(
         &kubeconfig,
@@ -629,31 +605,8 @@ async fn https_listeners_use_tls_secrets_and_grpc_routes_reach_grpc_services() {
     service(&k, "app", &[&app]).await;
     let first_ca = Pki::new("first-ca");
     let shop = first_ca.server(&["shop.example.com"], KeyType::EcdsaP256, 1, 1);
-    let tls_secret = |name: &str, issued: &wasmgate_testkit::pki::Issued| {
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-               "type": "kubernetes.io/tls",
-               "stringData": {"tls.crt": issued.cert_pem(), "tls.key": issued.key_pem()}})
-    };
     create::<Secret>(&k, tls_secret("shop-tls", &shop)).await;
-    create::<Gateway>(
-        &k,
-        json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {"name": "secure"},
-            "spec": {"gatewayClassName": "wasmgate", "listeners": [
-                {"name": "shop", "port": 443, "protocol": "HTTPS", "hostname": "shop.example.com",
-                 "tls": {"certificateRefs": [{"name": "shop-tls"}]}},
-                {"name": "api", "port": 443, "protocol": "HTTPS", "hostname": "api.example.com",
-                 "tls": {"certificateRefs": [{"name": "api-tls"}]}}]}
-        }),
-    )
-    .await;
-    let mut secure_route = route(
-        "secure",
-        json!([{"backendRefs": [{"name": "app", "port": 80}]}]),
-    );
-    secure_route["spec"]["parentRefs"] = json!([{"name": "secure"}]);
-    create::<HttpRoute>(&k, secure_route).await;
+    secure_gateway(&k, "shop-tls", "api-tls").await;
     let tls_port = crate::common::free_port();
     let gw = cluster.node(&format!(
         "listeners: [{{address: \"127.0.0.1:{tls_port}\", tls: {{}}}}]\n"

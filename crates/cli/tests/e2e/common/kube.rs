@@ -255,6 +255,38 @@ pub async fn route_condition(c: &Client, name: &str, kind: &str) -> Value {
     }
 }
 
+/// A TLS Secret `name` (in `default`) holding `issued`'s certificate and key.
+pub fn tls_secret(name: &str, issued: &wasmgate_testkit::pki::Issued) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+           "type": "kubernetes.io/tls",
+           "stringData": {"tls.crt": issued.cert_pem(), "tls.key": issued.key_pem()}})
+}
+
+/// Gateway `secure` (in `default`): HTTPS listeners on port 443, `shop` for
+/// shop.example.com with Secret `shop_secret` and `api` for api.example.com
+/// with `api_secret`; and HTTPRoute `secure` on it to Service `app`.
+pub async fn secure_gateway(c: &Client, shop_secret: &str, api_secret: &str) {
+    create::<Gateway>(
+        c,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "secure"},
+            "spec": {"gatewayClassName": "wasmgate", "listeners": [
+                {"name": "shop", "port": 443, "protocol": "HTTPS", "hostname": "shop.example.com",
+                 "tls": {"certificateRefs": [{"name": shop_secret}]}},
+                {"name": "api", "port": 443, "protocol": "HTTPS", "hostname": "api.example.com",
+                 "tls": {"certificateRefs": [{"name": api_secret}]}}]}
+        }),
+    )
+    .await;
+    let mut secure_route = route(
+        "secure",
+        json!([{"backendRefs": [{"name": "app", "port": 80}]}]),
+    );
+    secure_route["spec"]["parentRefs"] = json!([{"name": "secure"}]);
+    create::<HttpRoute>(c, secure_route).await;
+}
+
 /// The condition `kind` of listener `listener` of Gateway `gateway` (in
 /// `default`), as the node last wrote it.
 pub async fn listener_condition(
