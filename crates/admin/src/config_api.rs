@@ -125,6 +125,25 @@ fn find<T: NamedEntry>(live: &LiveGateway, name: &str) -> Option<T> {
 
 /// Creates (appended last: routes match in order) or replaces in place.
 async fn put<T: NamedEntry>(live: &LiveGateway, caller: &Caller, name: &str, body: &[u8]) -> Reply {
+    // A name the rule refuses is the caller's mistake, said as theirs: not
+    // a reload that failed, nor an error in the operator's file (where the
+    // whole configuration's check would place it).
+    if let Err(why) = wasmgate_config::check_name(name) {
+        let mut change = caller.change(format!("PUT {} {name}", T::KIND));
+        change.before = find::<T>(live, name).map(|e| e.fingerprint());
+        let reason = format!(
+            "admin API: PUT {} `{}`: {why}",
+            T::KIND,
+            name.escape_debug()
+        );
+        return applied(
+            live,
+            change,
+            Err(EditError::Invalid(reason)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Value::Null,
+        );
+    }
     let entry: T = match parse(name, body) {
         Ok(entry) => entry,
         Err(message) => return Reply::error(StatusCode::BAD_REQUEST, message),

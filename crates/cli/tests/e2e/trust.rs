@@ -293,7 +293,19 @@ routes:
             "{name}: {}",
             put.text()
         );
+        // The caller's mistake, said as theirs: not the operator's file's,
+        // and no reload failed.
+        assert!(
+            put.text().contains("admin API: PUT route"),
+            "{}",
+            put.text()
+        );
+        assert!(!put.text().contains("wasmgate.yaml"), "{}", put.text());
     }
+    assert_eq!(
+        crate::common::gateway::metric(&c, &gw, "wasmgate_config_reload_failures_total").await,
+        0.0
+    );
     // An encoded name that is valid reaches its entry.
     let put = admin(
         &c,
