@@ -239,11 +239,6 @@ impl Chain {
         }
     }
 
-    /// Where filter `i` is in `direction`'s order (`nth`'s inverse).
-    fn rank(&self, direction: Direction, i: usize) -> usize {
-        self.nth(direction, i)
-    }
-
     /// The clock of filter `i`'s callback, when notes are kept.
     fn clock(&self) -> Option<Instant> {
         self.notes.as_ref().map(|_| Instant::now())
@@ -322,7 +317,8 @@ impl Chain {
         i: usize,
     ) -> Result<(), Stop> {
         self.stopped[direction as usize] = None;
-        let next = self.rank(direction, i) + 1;
+        // `nth` is its own inverse: filter `i` runs `nth(i)`-th.
+        let next = self.nth(direction, i) + 1;
         self.headers_from(direction, exchange, next, false).await
     }
 
