@@ -271,10 +271,6 @@ async fn on_route(
     send(c, "GET", &gw.url(path), &[("x-route", route)], "").await
 }
 
-fn header<'a>(reply: &'a crate::common::Reply, name: &str) -> Option<&'a str> {
-    reply.headers.get(name).map(|v| v.to_str().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_route_ends_in_a_component_behind_filters() {
     let mut gw = GatewayProc::start(GATEWAY);
@@ -297,7 +293,7 @@ async fn a_gateway_route_ends_in_a_component_behind_filters() {
             "{route}"
         );
         assert_eq!(
-            header(&reply, "x-seen-path"),
+            reply.header("x-seen-path"),
             Some("/header?name=x-wasmgate-filter")
         );
         // The component sees the client as an upstream would.
@@ -308,7 +304,7 @@ async fn a_gateway_route_ends_in_a_component_behind_filters() {
     // seen behind its first frame), so it goes out with its length.
     let reply = on_route(&c, &gw, "filtered", "/").await;
     assert_eq!(reply.text(), "hello from rust component");
-    assert_eq!(header(&reply, "content-length"), Some("25"));
+    assert_eq!(reply.header("content-length"), Some("25"));
     // A filter's local answer: the component never runs.
     let calls = "wasmgate_plugin_call_seconds_count{plugin=\"handler\",route=\"\"}";
     let calls_before = metric(&c, &gw, calls).await;

@@ -10,10 +10,6 @@ use crate::common::gateway::{get, send, until_metric, with_upstream, GatewayProc
 use crate::common::upstream::Upstream;
 use crate::common::{client, wasmgate};
 
-fn header<'a>(reply: &'a crate::common::Reply, name: &str) -> Option<&'a str> {
-    reply.headers.get(name).map(|v| v.to_str().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_match_and_header_filters_edit_both_directions() {
     let (_up, gw) = with_upstream(
@@ -53,8 +49,8 @@ routes:
     assert_eq!(reply.status, 200, "{}", reply.text());
     let echo = reply.json();
     assert_eq!(echo["path"], "/users/42?x=1");
-    assert_eq!(header(&reply, "x-seen-path"), Some("/users/42?x=1"));
-    assert_eq!(header(&reply, "x-upstream"), Some("backend"));
+    assert_eq!(reply.header("x-seen-path"), Some("/users/42?x=1"));
+    assert_eq!(reply.header("x-upstream"), Some("backend"));
     // Both filters added their request header; the upstream saw both values.
     let seen = echo["headers"]["x-wasmgate-filter"]
         .as_str()
@@ -72,7 +68,7 @@ routes:
         format!("127.0.0.1:{}", gw.port)
     );
     assert_eq!(echo["headers"]["via"], "1.1 wasmgate");
-    assert!(header(&reply, "via").unwrap().contains("1.1 wasmgate"));
+    assert!(reply.header("via").unwrap().contains("1.1 wasmgate"));
 
     // Regex is anchored: /users/42/x is not `users`, and nothing else matches.
     let reply = get(&c, &gw.url("/users/42/x")).await;
@@ -120,7 +116,7 @@ routes: [{name: all, plugins: [{plugin: h, conf: over-h2}], upstream: backend}]
     let echo = reply.json();
     assert_eq!(echo["body"], "body over h2");
     assert_eq!(echo["headers"]["x-wasmgate-filter"], "over-h2");
-    assert_eq!(header(&reply, "x-seen-path"), Some("/h2"));
+    assert_eq!(reply.header("x-seen-path"), Some("/h2"));
 }
 
 /// A route's own header changes: the request's before its filters and the
@@ -162,9 +158,9 @@ routes:
     )
     .await;
     assert_eq!(reply.status, 200);
-    assert_eq!(header(&reply, "x-served-by"), Some("wasmgate"));
+    assert_eq!(reply.header("x-served-by"), Some("wasmgate"));
     assert_eq!(
-        header(&reply, "x-upstream"),
+        reply.header("x-upstream"),
         None,
         "removed from the response"
     );
@@ -174,7 +170,7 @@ routes:
     assert_eq!(seen.get_all("x-via").iter().count(), 2);
     let local = get(&c, &gw.url("/local")).await;
     assert_eq!(local.text(), "from the filter");
-    assert_eq!(header(&local, "x-served-by"), Some("wasmgate"));
+    assert_eq!(local.header("x-served-by"), Some("wasmgate"));
 
     let stderr = crate::common::check_refuses(
         "listen: 127.0.0.1:1\nroutes: [{name: r, respond: {status: 200}, request_headers: {set: {\"bad name\": x}}}]\n",
@@ -249,7 +245,7 @@ routes:
     assert_eq!(reply.json()["path"], "/shopping?tier=gold&who=a+b");
     let moved = get(&c, &gw.url("/old/page?q=1")).await;
     assert_eq!(moved.status, 308);
-    let location = header(&moved, "location").unwrap();
+    let location = moved.header("location").unwrap();
     assert!(location.ends_with("/new/page?q=1"), "{location}");
 
     let stderr = crate::common::check_refuses(
@@ -364,9 +360,9 @@ routes:
         let reply = get(&c, &gw.url("/anything")).await;
         assert_eq!(reply.status, 200);
         assert_eq!(reply.text(), "hello world");
-        assert_eq!(header(&reply, "x-fault"), Some("injected"));
+        assert_eq!(reply.header("x-fault"), Some("injected"));
         // The chain ended at the local response: the next filter never ran.
-        assert_eq!(header(&reply, "x-seen-path"), None);
+        assert_eq!(reply.header("x-seen-path"), None);
     }
     assert_eq!(up.hits(), 0, "a local response skips the upstream");
 }
@@ -475,9 +471,9 @@ routes:
     .await;
     let c = client();
     let a = get(&c, &gw.url("/a")).await;
-    assert_eq!(header(&a, "custom-header"), Some("alpha"));
+    assert_eq!(a.header("custom-header"), Some("alpha"));
     let b = get(&c, &gw.url("/b")).await;
-    assert_eq!(header(&b, "custom-header"), Some(r#"{"nested":true}"#));
+    assert_eq!(b.header("custom-header"), Some(r#"{"nested":true}"#));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -525,15 +521,15 @@ routes:
     let denied = send(&c, "GET", &gw.url("/data"), &[("x-token", "nope")], "").await;
     assert_eq!(denied.status, 403);
     assert_eq!(denied.text(), "Access forbidden.\n");
-    assert_eq!(header(&denied, "x-auth"), Some("denied"));
+    assert_eq!(denied.header("x-auth"), Some("denied"));
     assert_eq!(auth.hits(), 2, "one callout per request");
     // A callout to a dead service is answered empty: denied, and
     // proxy_get_status says why (the Rust filter reports it in a header).
     let dead = get(&c, &gw.url("/dead")).await;
     assert_eq!(dead.status, 403);
     if sdk.is_empty() {
-        assert_eq!(header(&denied, "x-callout-status"), Some("0"));
-        let status = header(&dead, "x-callout-status").unwrap_or_default();
+        assert_eq!(denied.header("x-callout-status"), Some("0"));
+        let status = dead.header("x-callout-status").unwrap_or_default();
         assert!(status.starts_with("14 "), "proxy_get_status: {status:?}");
     }
     assert_eq!(backend.hits(), 1, "only the allowed request went upstream");
@@ -670,12 +666,13 @@ async fn a_body_a_filter_refuses_never_reaches_the_upstream() {
     assert_eq!(seen["content-type"], "application/json");
     assert!(seen["keep-alive"].is_null(), "{seen}");
     assert!(seen["x-forwarded-for"].is_string(), "{seen}");
-    assert_eq!(header(&reply, "x-upstream"), Some("backend"));
-    assert!(header(&reply, "via").is_some());
+    assert_eq!(reply.header("x-upstream"), Some("backend"));
+    assert!(reply.header("via").is_some());
 }
 
 fn number(reply: &crate::common::Reply, name: &str) -> u64 {
-    header(reply, name)
+    reply
+        .header(name)
         .unwrap_or_else(|| panic!("no {name} header"))
         .parse()
         .unwrap()
@@ -730,7 +727,8 @@ routes:
         let reply = get(&c, &gw.url("/queue/last")).await;
         let received = number(&reply, "x-received");
         if received >= 5 {
-            assert!(header(&reply, "x-last-message")
+            assert!(reply
+                .header("x-last-message")
                 .unwrap()
                 .starts_with("/queue/"));
             break;
@@ -861,7 +859,7 @@ routes:
     // With a filter in front; the function is named by the last path segment.
     let reply = send(&c, "POST", &gw.url("/filtered/hello"), &[], "Grace").await;
     assert_eq!(reply.text(), r#"{"message":"Hello Grace"}"#);
-    assert_eq!(header(&reply, "x-seen-path"), Some("/filtered/hello"));
+    assert_eq!(reply.header("x-seen-path"), Some("/filtered/hello"));
     let reply = get(&c, &gw.url("/other")).await;
     assert_eq!(reply.json()["upstream"], "backend");
 }
@@ -1306,7 +1304,7 @@ routes:
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
     let p = |name: &str| {
-        header(&r, &format!("x-property-{name}"))
+        r.header(&format!("x-property-{name}"))
             .unwrap_or_else(|| panic!("no header for {name}"))
             .to_string()
     };
@@ -1347,12 +1345,12 @@ routes:
     assert_eq!(p("response.code_details"), "via_upstream");
     let fixed = send(&c, "GET", &gw.url("/fixed"), &[], "").await;
     assert_eq!(
-        header(&fixed, "x-property-response.code_details"),
+        fixed.header("x-property-response.code_details"),
         Some("direct_response")
     );
     // Each request gets its own id.
     let again = send(&c, "POST", &gw.url("/a/b?x=1"), &[], "").await;
-    let id = header(&again, "x-property-request.id").unwrap();
+    let id = again.header("x-property-request.id").unwrap();
     assert_ne!(id, p("request.id"));
 }
 
@@ -1569,7 +1567,7 @@ routes:
     .await;
     assert_eq!(preflight.status, 204, "{}", preflight.text());
     let got = |reply: &crate::common::Reply, name: &str| {
-        header(reply, name).unwrap_or_default().to_string()
+        reply.header(name).unwrap_or_default().to_string()
     };
     assert_eq!(
         got(&preflight, "access-control-allow-origin"),
@@ -1609,7 +1607,7 @@ routes:
         let reply = send(&c, "GET", &gw.url("/app/items"), &[("origin", origin)], "").await;
         assert_eq!(reply.status, 200);
         assert_eq!(
-            header(&reply, "access-control-allow-origin"),
+            reply.header("access-control-allow-origin"),
             None,
             "{origin}"
         );
@@ -1627,11 +1625,11 @@ routes:
         "",
     )
     .await;
-    assert_eq!(header(&other, "access-control-allow-origin"), None);
+    assert_eq!(other.header("access-control-allow-origin"), None);
     assert_eq!(up.hits(), hits + 1);
     let reply = get(&c, &gw.url("/app/items")).await;
     assert_eq!(
-        header(&reply, "access-control-allow-origin"),
+        reply.header("access-control-allow-origin"),
         None,
         "no Origin, no CORS"
     );

@@ -46,12 +46,9 @@ const CPP: Sdk = Sdk {
     abi: "0.2.1",
 };
 
-fn header<'a>(reply: &'a crate::common::Reply, name: &str) -> Option<&'a str> {
-    reply.headers.get(name).map(|v| v.to_str().unwrap())
-}
-
 fn number(reply: &crate::common::Reply, name: &str) -> u64 {
-    header(reply, name)
+    reply
+        .header(name)
         .unwrap_or_else(|| panic!("no {name} header"))
         .parse()
         .unwrap()
@@ -215,16 +212,16 @@ routes:
         format!("{}-conf", sdk.name)
     );
     // Response headers: the request's :path, property request.host.
-    assert_eq!(header(&reply, "x-seen-path"), Some("/users/42?x=1"));
+    assert_eq!(reply.header("x-seen-path"), Some("/users/42?x=1"));
     let host = format!("127.0.0.1:{}", gw.port);
-    assert_eq!(header(&reply, "x-seen-host"), Some(host.as_str()));
-    assert_eq!(header(&reply, "x-sdk"), Some(sdk.name));
-    assert_eq!(header(&reply, "x-upstream"), Some("backend"));
+    assert_eq!(reply.header("x-seen-host"), Some(host.as_str()));
+    assert_eq!(reply.header("x-sdk"), Some(sdk.name));
+    assert_eq!(reply.header("x-upstream"), Some("backend"));
     // Without a configuration: "on".
     let reply = send(&c, "POST", &gw.url("/plain"), &[], "payload").await;
     assert_eq!(reply.json()["headers"]["x-wasmgate-filter"], "on");
     assert_eq!(reply.json()["body"], "payload");
-    assert_eq!(header(&reply, "x-seen-path"), Some("/plain"));
+    assert_eq!(reply.header("x-seen-path"), Some("/plain"));
     // proxy_log from onLog, with the plugin's and route's names.
     let logs = wait_for_log(|| gw.logs(), &format!("{} add_header: #", sdk.name));
     let line = logs
@@ -278,16 +275,16 @@ routes:
         let reply = get(&c, &gw.url(path)).await;
         assert_eq!(reply.status, 418, "{path}: {}", reply.text());
         assert_eq!(reply.text(), "short and stout");
-        assert_eq!(header(&reply, "x-local-reply"), Some(sdk.name));
+        assert_eq!(reply.header("x-local-reply"), Some(sdk.name));
         // The chain ended at the local response: the next filter never ran.
-        assert_eq!(header(&reply, "x-seen-path"), None);
+        assert_eq!(reply.header("x-seen-path"), None);
     }
     assert_eq!(up.hits(), 0, "a local response skips the upstream");
     // Other paths go on through the chain to the upstream.
     let reply = get(&c, &gw.url("/coffee")).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
-    assert_eq!(header(&reply, "x-seen-path"), Some("/coffee"));
-    assert_eq!(header(&reply, "x-local-reply"), None);
+    assert_eq!(reply.header("x-seen-path"), Some("/coffee"));
+    assert_eq!(reply.header("x-local-reply"), None);
     assert_eq!(up.hits(), 1);
 }
 
@@ -327,10 +324,10 @@ routes: [{{name: all, plugins: [{{plugin: body}}], upstream: backend}}]
     // Request bodies: the filter saw the whole body, the upstream the rewrite.
     let reply = send(&c, "POST", &gw.url("/echo"), &[], "my secret password").await;
     assert_eq!(reply.json()["body"], "redacted");
-    assert_eq!(header(&reply, "x-request-body-bytes"), Some("18"));
+    assert_eq!(reply.header("x-request-body-bytes"), Some("18"));
     let reply = send(&c, "POST", &gw.url("/echo"), &[], "nothing to hide").await;
     assert_eq!(reply.json()["body"], "nothing to hide");
-    assert_eq!(header(&reply, "x-request-body-bytes"), Some("15"));
+    assert_eq!(reply.header("x-request-body-bytes"), Some("15"));
     // A body larger than the module's memory at start: the guest allocator
     // grows it (emscripten tells the host through
     // emscripten_notify_memory_growth; AssemblyScript's runtime does not).
@@ -338,7 +335,7 @@ routes: [{{name: all, plugins: [{{plugin: body}}], upstream: backend}}]
     let reply = send(&c, "POST", &gw.url("/echo"), &[], big.clone()).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.json()["body"].as_str().unwrap().len(), 600_000);
-    assert_eq!(header(&reply, "x-request-body-bytes"), Some("600000"));
+    assert_eq!(reply.header("x-request-body-bytes"), Some("600000"));
     let reply = send(&c, "POST", &gw.url("/echo"), &[], big + "secret").await;
     assert_eq!(reply.json()["body"], "redacted");
     // A streamed body (3 chunks over 200 ms) arrives whole and unchanged.
@@ -438,14 +435,14 @@ routes:
     let denied = send(&c, "GET", &gw.url("/data"), &[("x-token", "nope")], "").await;
     assert_eq!(denied.status, 403);
     assert_eq!(denied.text(), "Access forbidden.\n");
-    assert_eq!(header(&denied, "x-auth"), Some("denied"));
-    assert_eq!(header(&denied, "x-auth-status"), Some("200"));
+    assert_eq!(denied.header("x-auth"), Some("denied"));
+    assert_eq!(denied.header("x-auth-status"), Some("200"));
     assert_eq!(auth.hits(), 2, "one callout per request");
     // A callout to a dead service is answered empty: denied.
     let dead = get(&c, &gw.url("/dead")).await;
     assert_eq!(dead.status, 403, "{}", dead.text());
-    assert_eq!(header(&dead, "x-auth"), Some("denied"));
-    assert_eq!(header(&dead, "x-auth-status"), None);
+    assert_eq!(dead.header("x-auth"), Some("denied"));
+    assert_eq!(dead.header("x-auth-status"), None);
     assert_eq!(backend.hits(), 1, "only the allowed request went upstream");
     // Dispatching to an unknown upstream fails at once (BadArgument): 503.
     let broken = get(&c, &gw.url("/broken")).await;

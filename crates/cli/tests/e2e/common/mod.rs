@@ -167,6 +167,11 @@ impl Reply {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
+    /// The (first) value of header `name`, as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
