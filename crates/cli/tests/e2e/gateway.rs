@@ -1503,10 +1503,13 @@ routes:
             assert_eq!(reply.text(), body, "round {round} {path}");
         }
     }
-    assert_eq!(
-        kept.load(Ordering::SeqCst),
-        1,
-        "30 requests, one connection"
+    // One connection, or two: a connection returns to its pool once the
+    // gateway has read its answer's end, which the client's next request
+    // can overtake on a busy machine (a full parallel run saw it).
+    let connections = kept.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&connections),
+        "30 requests, {connections} connections"
     );
     let open = format!(
         r#"wasmgate_upstream_node_connections{{upstream="closing",node="127.0.0.1:{closing}"}}"#
