@@ -78,7 +78,7 @@ impl PluginArgs {
         }
         anyhow::ensure!(
             !self.allow_precompiled,
-            "--allow-precompiled: a module from a registry is never loaded precompiled (it would be native code from the network); push the .wasm"
+            "{text}: --allow-precompiled: a module from a registry is never loaded precompiled (it would be native code from the network); push the .wasm"
         );
         self.plugin = self
             .registry

@@ -49,27 +49,26 @@ pub(crate) enum Authorization {
 }
 
 /// One repository's manifests at its registry.
-pub(crate) struct Manifests<'a> {
+pub(crate) struct Manifests {
     http: reqwest::Client,
     /// `http(s)://registry/v2/repository/manifests/`.
     base: String,
     authorization: Authorization,
-    reference: &'a OciReference,
     /// Whose credentials, for errors ("user `ci` from the configuration").
     who: String,
 }
 
-impl<'a> Manifests<'a> {
+impl Manifests {
     /// `ca` is the extra root the registry's certificate may chain to, as
     /// oci-client's client is given it; the timeouts and user agent are its
     /// too.
     pub(crate) fn new(
-        reference: &'a OciReference,
+        reference: &OciReference,
         plain_http: bool,
         ca: Option<&Certificate>,
         authorization: Authorization,
         who: String,
-    ) -> Result<Manifests<'a>> {
+    ) -> Result<Manifests> {
         let mut builder = reqwest::Client::builder()
             .redirect(redirect::Policy::custom(within_the_registry))
             .connect_timeout(crate::pull::CONNECT_TIMEOUT)
@@ -87,7 +86,6 @@ impl<'a> Manifests<'a> {
                 reference.repository()
             ),
             authorization,
-            reference,
             who,
         })
     }
@@ -100,12 +98,8 @@ impl<'a> Manifests<'a> {
         match response.headers().get(DIGEST_HEADER) {
             Some(digest) => {
                 let digest = digest.to_str().unwrap_or_default();
-                digest_hex(digest).map_err(|e| {
-                    anyhow!(
-                        "{}: the registry's digest for the tag: {e:#}",
-                        self.reference
-                    )
-                })?;
+                digest_hex(digest)
+                    .map_err(|e| anyhow!("the registry's digest for the tag: {e:#}"))?;
                 Ok(digest.to_string())
             }
             None => {
@@ -124,8 +118,7 @@ impl<'a> Manifests<'a> {
         let got = hex::encode(Sha256::digest(&bytes));
         if !got.eq_ignore_ascii_case(wanted) {
             bail!(
-                "{}: the registry answered the manifest {digest} with bytes whose digest is sha256:{got}: refused (a registry serves the bytes a digest names; this one, or something between it and wasmgate, altered them); check the registry, or pull by another reference",
-                self.reference
+                "the registry answered the manifest {digest} with bytes whose digest is sha256:{got}: refused (a registry serves the bytes a digest names; this one, or something between it and wasmgate, altered them); check the registry, or pull by another reference"
             );
         }
         Ok(bytes)
@@ -147,11 +140,11 @@ impl<'a> Manifests<'a> {
             // nothing.
             Err(e) if e.is_redirect() => {
                 let why = std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string());
-                bail!("{}: {method} {url}: {why}", self.reference);
+                bail!("{method} {url}: {why}");
             }
             Err(e) => {
                 let text = format!("{method} {url}: {:#}", anyhow::Error::from(e));
-                return Err(explain_text(text, self.reference, &self.who));
+                return Err(explain_text(text, &self.who));
             }
         };
         let status = response.status();
@@ -166,11 +159,7 @@ impl<'a> Manifests<'a> {
         };
         let body = String::from_utf8_lossy(&body[..body.len().min(512)]);
         let text = format!("{method} {url}: {status} {}", body.trim());
-        Err(explain_text(
-            text.trim_end().to_string(),
-            self.reference,
-            &self.who,
-        ))
+        Err(explain_text(text.trim_end().to_string(), &self.who))
     }
 
     fn authorise(&self, request: RequestBuilder) -> RequestBuilder {
@@ -188,8 +177,7 @@ impl<'a> Manifests<'a> {
     async fn read(&self, mut response: Response, tag_or_digest: &str) -> Result<Vec<u8>> {
         let too_large = || {
             anyhow!(
-                "{}: the manifest {tag_or_digest} is larger than the limit of {MAX_MANIFEST_BYTES} bytes: refused (a plugin's manifest is a few KiB; check that the reference names a plugin image, and the registry)",
-                self.reference
+                "the manifest {tag_or_digest} is larger than the limit of {MAX_MANIFEST_BYTES} bytes: refused (a plugin's manifest is a few KiB; check that the reference names a plugin image, and the registry)"
             )
         };
         if response
@@ -208,7 +196,7 @@ impl<'a> Manifests<'a> {
                         "reading the manifest {tag_or_digest}: {:#}",
                         anyhow::Error::from(e)
                     );
-                    return Err(explain_text(text, self.reference, &self.who));
+                    return Err(explain_text(text, &self.who));
                 }
             };
             if bytes.len() + chunk.len() > MAX_MANIFEST_BYTES {

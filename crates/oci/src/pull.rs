@@ -91,8 +91,21 @@ pub struct Pulled {
     pub asked_registry: bool,
 }
 
-/// Pulls `reference` into the store at `root`.
+/// Pulls `reference` into the store at `root`. Every error, from the
+/// network's to a layer that holds no module, begins with the reference:
+/// this is the one place that names it, whoever asked (a plugin's entry,
+/// `call`, `compile`), so the words inside do not repeat it.
 pub async fn pull(
+    reference: &OciReference,
+    settings: &PullSettings,
+    root: PathBuf,
+) -> Result<Pulled> {
+    pull_checked(reference, settings, root)
+        .await
+        .map_err(|e| anyhow!("{reference}: {e:#}"))
+}
+
+async fn pull_checked(
     reference: &OciReference,
     settings: &PullSettings,
     root: PathBuf,
@@ -101,11 +114,16 @@ pub async fn pull(
     let pull = pull_into(reference, settings, &store);
     let pulled = tokio::time::timeout(settings.timeout, pull)
         .await
-        .map_err(|_| anyhow!("no answer from the registry in {:?}", settings.timeout))??;
+        .map_err(|_| {
+            anyhow!(
+                "no answer from the registry in {:?}: check that it is up, or give a slow one longer (`registry.timeout_ms`)",
+                settings.timeout
+            )
+        })??;
     if let Some(expected) = &settings.expected_sha256 {
         ensure!(
             matches_sha256(&pulled, expected),
-            "sha256 mismatch: the configuration expects {expected}; the image is {} and its module sha256:{}",
+            "sha256 mismatch: the sha256 given is {expected}; the image is {} and its module sha256:{}: refused (if the image changed on purpose, give its new sha256)",
             pulled.digest,
             pulled.module_sha256
         );
@@ -215,7 +233,7 @@ pub(crate) const USER_AGENT: &str = concat!("wasmgate/", env!("CARGO_PKG_VERSION
 /// why).
 struct Registry<'a> {
     client: Client,
-    manifests: Manifests<'a>,
+    manifests: Manifests,
     reference: &'a OciReference,
     /// Whose credentials, for errors.
     who: String,
@@ -267,7 +285,7 @@ impl<'a> Registry<'a> {
         let token = client
             .auth(reference.client_reference(), &auth, RegistryOperation::Pull)
             .await
-            .map_err(|e| explain(e, reference, &who))?;
+            .map_err(|e| explain(e, &who))?;
         let authorization = match (token, &auth) {
             (Some(token), _) => Authorization::Bearer(token),
             (None, RegistryAuth::Basic(username, password)) => Authorization::Basic {
@@ -340,7 +358,7 @@ impl<'a> Registry<'a> {
             .client
             .pull_blob_stream(&at, &layer.descriptor)
             .await
-            .map_err(|e| explain(e, self.reference, &self.who))?
+            .map_err(|e| explain(e, &self.who))?
             .stream;
         let mut bytes = Vec::new();
         while let Some(chunk) = stream.next().await {
@@ -356,22 +374,14 @@ impl<'a> Registry<'a> {
 }
 
 /// oci-client's error, with what it means for the user.
-fn explain(e: OciDistributionError, reference: &OciReference, credentials: &str) -> anyhow::Error {
-    explain_text(
-        format!("{:#}", anyhow::Error::from(e)),
-        reference,
-        credentials,
-    )
+fn explain(e: OciDistributionError, credentials: &str) -> anyhow::Error {
+    explain_text(format!("{:#}", anyhow::Error::from(e)), credentials)
 }
 
 /// A registry's or the network's error (`text`), with what it means for
 /// the user. The network's failures are told apart first: their text
 /// carries addresses, and a port such as 29401 must not read as a 401.
-pub(crate) fn explain_text(
-    text: String,
-    reference: &OciReference,
-    credentials: &str,
-) -> anyhow::Error {
+pub(crate) fn explain_text(text: String, credentials: &str) -> anyhow::Error {
     let lower = text.to_ascii_lowercase();
     let says = |words: &[&str]| words.iter().any(|w| lower.contains(w));
     // An HTTP status is a word of its own ("401 Unauthorized", "status
@@ -419,9 +429,9 @@ pub(crate) fn explain_text(
     {
         "no such tag, digest or repository in the registry".to_string()
     } else {
-        return anyhow!("{reference}: {text}");
+        return anyhow!("{text}");
     };
-    anyhow!("{reference}: {hint} ({text})")
+    anyhow!("{hint} ({text})")
 }
 
 #[cfg(test)]
@@ -429,8 +439,7 @@ mod tests {
     use super::*;
 
     fn explained(text: &str, credentials: &str) -> String {
-        let reference = OciReference::parse("oci://127.0.0.1:29401/plugins/hello:1.0").unwrap();
-        explain_text(text.to_string(), &reference, credentials).to_string()
+        explain_text(text.to_string(), credentials).to_string()
     }
 
     /// A refused connection to a registry on port 29401 is a registry that
@@ -441,11 +450,7 @@ mod tests {
             "error sending request for url (http://127.0.0.1:29401/v2/): client error (Connect): tcp connect error: Connection refused (os error 111)",
             "an anonymous pull",
         );
-        assert!(said.contains("the registry cannot be reached"), "{said}");
-        assert!(
-            said.starts_with("oci://127.0.0.1:29401/plugins/hello:1.0: "),
-            "{said}"
-        );
+        assert!(said.starts_with("the registry cannot be reached"), "{said}");
     }
 
     #[test]

@@ -85,6 +85,32 @@ fn call_serve_and_compile_pull_by_tag_and_digest_in_every_layout() {
         );
     }
 
+    // The command line's --sha256 is not "the configuration".
+    let pinned = wasmgate(
+        cache.path(),
+        &[
+            "call",
+            &format!("oci://{host}/plugins/hello:1.0"),
+            "hello",
+            "--plain-http",
+            "--sha256",
+            &"0".repeat(64),
+        ],
+    );
+    assert!(!pinned.status.success(), "{}", text(&pinned));
+    assert!(
+        text(&pinned).contains(&format!(
+            "oci://{host}/plugins/hello:1.0: sha256 mismatch: the sha256 given is"
+        )),
+        "{}",
+        text(&pinned)
+    );
+    assert!(
+        !text(&pinned).contains("configuration"),
+        "{}",
+        text(&pinned)
+    );
+
     // A config.json whose credential helper is not installed here (a
     // laptop's, copied to a server) does not stop an anonymous pull.
     let docker = tempfile::tempdir().unwrap();
@@ -322,10 +348,12 @@ routes:
         &["--cache-dir", cache.path().to_str().unwrap()],
     );
     let c = client();
+    // Each refusal names the reference it pulled, then why (docs/plugins.md).
     let plain = r#""registry": {"plain_http": true}"#;
-    let cases: [(String, &str); 7] = [
+    let cases: [(String, String, &str); 7] = [
         (
             format!(r#"{{"wasm": "oci://{host}/fn/greeter:nope", {plain}}}"#),
+            format!("oci://{host}/fn/greeter:nope: "),
             "no such tag, digest or repository",
         ),
         (
@@ -333,37 +361,44 @@ routes:
                 r#"{{"wasm": "oci://{host}/fn/greeter:1", "sha256": "{}", {plain}}}"#,
                 "0".repeat(64)
             ),
-            "sha256 mismatch",
+            format!("oci://{host}/fn/greeter:1: "),
+            "sha256 mismatch: the sha256 given is",
         ),
         (
             format!(r#"{{"wasm": "oci://{host}/fn/text:1", {plain}}}"#),
+            format!("oci://{host}/fn/text:1: "),
             "no layer holds a Wasm module",
         ),
         (
             format!(r#"{{"wasm": "oci://{host}/fn/fake:1", {plain}}}"#),
+            format!("oci://{host}/fn/fake:1: "),
             "not a Wasm module",
         ),
         (
             format!(
                 r#"{{"wasm": "oci://{host}/fn/big:1", "registry": {{"plain_http": true, "max_mb": 1}}}}"#
             ),
+            format!("oci://{host}/fn/big:1: "),
             "larger than the limit",
         ),
         (
             // HTTPS is the default; this registry speaks plain HTTP.
             format!(r#"{{"wasm": "oci://{host}/fn/greeter:1", "pull": "always"}}"#),
-            "oci://",
+            format!("oci://{host}/fn/greeter:1: "),
+            "--plain-http",
         ),
         (
             r#"{"wasm": "oci://reg.example/fn/greeter:1", "registry": {"plain_http": true, "password_env": "WASMGATE_TEST_UNSET"}}"#
                 .to_string(),
+            String::new(),
             "`username` and `password`",
         ),
     ];
-    for (body, reason) in cases {
+    for (body, reference, reason) in cases {
         let put = admin(&c, &gw, "PUT", "/plugins/greeter", &body).await;
         assert_eq!(put.status, 422, "{body}: {}", put.text());
         assert!(put.text().contains(reason), "{body}: {}", put.text());
+        assert!(put.text().contains(&reference), "{body}: {}", put.text());
         let reply = send(&c, "POST", &gw.url("/fn/hello"), &[], "kept").await;
         assert_eq!(reply.text(), r#"{"message":"Hello kept"}"#);
     }
@@ -377,7 +412,9 @@ routes:
     let put = admin(&c, &gw, "PUT", "/plugins/greeter", &body).await;
     assert_eq!(put.status, 422, "{}", put.text());
     assert!(
-        put.text().contains("no answer from the registry in 300ms"),
+        put.text().contains(&format!(
+            "oci://{silent_host}/fn/greeter:1: no answer from the registry in 300ms"
+        )),
         "{}",
         put.text()
     );
@@ -437,18 +474,27 @@ routes:
         ),
     )
     .unwrap();
+    let reference = format!("oci://{host}/fn/native:1");
     let checked = wasmgate(cache.path(), &["check", "-c", config.to_str().unwrap()]);
     assert!(!checked.status.success(), "{}", text(&checked));
     assert!(
-        text(&checked).contains("precompiled modules never load from a registry"),
+        text(&checked).contains(&format!(
+            "{reference}: the layer holds a precompiled module"
+        )),
         "{}",
         text(&checked)
     );
-    let reference = format!("oci://{host}/fn/native:1");
+    assert!(
+        text(&checked).contains("plugins[native]: "),
+        "{}",
+        text(&checked)
+    );
     let called = wasmgate(cache.path(), &["call", &reference, "hello", "--plain-http"]);
     assert!(!called.status.success(), "{}", text(&called));
     assert!(
-        text(&called).contains("precompiled modules never load from a registry"),
+        text(&called).contains(&format!(
+            "{reference}: the layer holds a precompiled module"
+        )),
         "{}",
         text(&called)
     );
@@ -464,7 +510,9 @@ routes:
     );
     assert!(!allowed.status.success(), "{}", text(&allowed));
     assert!(
-        text(&allowed).contains("a module from a registry is never loaded precompiled"),
+        text(&allowed).contains(&format!(
+            "{reference}: --allow-precompiled: a module from a registry is never loaded precompiled"
+        )),
         "{}",
         text(&allowed)
     );
