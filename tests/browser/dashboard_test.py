@@ -515,6 +515,40 @@ routes:
             etcd.wait(10)
             shutil.rmtree(etcd_dir, ignore_errors=True)
 
+    def test_a_kubernetes_node_shows_its_watches_failing_while_the_api_server_is_away(self):
+        # A kubeconfig naming an API server that is not there (a port
+        # nothing listens on): the node starts, answers 503 while it waits,
+        # and the Cluster page lists each watch as retrying, with why.
+        away = f"https://127.0.0.1:{free_port()}"
+        kube_dir = tempfile.mkdtemp(prefix="wasmgate-dashboard-kube-")
+        kubeconfig = os.path.join(kube_dir, "kubeconfig")
+        with open(kubeconfig, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\n"
+                    f"clusters:\n- name: away\n  cluster: {{server: \"{away}\", insecure-skip-tls-verify: true}}\n"
+                    "users:\n- name: u\n  user: {token: t}\n"
+                    "contexts:\n- name: c\n  context: {cluster: away, user: u}\ncurrent-context: c\n")
+        gw = Gateway(f'config: {{kubernetes: {{kubeconfig: "{kubeconfig}"}}}}\n')
+        try:
+            self.assertEqual(gw.get("/")[0], 503)
+            page = self.new_page()
+            page.goto(gw.admin_url("/#cluster"))
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('#watches-table tbody tr')]"
+                ".some((tr) => tr.textContent.includes('HTTPRoute') && tr.textContent.includes('retrying'))",
+                timeout=20000)
+            self.assertTrue(page.locator("#cluster-table").is_hidden())
+            note = page.locator("#cluster-note").text_content()
+            self.assertIn("follows the Kubernetes API server", note)
+            self.assertRegex(note, r"\d+ of \d+ watches are not watching")
+            route_row = page.locator("#watches-table tbody tr", has_text="HTTPRoute").first
+            self.assertIn("warn", route_row.get_attribute("class"))
+            self.assertIn("connection refused", route_row.text_content().lower())
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-kubernetes-watches.png"))
+            self.assertEqual(self.page_errors, [])
+        finally:
+            gw.stop()
+            shutil.rmtree(kube_dir, ignore_errors=True)
+
     def test_recent_requests_come_from_the_access_log_and_filter(self):
         gw = Gateway(f"""
 upstreams:

@@ -24,6 +24,7 @@ mod status;
 mod store;
 mod translate;
 pub mod wasmplugin;
+mod watches;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -14,13 +14,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 
 use crate::translate::Snapshot;
+use crate::watches::Watches;
 
 /// How long a pass waits for newly named Secrets' first answer, so that a
 /// listener is not built without the certificate that is on its way.
@@ -40,6 +39,8 @@ pub static NONE_UNREADABLE: Unreadable = BTreeMap::new();
 pub struct NamedSecrets {
     client: Client,
     watches: Mutex<BTreeMap<SecretRef, Watch>>,
+    /// Each watch's health, with the node's other watches.
+    health: Arc<Watches>,
 }
 
 struct Watch {
@@ -60,10 +61,11 @@ struct Seen {
 }
 
 impl NamedSecrets {
-    pub fn new(client: Client) -> NamedSecrets {
+    pub fn new(client: Client, health: Arc<Watches>) -> NamedSecrets {
         NamedSecrets {
             client,
             watches: Mutex::new(BTreeMap::new()),
+            health,
         }
     }
 
@@ -77,6 +79,7 @@ impl NamedSecrets {
                 let keep = wanted.contains(r);
                 if !keep {
                     w.task.abort();
+                    self.health.forget(&watch_name(r));
                 }
                 keep
             });
@@ -99,36 +102,37 @@ impl NamedSecrets {
         }
     }
 
-    fn start(&self, (namespace, name): &SecretRef, notify: &'static tokio::sync::Notify) -> Watch {
+    fn start(&self, r: &SecretRef, notify: &'static tokio::sync::Notify) -> Watch {
+        let (namespace, name) = r;
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let stream = watcher::watcher(api, config).default_backoff();
+        let stream = watcher::watcher(api, config);
         let seen = Arc::new(Mutex::new(Seen::default()));
-        let at = format!("{namespace}/{name}");
-        let state = seen.clone();
+        let (at, state, health) = (watch_name(r), seen.clone(), self.health.clone());
         let task = tokio::spawn(async move {
-            futures_util::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                let mut seen = state.lock().expect("seen");
-                seen.answered = true;
-                match event {
-                    Ok(event) => {
-                        if seen.problem.take().is_some() {
-                            tracing::info!(secret = %at, "the Secret can be read again");
+            health
+                .drive(&at, stream, |event| {
+                    let mut seen = state.lock().expect("seen");
+                    seen.answered = true;
+                    match event {
+                        Ok(event) => {
+                            if seen.problem.take().is_some() {
+                                tracing::info!(secret = %at, "the Secret can be read again");
+                            }
+                            seen.apply(event);
                         }
-                        seen.apply(event);
-                    }
-                    Err(e) => {
-                        let why = unreadable(&e);
-                        if seen.problem.as_deref() != Some(why.as_str()) {
-                            tracing::warn!(secret = %at, "the Secret cannot be read: {why}");
+                        Err(e) => {
+                            let why = unreadable(e);
+                            if seen.problem.as_deref() != Some(why.as_str()) {
+                                tracing::warn!(secret = %at, "the Secret cannot be read: {why}");
+                            }
+                            seen.problem = Some(why);
                         }
-                        seen.problem = Some(why);
                     }
-                }
-                drop(seen);
-                notify.notify_one();
-            }
+                    drop(seen);
+                    notify.notify_one();
+                })
+                .await
         });
         Watch {
             seen,
@@ -179,6 +183,11 @@ impl Drop for NamedSecrets {
             watch.task.abort();
         }
     }
+}
+
+/// A Secret's watch's name among the node's watches.
+fn watch_name((namespace, name): &SecretRef) -> String {
+    format!("Secret {namespace}/{name}")
 }
 
 impl Seen {

@@ -14,7 +14,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
@@ -35,6 +34,7 @@ use crate::secrets::NamedSecrets;
 use crate::status::{self, Written};
 use crate::translate::{translate, Node, Snapshot, Translation};
 use crate::wasmplugin::WasmPlugin;
+use crate::watches::Watches;
 
 /// How long a burst of changes is gathered before it is applied.
 const SETTLE: Duration = Duration::from_millis(20);
@@ -51,6 +51,8 @@ pub struct KubernetesStore {
     client: Client,
     readers: Readers,
     state: Mutex<State>,
+    /// How every watch is doing.
+    watches: Arc<Watches>,
     /// One pass at a time (the watch's and `POST /reload`'s).
     pass: tokio::sync::Mutex<Written>,
     leader: crate::leader::Leader,
@@ -98,7 +100,7 @@ pub async fn client(source: &KubernetesSource, base: &Path) -> anyhow::Result<Cl
     // kube's rustls takes the process's provider (ring, as every other TLS
     // connection wasmgate makes).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = match &source.kubeconfig {
+    let mut config = match &source.kubeconfig {
         Some(file) => {
             let path = base.join(file);
             let kubeconfig = kube::config::Kubeconfig::read_from(&path)
@@ -107,6 +109,8 @@ pub async fn client(source: &KubernetesSource, base: &Path) -> anyhow::Result<Cl
         }
         None => kube::Config::infer().await?,
     };
+    // An API server that cannot be reached says so within seconds.
+    config.connect_timeout = Some(crate::watches::CONNECT_TIMEOUT);
     Ok(Client::try_from(config)?)
 }
 
@@ -119,24 +123,26 @@ impl KubernetesStore {
         live: &Arc<LiveGateway>,
     ) -> Arc<KubernetesStore> {
         let node = node(source, &local);
+        let health = Arc::new(Watches::default());
         Arc::new(KubernetesStore {
             node,
             local,
             live: Arc::downgrade(live),
             readers: Readers {
-                classes: watch(Api::all(client.clone())),
-                gateways: watch(Api::all(client.clone())),
-                routes: watch(Api::all(client.clone())),
-                grpc_routes: watch(Api::all(client.clone())),
-                services: watch(Api::all(client.clone())),
-                slices: watch(Api::all(client.clone())),
-                wasmplugins: watch(Api::all(client.clone())),
-                grants: watch(Api::all(client.clone())),
-                namespaces: watch(Api::all(client.clone())),
-                tls_policies: watch(Api::all(client.clone())),
-                config_maps: watch(Api::all(client.clone())),
-                secrets: NamedSecrets::new(client.clone()),
+                classes: watch(Api::all(client.clone()), &health),
+                gateways: watch(Api::all(client.clone()), &health),
+                routes: watch(Api::all(client.clone()), &health),
+                grpc_routes: watch(Api::all(client.clone()), &health),
+                services: watch(Api::all(client.clone()), &health),
+                slices: watch(Api::all(client.clone()), &health),
+                wasmplugins: watch(Api::all(client.clone()), &health),
+                grants: watch(Api::all(client.clone()), &health),
+                namespaces: watch(Api::all(client.clone()), &health),
+                tls_policies: watch(Api::all(client.clone()), &health),
+                config_maps: watch(Api::all(client.clone()), &health),
+                secrets: NamedSecrets::new(client.clone(), health.clone()),
             },
+            watches: health,
             leader: crate::leader::Leader::start(source, client.clone(), &NOTIFY),
             client,
             state: Mutex::new(State::default()),
@@ -429,28 +435,27 @@ where
     }
 }
 
-/// A reflector for `api`'s objects, kept up by a task of its own; every
-/// event wakes the store's pass.
-fn watch<K>(api: Api<K>) -> Store<K>
+/// A reflector for `api`'s objects, kept up by a task of its own
+/// (`watches.rs` retries it and keeps its health); every event wakes the
+/// store's pass.
+fn watch<K>(api: Api<K>, health: &Arc<Watches>) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let config = watcher::Config::default();
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
-        .touched_objects();
+    let stream = reflector::reflector(writer, watcher(api, config)).touched_objects();
+    let health = health.clone();
     tokio::spawn(async move {
-        futures_util::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => NOTIFY.notify_one(),
-                Err(e) => {
-                    tracing::warn!(kind = %K::kind(&Default::default()), error = %e, "watching the API server; retrying")
+        let kind = K::kind(&Default::default()).into_owned();
+        health
+            .drive(&kind, stream, |event| {
+                if event.is_ok() {
+                    NOTIFY.notify_one();
                 }
-            }
-        }
+            })
+            .await
     });
     reader
 }
@@ -511,9 +516,14 @@ impl ConfigStore for KubernetesStore {
     }
 
     fn cluster(&self) -> StoreFuture<'_, serde_json::Value> {
-        Box::pin(
-            async move { json!({"source": "kubernetes", "controller_name": self.node.controller}) },
-        )
+        Box::pin(async move {
+            json!({
+                "source": "kubernetes",
+                "controller_name": self.node.controller,
+                "watches": self.watches.describe(),
+                "unhealthy_watches": self.watches.unhealthy(),
+            })
+        })
     }
 
     fn describe(&self) -> serde_json::Value {
@@ -527,6 +537,8 @@ impl ConfigStore for KubernetesStore {
                 "status_writer": self.leader.is_leader(),
                 "services_problem": state.services_problem,
                 "secrets": self.readers.secrets.describe(),
+                "watches": self.watches.describe(),
+                "unhealthy_watches": self.watches.unhealthy(),
                 "wasmplugins_not_loaded": state.broken.iter()
                     .map(|(plugin, b)| (plugin.clone(), b.reason.clone()))
                     .collect::<BTreeMap<_, _>>(),

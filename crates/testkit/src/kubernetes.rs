@@ -17,6 +17,7 @@ use crate::{free_port, read_log, test_bin, EtcdServer, START_TIMEOUT};
 pub struct KubeApiServer {
     port: u16,
     pki: Pki,
+    serving: crate::pki::Issued,
     admin_token: String,
     dir: tempfile::TempDir,
     etcd: EtcdServer,
@@ -61,26 +62,48 @@ impl KubeApiServer {
             format!("{admin_token},admin,admin-uid,\"system:masters\"\n"),
         )
         .expect("writing tokens.csv");
-        let port = free_port();
-        let child = crate::spawn_logged(
+        let mut server = KubeApiServer {
+            port: free_port(),
+            pki,
+            serving,
+            admin_token,
+            dir,
+            etcd,
+            child: None,
+        };
+        server.child = Some(server.spawn());
+        server.wait_until_ready();
+        server
+    }
+
+    /// The API server's process, on its port, etcd and files.
+    fn spawn(&self) -> Child {
+        let (dir, port) = (self.dir.path(), self.port);
+        crate::spawn_logged(
             Command::new(test_bin("kube-apiserver"))
-                .arg(format!("--etcd-servers={}", etcd.url()))
+                .arg(format!("--etcd-servers={}", self.etcd.url()))
                 .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
                 .arg(format!("--secure-port={port}"))
-                .arg(format!("--cert-dir={}", dir.path().display()))
-                .arg(format!("--tls-cert-file={}", serving.cert.display()))
-                .arg(format!("--tls-private-key-file={}", serving.key.display()))
+                .arg(format!("--cert-dir={}", dir.display()))
+                .arg(format!("--tls-cert-file={}", self.serving.cert.display()))
+                .arg(format!(
+                    "--tls-private-key-file={}",
+                    self.serving.key.display()
+                ))
                 .arg(format!(
                     "--service-account-issuer=https://127.0.0.1:{port}/"
                 ))
-                .arg(format!("--service-account-key-file={}", sa_pub.display()))
+                .arg(format!(
+                    "--service-account-key-file={}",
+                    dir.join("sa.pub").display()
+                ))
                 .arg(format!(
                     "--service-account-signing-key-file={}",
-                    sa_key.display()
+                    dir.join("sa.key").display()
                 ))
                 .arg(format!(
                     "--token-auth-file={}",
-                    dir.path().join("tokens.csv").display()
+                    dir.join("tokens.csv").display()
                 ))
                 .args([
                     "--authorization-mode=RBAC",
@@ -90,18 +113,16 @@ impl KubeApiServer {
                     "--enable-priority-and-fairness=false",
                     "--profiling=false",
                 ]),
-            &dir.path().join("kube-apiserver.log"),
-        );
-        let mut server = KubeApiServer {
-            port,
-            pki,
-            admin_token,
-            dir,
-            etcd,
-            child: Some(child),
-        };
-        server.wait_until_ready();
-        server
+            &dir.join("kube-apiserver.log"),
+        )
+    }
+
+    /// Starts a killed API server again, on the same port and etcd (what
+    /// it stored is kept); returns once it is ready.
+    pub fn start_again(&mut self) {
+        self.kill();
+        self.child = Some(self.spawn());
+        self.wait_until_ready();
     }
 
     /// `https://127.0.0.1:PORT`.

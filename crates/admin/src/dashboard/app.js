@@ -274,6 +274,21 @@ const pages = {
   async cluster() {
     try {
       const view = await api("/cluster");
+      const kubernetes = view.source === "kubernetes";
+      $("cluster-table").hidden = kubernetes;
+      $("watches-table").hidden = !kubernetes;
+      if (kubernetes) {
+        // A Kubernetes node: its watches of the API server, and how each is doing.
+        const watches = Object.entries(view.watches || {});
+        $("cluster-note").textContent = `This node follows the Kubernetes API server as ${view.controller_name}; `
+          + (view.unhealthy_watches ? `${view.unhealthy_watches} of ${watches.length} watches are not watching.` : `all ${watches.length} watches are watching.`);
+        fill("watches-table", watches.map(([name, w]) => {
+          const tr = row([name, w.state, new Date(w.since_ms).toLocaleString(), w.errors, w.relists, w.last_error || ""]);
+          if (w.state !== "watching") tr.classList.add("warn");
+          return tr;
+        }));
+        return;
+      }
       $("cluster-note").textContent = `This node: ${view.this_node}; etcd revision ${view.etcd_revision}.`;
       fill("cluster-table", (view.nodes || []).map((n) => row([n.node, n.listen, n.admin, n.version,
         n.revision, n.healthy ? "yes" : "no", n.behind ? "yes" : "no", n.last_error || ""])));

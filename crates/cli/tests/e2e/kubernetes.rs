@@ -7,11 +7,12 @@
 //! why; the API server killed under load fails no request. WasmPlugins
 //! (a Higress-framework filter built from source) run on their routes with
 //! per-route and per-domain configuration; one that does not load fails
-//! only its own routes; two replicas agree on one status writer.
+//! only its own routes; two replicas agree on one status writer. The API
+//! server restarted: the watches say so in /status and come back at once.
 
 use std::time::{Duration, Instant};
 
-use crate::common::gateway::{send, GatewayProc};
+use crate::common::gateway::{admin, send, GatewayProc};
 use crate::common::kube::{
     create, create_from_file, interface_ip, listener_condition, plugin_grant, route,
     route_condition, secure_gateway, service, tls_secret, until, until_status, Cluster,
@@ -23,7 +24,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use kube::api::DeleteParams;
 use kube::Api;
-use serde_json::json;
+use serde_json::{json, Value};
 use wasmgate_kubernetes::WasmPlugin;
 use wasmgate_testkit::RedisServer;
 
@@ -236,6 +237,49 @@ async fn gateway_api_routes_are_served_weighted_and_explained_in_their_status() 
         send(&c, "GET", &gw.url("/split"), &[], "").await.status,
         200
     );
+    // Meanwhile /status and /cluster say which watches are failing, and why.
+    let watches = |view: Value| view["watches"].as_object().cloned().unwrap_or_default();
+    until("the watches say the API server is gone", || async {
+        let view = admin(&c, &gw, "GET", "/cluster", "").await.json();
+        let failing = watches(view.clone())
+            .values()
+            .filter(|w| w["state"] == "retrying" && w["last_error"].is_string())
+            .count();
+        failing > 0 && view["unhealthy_watches"].as_u64() == Some(failing as u64)
+    })
+    .await;
+    let status = admin(&c, &gw, "GET", "/status", "").await.json();
+    let http_routes = &status["config"]["kubernetes"]["watches"]["HTTPRoute"];
+    assert!(http_routes["errors"].as_u64() >= Some(1), "{status}");
+
+    // The API server back: its new watch cache no longer has the watches'
+    // resource versions (410 Expired). They list again at once, and a new
+    // route serves within seconds (it took 30-87 s while a 410 waited out
+    // a backoff of up to 30 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.api.start_again();
+    let back = Instant::now();
+    create::<HttpRoute>(&k, route("after", json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/after"}}], "backendRefs": [{"name": "app", "port": 80}]}
+    ])))
+    .await;
+    until_status(&c, &gw, "/after", 200).await;
+    assert!(
+        back.elapsed() < Duration::from_secs(15),
+        "a new route served {:?} after the API server came back",
+        back.elapsed()
+    );
+    until("every watch is watching again", || async {
+        let view = admin(&c, &gw, "GET", "/cluster", "").await.json();
+        view["unhealthy_watches"] == 0 && watches(view).values().all(|w| w["state"] == "watching")
+    })
+    .await;
+    let view = admin(&c, &gw, "GET", "/cluster", "").await.json();
+    let relisted = watches(view.clone())
+        .values()
+        .map(|w| w["relists"].as_u64().unwrap())
+        .sum::<u64>();
+    assert!(relisted > 0, "no watch re-listed after 410: {view}");
 }
 
 /// The value of response header `name`, or "".
