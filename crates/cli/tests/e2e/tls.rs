@@ -350,30 +350,45 @@ routes:
         "a TLS alert record: {answer:?}"
     );
 
-    // Old versions, weak ciphers, a name no certificate has, no name.
+    // Old versions, weak ciphers, a name no certificate has, no name: each
+    // refused with the alert that says why, as OpenSSL reports it.
     let weak = "DEFAULT@SECLEVEL=0";
-    for refused in [
-        &["-servername", "shop.example", "-tls1", "-cipher", weak][..],
-        &["-servername", "shop.example", "-tls1_1", "-cipher", weak],
-        &[
-            "-servername",
-            "shop.example",
-            "-tls1_2",
-            "-cipher",
-            "AES128-SHA:DES-CBC3-SHA:RC4-SHA@SECLEVEL=0",
-        ],
-        &["-servername", "unknown.example"],
-        &["-noservername"],
+    for (refused, alert) in [
+        (
+            &["-servername", "shop.example", "-tls1", "-cipher", weak][..],
+            "alert number 70",
+        ),
+        (
+            &["-servername", "shop.example", "-tls1_1", "-cipher", weak],
+            "alert number 70",
+        ),
+        (
+            &[
+                "-servername",
+                "shop.example",
+                "-tls1_2",
+                "-cipher",
+                "AES128-SHA:DES-CBC3-SHA:RC4-SHA@SECLEVEL=0",
+            ],
+            "alert number 40",
+        ),
+        (&["-servername", "unknown.example"], "alert number 112"),
+        (
+            &["-servername", "unknown.example", "-tls1_2"],
+            "alert number 112",
+        ),
+        (&["-noservername"], "alert number 40"),
     ] {
         let (ok, text) = s_client(port, refused, "");
         assert!(!ok, "{refused:?} was accepted: {text}");
+        assert!(text.contains(alert), "{refused:?}: not {alert}: {text}");
     }
     for (reason, n) in [
         ("timeout", 2.0),
         ("not_tls", 1.0),
         ("protocol_version", 2.0),
         ("no_shared_cipher", 1.0),
-        ("unknown_sni", 2.0),
+        ("unknown_sni", 3.0),
         ("client_certificate", 0.0),
         ("other", 0.0),
     ] {

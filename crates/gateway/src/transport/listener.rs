@@ -224,7 +224,7 @@ async fn serve_listener<H: Handler>(
         let header_read_timeout = config.header_read_timeout;
         tokio::spawn(async move {
             let _admitted = admitted;
-            let handshake = tokio_rustls::TlsAcceptor::from(acceptor.server).accept(stream);
+            let handshake = super::tls_accept::handshake(stream, acceptor.server);
             let stream = match tokio::time::timeout(acceptor.handshake_timeout, handshake).await {
                 Ok(Ok(stream)) => stream,
                 failed => {

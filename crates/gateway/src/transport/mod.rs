@@ -3,7 +3,7 @@
 //!
 //! - Inbound: [`listener`] accepts connections on every listener (HTTP/1.1
 //!   and h2c, told apart by the preface; over TLS, [`tls`], with HTTP/2 by
-//!   ALPN) on worker threads, with [`head_deadline`] guarding a new
+//!   ALPN, the ClientHello read first by [`tls_accept`]) on worker threads, with [`head_deadline`] guarding a new
 //!   connection's first request head, [`admission`] counting each
 //!   listener's connections against its cap, `stream_watch` closing idle
 //!   HTTP/2 connections and those whose client cancels most of its
@@ -24,5 +24,6 @@ pub mod listener;
 pub(crate) mod node_pool;
 pub(crate) mod stream_watch;
 pub mod tls;
+pub(crate) mod tls_accept;
 pub(crate) mod tls_client;
 pub(crate) mod x509;

@@ -402,9 +402,7 @@ fn reason(error: &std::io::Error) -> &'static str {
             "no_shared_cipher"
         }
         Error::PeerIncompatible(_) => "protocol_version",
-        Error::General(message) if message.contains("no server certificate chain resolved") => {
-            "unknown_sni"
-        }
+        Error::General(message) if message == super::tls_accept::NO_CERTIFICATE => "unknown_sni",
         Error::NoCertificatesPresented | Error::InvalidCertificate(_) => "client_certificate",
         Error::PeerMisbehaved(PeerMisbehaved::SelectedUnofferedApplicationProtocol) => "other",
         Error::AlertReceived(AlertDescription::ProtocolVersion) => "protocol_version",
