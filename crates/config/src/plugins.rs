@@ -334,7 +334,7 @@ pub(crate) fn check_filters(
         if !plugins.contains(f.plugin.as_str()) {
             problem(
                 format!("{field}[{j}].plugin"),
-                format!("no plugin named `{}` in `plugins`", f.plugin),
+                crate::routes::undeclared("plugin", &f.plugin, plugins),
             );
         }
     }

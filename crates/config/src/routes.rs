@@ -370,6 +370,29 @@ pub(crate) struct Declared<'a> {
     pub upstreams: &'a HashSet<&'a str>,
 }
 
+/// Why a reference to `name` (an `upstream` or `plugin`) fails, and what
+/// to do: declare it, or name one that is declared.
+pub(crate) fn undeclared(kind: &str, name: &str, declared: &HashSet<&str>) -> String {
+    const SHOWN: usize = 8;
+    let mut names: Vec<&str> = declared.iter().copied().collect();
+    names.sort_unstable();
+    let section = format!("{kind}s");
+    if names.is_empty() {
+        return format!(
+            "no {kind} named `{name}` in `{section}`, which is empty: declare it there"
+        );
+    }
+    let more = match names.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" (and {n} more)"),
+    };
+    names.truncate(SHOWN);
+    format!(
+        "no {kind} named `{name}` in `{section}`: declare it there, or name one of `{}`{more}",
+        names.join("`, `")
+    )
+}
+
 /// One endpoint each, references, path and host patterns, methods.
 pub(crate) fn check(
     routes: &[RouteConfig],
@@ -458,7 +481,7 @@ fn check_endpoint(
         if !declared.upstreams.contains(name.as_str()) {
             problem(
                 format!("{at}.upstream"),
-                format!("no upstream named `{name}` in `upstreams`"),
+                undeclared("upstream", name, declared.upstreams),
             );
         }
     }
@@ -466,7 +489,7 @@ fn check_endpoint(
         if !declared.plugins.contains(function.plugin.as_str()) {
             problem(
                 format!("{at}.function.plugin"),
-                format!("no plugin named `{}` in `plugins`", function.plugin),
+                undeclared("plugin", &function.plugin, declared.plugins),
             );
         }
     }
@@ -474,7 +497,7 @@ fn check_endpoint(
         if !declared.plugins.contains(component.plugin.as_str()) {
             problem(
                 format!("{at}.component.plugin"),
-                format!("no plugin named `{}` in `plugins`", component.plugin),
+                undeclared("plugin", &component.plugin, declared.plugins),
             );
         }
     }
@@ -501,7 +524,7 @@ fn check_mirrors(
         if !declared.upstreams.contains(m.upstream.as_str()) {
             problem(
                 format!("{at}.mirror[{j}].upstream"),
-                format!("no upstream named `{}` in `upstreams`", m.upstream),
+                undeclared("upstream", &m.upstream, declared.upstreams),
             );
         }
         if !(1..=100).contains(&m.percent) {

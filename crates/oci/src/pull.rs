@@ -409,7 +409,7 @@ pub(crate) fn explain_text(text: String, credentials: &str) -> anyhow::Error {
         "timed out",
         "dns error",
     ]) {
-        "the registry cannot be reached".to_string()
+        "the registry cannot be reached: check that it is up and that the reference names its address".to_string()
     } else if anonymous
         && (status(&["401"]) || says(&["unauthorized", "not authorized", "authentication"]))
     {

@@ -448,7 +448,7 @@ fn validate_magic(bytes: &[u8]) -> Result<()> {
     let looks_like_wat = std::str::from_utf8(bytes).is_ok_and(starts_like_wat);
     anyhow::ensure!(
         is_binary || looks_like_wat,
-        "not a WebAssembly module: expected the \\0asm header or WAT text, found {} bytes starting {:02x?}",
+        "not a WebAssembly module: expected the \\0asm header or WAT text, found {} bytes starting {:02x?}: check that the path names the .wasm file a build produced (a module or a component), not its source or an archive",
         bytes.len(),
         &bytes[..bytes.len().min(8)]
     );

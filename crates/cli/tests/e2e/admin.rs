@@ -103,8 +103,8 @@ routes:
     // The reason names the route by its name and the file it is kept in.
     let reason = bad.json()["reasons"][0].as_str().unwrap().to_string();
     assert!(
-        reason.ends_with(
-            "wasmgate.admin.yaml: routes[api].upstream: no upstream named `nowhere` in `upstreams`"
+        reason.contains(
+            "wasmgate.admin.yaml: routes[api].upstream: no upstream named `nowhere` in `upstreams`: declare it there"
         ),
         "{reason}"
     );

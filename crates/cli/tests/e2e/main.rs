@@ -20,6 +20,7 @@ mod components;
 mod connections;
 mod differential;
 mod envoy_semantics;
+mod errors;
 mod first_plugin;
 mod gateway;
 mod grpc_call;

@@ -189,7 +189,7 @@ fn load_plugin(
         match &p.sha256 {
             Some(expected) if !hash_checked && !expected.eq_ignore_ascii_case(&hash) => {
                 Err(anyhow::anyhow!(
-                "{}: sha256 mismatch: the configuration expects {expected}, the module has {hash}",
+                "{}: sha256 mismatch: the configuration expects {expected}, the module has {hash}: refused (if the module changed on purpose, give its new sha256)",
                 path.display()
             ))
             }

@@ -134,8 +134,12 @@ fn pem_source(
             } else {
                 base.join(file)
             };
-            let bytes =
-                std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let bytes = std::fs::read(&path).map_err(|e| {
+                format!(
+                    "cannot read {}: {e} (`{what}` is resolved against the configuration's directory)",
+                    path.display()
+                )
+            })?;
             Ok((bytes, path.display().to_string()))
         }
         (None, Some(text)) => Ok((text.as_bytes().to_vec(), format!("`{what}_pem`"))),
