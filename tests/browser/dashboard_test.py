@@ -549,6 +549,38 @@ routes:
             gw.stop()
             shutil.rmtree(kube_dir, ignore_errors=True)
 
+    def test_a_component_compiling_in_the_background_is_shown_as_such(self):
+        # The Python component with a custom section appended: the same
+        # program, other bytes, so no compile cache has it and it compiles
+        # from nothing (seconds), in the background.
+        work = tempfile.mkdtemp(prefix="wasmgate-dashboard-compile-")
+        with open(os.path.join(WASM, "component_python.wasm"), "rb") as f:
+            component = f.read()
+        payload = b"\x0fwasmgate-dashbd" + os.urandom(8)
+        fresh = os.path.join(work, "fresh_python.wasm")
+        with open(fresh, "wb") as f:
+            f.write(component + b"\x00" + bytes([len(payload)]) + payload)
+        gw = Gateway(f"""
+limits: {{component_compile_wait_ms: 100}}
+plugins:
+  - {{name: py, wasm: "{fresh}"}}
+routes:
+  - {{name: app, component: {{plugin: py}}}}
+""")
+        try:
+            page = self.new_page()
+            self.open(page, gw, "plugins")
+            row = page.locator('#plugins-table tr[data-plugin="py"]')
+            row.wait_for(timeout=10000)
+            self.assertIn("compiling", row.text_content())
+            self.assertIn("warn", row.get_attribute("class"))
+            page.screenshot(path=os.path.join(SHOTS, "dashboard-compiling.png"))
+            self.assertEqual(gw.get("/")[0], 503)
+            self.assertEqual(self.page_errors, [])
+        finally:
+            gw.stop()
+            shutil.rmtree(work, ignore_errors=True)
+
     def test_recent_requests_come_from_the_access_log_and_filter(self):
         gw = Gateway(f"""
 upstreams:

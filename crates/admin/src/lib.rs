@@ -69,6 +69,11 @@ fn probe(live: &LiveGateway, endpoint: Endpoint) -> Reply {
             "text/plain",
             "no configuration yet (GET /status says why)\n",
         ),
+        Endpoint::Readyz if !live.is_warm() => Reply::text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "a component is still compiling (GET /status lists it)\n",
+        ),
         _ => Reply::text(StatusCode::OK, "text/plain", "ok\n"),
     }
 }
@@ -365,7 +370,21 @@ impl Admin {
         let plugins: Vec<Value> = gateway
             .plugin_kinds
             .iter()
-            .map(|(name, kind)| json!({"name": name, "kind": kind, "sha256": gateway.plugin_hash(name), "image": gateway.plugin_image(name)}))
+            .map(|(name, kind)| {
+                // A component whose new version compiles while the one
+                // before serves is `updating`; one with nothing to serve
+                // yet is `compiling` (build/background.rs).
+                let since = gateway.compiling.iter().find(|(n, _)| n == name).map(|(_, s)| s);
+                let state = if since.is_some() { "updating" } else { "ready" };
+                json!({"name": name, "kind": kind, "state": state, "compiling_since_ms": since, "sha256": gateway.plugin_hash(name), "image": gateway.plugin_image(name)})
+            })
+            .chain(
+                (gateway.compiling.iter())
+                    .filter(|(name, _)| !gateway.plugin_kinds.iter().any(|(n, _)| n == name))
+                    .map(|(name, since_ms)| {
+                        json!({"name": name, "kind": "component (wasi:http)", "state": "compiling", "compiling_since_ms": since_ms})
+                    }),
+            )
             .collect();
         let config = match self.live.store() {
             Some(store) => store.describe(),

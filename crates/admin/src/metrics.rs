@@ -274,6 +274,16 @@ fn plugin_metrics(gateway: &Gateway, out: &mut String) {
             escape(gateway.plugin_image(plugin).unwrap_or(""))
         );
     }
+    let name = "wasmgate_plugin_compiling_since_seconds";
+    family(out, name, "gauge", "Components still compiling in the background, by plugin: when the build left them (seconds since the epoch); their routes answer 503 until the node reloads with them.");
+    for (plugin, since_ms) in &gateway.compiling {
+        let _ = writeln!(
+            out,
+            "{name}{{plugin=\"{}\"}} {}",
+            escape(plugin),
+            *since_ms as f64 / 1000.0
+        );
+    }
     let sets = gateway.plugin_sets();
     let labels: Vec<String> = sets
         .iter()

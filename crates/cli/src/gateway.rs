@@ -201,6 +201,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 
 async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     let node = GatewayConfig::load(&args.config.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // A running node serves while a slow component compiles (`check`
+    // waits for every compile).
+    wasmgate_gateway::compile_components_in_background();
     let base = args
         .config
         .config
@@ -290,6 +293,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     // Reloads: SIGHUP, and changes to the configuration or a plugin's module
     // (with etcd, the node follows etcd instead of its file).
     tokio::spawn(reload_on_sighup(live.clone()));
+    tokio::spawn(live.clone().reload_when_compiled());
     if !args.no_watch && live.store().is_none() {
         tokio::spawn(live.clone().watch(WATCH_INTERVAL));
     }

@@ -383,6 +383,13 @@ pub struct Limits {
     /// queues (docs/proxy-wasm.md, "Host limits"). Reloaded with the plugins.
     #[serde(default)]
     pub proxy_wasm: ProxyWasmLimits,
+    /// How long a running node's build waits for a `wasi:http` component
+    /// to compile before it serves without it: the component's routes
+    /// answer 503 (`plugin_starting`) until its compile ends, and the node
+    /// then reloads (docs/gateway.md, "Components that compile in the
+    /// background"). `wasmgate check` always waits.
+    #[serde(default = "default_component_compile_wait_ms")]
+    pub component_compile_wait_ms: u64,
 }
 
 impl Default for Limits {
@@ -401,8 +408,13 @@ impl Default for Limits {
             long_call_threads: None,
             long_call_nice: None,
             proxy_wasm: ProxyWasmLimits::default(),
+            component_compile_wait_ms: default_component_compile_wait_ms(),
         }
     }
+}
+
+fn default_component_compile_wait_ms() -> u64 {
+    2_000
 }
 
 fn default_max_body() -> usize {

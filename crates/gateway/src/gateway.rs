@@ -38,6 +38,13 @@ pub struct Gateway {
     /// Host functions a plugin imports that wasmgate does not implement
     /// (calls to them fail), by plugin: what `wasmgate check` warns about.
     pub unimplemented_imports: Vec<(String, Vec<String>)>,
+    /// Components still compiling when it was built (name, since: Unix
+    /// ms); their routes answer 503 until a reload has them, or are served
+    /// by the version before if there was one (`build/background.rs`).
+    pub compiling: Vec<(String, u64)>,
+    /// The components it serves, by plugin name (what a reload that leaves
+    /// one compiling serves meanwhile).
+    pub(crate) components: HashMap<String, Arc<wasmgate_component::ComponentPlugin>>,
     /// The services its plugins were granted, with their pools.
     pub(crate) services: Services,
     /// What each TLS listener accepts with, by its configured address.

@@ -34,6 +34,7 @@ pub mod transport;
 mod upstream;
 mod url_rewrite;
 
+pub use build::background::enable as compile_components_in_background;
 pub use build::fetch::pulled_plugins_dir;
 pub use component_route::{ComponentRoute, ComponentRouteConfig};
 pub use function_route::{FunctionRoute, FunctionRouteConfig};

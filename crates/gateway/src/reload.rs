@@ -52,6 +52,8 @@ pub struct LiveGateway {
     /// reach at start, or holding one it cannot build, and no cached copy):
     /// requests and `/readyz` are answered 503 with `waiting`.
     ready: AtomicBool,
+    /// Set once no component is compiling (see [`LiveGateway::is_warm`]).
+    warm: AtomicBool,
     /// Why the node has no configuration yet.
     waiting: Mutex<String>,
     /// The file watcher's period in ms (0: not watching) and polls so far,
@@ -151,6 +153,7 @@ impl LiveGateway {
             last_change: Mutex::new(None),
             store: OnceLock::new(),
             ready: AtomicBool::new(true),
+            warm: AtomicBool::new(false),
             waiting: Mutex::new(String::new()),
             watch_interval_ms: AtomicU64::new(0),
             watch_polls: AtomicU64::new(0),
@@ -197,6 +200,19 @@ impl LiveGateway {
     /// its store at start-up).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Whether every component of the node's first configuration has
+    /// compiled (`build/background.rs`): `/readyz` waits for it, so an
+    /// orchestrator sends no traffic to a node that would answer some of
+    /// it 503. Once warm a node stays so: a reload that leaves a component
+    /// compiling does not take a serving node out of its load balancer.
+    pub fn is_warm(&self) -> bool {
+        self.warm.load(Ordering::Relaxed)
+            || (self.current().compiling.is_empty() && {
+                self.warm.store(true, Ordering::Relaxed);
+                true
+            })
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -252,6 +268,21 @@ impl LiveGateway {
         })
         .await
         .map_err(EditError::into_reason)
+    }
+
+    /// Builds the configuration it serves again each time a component that
+    /// a build left compiling is done (`build/background.rs`), for as long
+    /// as the node runs. The same configuration, not the store's or the
+    /// file's latest: a store skips a configuration equal to the one
+    /// served, and a changed file is the watcher's to reload.
+    pub async fn reload_when_compiled(self: Arc<Self>) {
+        loop {
+            crate::build::background::COMPILED.notified().await;
+            let config = self.current().config().clone();
+            if let Err(e) = self.apply(config, "a component finished compiling").await {
+                tracing::error!("the reload after a component's compile failed; the node keeps serving what it had:\n{e}");
+            }
+        }
     }
 
     /// Changes the running configuration with `edit` (the admin API's

@@ -212,8 +212,18 @@ const pages = {
   async plugins() {
     const status = await api("/status");
     // One plugin whose status cannot be read shows as such; the others still show.
-    const settled = await Promise.allSettled((status.plugins || []).map((p) => api(`/plugins/${encodeURIComponent(p.name)}/status`)));
+    // A component still compiling has no instances yet: it says so instead.
+    const settled = await Promise.allSettled((status.plugins || []).map((p) => p.state === "compiling"
+      ? Promise.resolve(null) : api(`/plugins/${encodeURIComponent(p.name)}/status`)));
     fill("plugins-table", settled.map((result, i) => {
+      if (result.status === "fulfilled" && result.value === null) {
+        const p = status.plugins[i];
+        const seconds = Math.round((Date.now() - p.compiling_since_ms) / 1000);
+        const tr = row([p.name, p.kind, `compiling (${seconds} s so far): its routes answer 503 until it is done`]);
+        tr.dataset.plugin = p.name;
+        tr.classList.add("warn");
+        return tr;
+      }
       if (result.status === "rejected") {
         const tr = row([status.plugins[i].name, status.plugins[i].kind, "status unavailable: " + result.reason.message]);
         tr.dataset.plugin = status.plugins[i].name;

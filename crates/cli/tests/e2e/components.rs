@@ -53,8 +53,11 @@ async fn serve_contract(lang: &str) {
         &read_only,
         "--env",
         "GREETING=hello from the host",
+        // Long enough for a 10 MiB echo through CPython on a busy machine
+        // (at 2 s a run beside a cold compile once cut it short); `/loop`
+        // meets it.
         "--timeout-ms",
-        "2000",
+        "5000",
         "--memory-limit",
         "96",
         "--access-log",
@@ -440,4 +443,88 @@ async fn a_precompiled_component_serves_only_when_allowed() {
     ]);
     let reply = get(&client(), &server.url("/")).await;
     assert_eq!(reply.text(), "hello from rust component");
+}
+
+/// A node with a route to a Python component (19 MB of CPython) compiling
+/// from nothing: it serves its other routes at once and answers the
+/// component's 503 `plugin_starting` meanwhile, as /readyz, /status and
+/// /metrics say; once compiled it reloads and serves it. A reload that
+/// replaces the component keeps the version before serving while the new
+/// one compiles: no request meets a 503 (docs/gateway.md, "Components
+/// that compile in the background").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_component_compiles_in_the_background_while_the_rest_serves() {
+    let cache = tempfile::tempdir().unwrap();
+    let config = |component: &str, wait_ms: u64| {
+        format!(
+            "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nlimits: {{component_compile_wait_ms: {wait_ms}}}\nplugins:\n  - {{name: py, wasm: \"{{wasm:{component}}}\"}}\nroutes:\n  - {{name: plain, path: {{prefix: /plain}}, respond: {{body: here}}}}\n  - {{name: app, component: {{plugin: py}}}}\n"
+        )
+    };
+    let gw = GatewayProc::start_compiling(
+        &config("component_python", 100),
+        &["--cache-dir", cache.path().to_str().unwrap()],
+        &[],
+    );
+    let c = client();
+    let plain = get(&c, &gw.url("/plain")).await;
+    assert_eq!((plain.status, plain.text().as_str()), (200, "here"));
+    let starting = get(&c, &gw.url("/")).await;
+    assert_eq!(starting.status, 503, "{}", starting.text());
+    assert_eq!(starting.json()["error"]["kind"], "plugin_starting");
+    assert_eq!(starting.header("retry-after"), Some("2"));
+    let ready = get(&c, &gw.admin_url("/readyz")).await;
+    assert_eq!(ready.status, 503);
+    assert!(ready.text().contains("still compiling"), "{}", ready.text());
+    let status = get(&c, &gw.admin_url("/status")).await.json();
+    let py = &status["plugins"][0];
+    assert_eq!(
+        (py["name"].as_str(), py["state"].as_str()),
+        (Some("py"), Some("compiling")),
+        "{status}"
+    );
+    assert!(
+        metric(
+            &c,
+            &gw,
+            "wasmgate_plugin_compiling_since_seconds{plugin=\"py\"}"
+        )
+        .await
+            > 1e9
+    );
+
+    // Compiled: the node reloads on its own and serves it.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let reply = get(&c, &gw.url("/")).await;
+        if reply.status == 200 {
+            assert_eq!(reply.text(), "hello from python component");
+            break;
+        }
+        assert_eq!(reply.status, 503, "{}", reply.text());
+        assert!(
+            Instant::now() < deadline,
+            "not compiled in 300 s: {}",
+            gw.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = get(&c, &gw.admin_url("/status")).await.json();
+    assert_eq!(status["plugins"][0]["state"], "ready", "{status}");
+    assert_eq!(get(&c, &gw.admin_url("/readyz")).await.status, 200);
+
+    // Another component for the same plugin, left compiling at once (a
+    // wait of 0): the Python one answers until the Rust one is ready.
+    gw.rewrite(&config("component_rust", 0));
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let reply = get(&c, &gw.url("/")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        if reply.text() == "hello from rust component" {
+            break;
+        }
+        assert_eq!(reply.text(), "hello from python component");
+        assert!(Instant::now() < deadline, "never switched: {}", gw.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(get(&c, &gw.admin_url("/readyz")).await.status, 200);
 }

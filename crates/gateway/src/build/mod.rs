@@ -5,6 +5,7 @@
 //! all-or-nothing: every error is collected with the field it comes from,
 //! and a gateway that builds is one that can serve.
 
+pub mod background;
 pub(crate) mod fetch;
 pub(crate) mod plugins;
 mod routes;
@@ -59,7 +60,8 @@ impl Gateway {
         let services = build_services(&config, previous, &mut problems);
         let (tls, certificates, listener_problems) = build_tls(&config, base, &mut problems);
         let upstreams = build_upstreams(&config, base, &mut problems);
-        let plugins = plugins::load(&config, base, runtime, &services, &mut problems).await;
+        let mut plugins = plugins::load(&config, base, runtime, &services, &mut problems).await;
+        plugins.keep_previous_while_compiling(previous);
         let routes = routes::build(
             &config,
             &plugins,
@@ -72,6 +74,7 @@ impl Gateway {
         if !problems.found.is_empty() {
             return Err(ConfigErrors(problems.found));
         }
+        let components = plugins.components();
         Ok(Gateway {
             route_index: RouteIndex::new(routes.iter().map(|r| &r.matcher)),
             routes,
@@ -80,7 +83,9 @@ impl Gateway {
             plugin_kinds: plugins.kinds,
             plugin_hashes: plugins.hashes,
             plugin_images: plugins.images,
+            components,
             unimplemented_imports: plugins.unimplemented,
+            compiling: plugins.compiling,
             services,
             tls,
             certificates,

@@ -45,6 +45,9 @@ pub(super) struct Plugins {
     pub images: HashMap<String, String>,
     /// Host functions each imports that wasmgate does not implement.
     pub unimplemented: Vec<(String, Vec<String>)>,
+    /// Components still compiling, with when the build left them (Unix
+    /// ms): `background.rs`.
+    pub compiling: Vec<(String, u64)>,
 }
 
 /// The services `p` was granted, of `services`.
@@ -91,25 +94,48 @@ pub(super) async fn load(
         .iter()
         .zip(files)
         .map(|(p, file)| {
+            // A component a build may go on without (`background.rs`).
+            let leave = match &file {
+                Ok((path, _)) => (wasmgate_component::is_component_file(path)
+                    && super::background::may_leave(path))
+                .then(|| path.clone()),
+                Err(_) => None,
+            };
             let (p, runtime, grants) = (p.clone(), runtime.clone(), grants(p, services));
             let precompiled = precompiled_policy(config, &p);
-            tokio::task::spawn_blocking(move || {
+            let load = tokio::task::spawn_blocking(move || {
                 let (file, hash_checked) = file?;
                 load_plugin(&p, file, hash_checked, &runtime, grants, precompiled)
-            })
+            });
+            (load, leave)
         })
         .collect();
+    let wait = Duration::from_millis(config.limits.component_compile_wait_ms);
     let mut plugins = Plugins {
         by_name: HashMap::new(),
         kinds: Vec::new(),
         hashes: HashMap::new(),
         images,
         unimplemented: Vec::new(),
+        compiling: Vec::new(),
     };
-    for ((i, p), load) in config.plugins.iter().enumerate().zip(loads) {
-        let load = load
-            .await
-            .unwrap_or_else(|e| Err(anyhow::anyhow!("loading the plugin panicked: {e}")));
+    for ((i, p), (mut load, leave)) in config.plugins.iter().enumerate().zip(loads) {
+        let load = match leave {
+            Some(path) => match tokio::time::timeout(wait, &mut load).await {
+                Ok(done) => done,
+                Err(_) => {
+                    tracing::info!(plugin = %p.name, waited_ms = wait.as_millis() as u64, "the component is still compiling: its routes answer 503 until it is done, and the node reloads then");
+                    plugins
+                        .compiling
+                        .push((p.name.clone(), wasmgate_base::unix_ms()));
+                    super::background::finish_later(p.name.clone(), path, load);
+                    continue;
+                }
+            },
+            None => load.await,
+        };
+        let load =
+            load.unwrap_or_else(|e| Err(anyhow::anyhow!("loading the plugin panicked: {e}")));
         match load {
             Ok((plugin, hash)) => {
                 plugins.hashes.insert(p.name.clone(), hash.clone());
@@ -137,6 +163,37 @@ pub(super) async fn load(
         }
     }
     plugins
+}
+
+impl Plugins {
+    /// A component still compiling that the running gateway serves (in an
+    /// older version) goes on being served until the new one is ready:
+    /// a reload that changes a component makes no route answer 503.
+    pub(super) fn keep_previous_while_compiling(&mut self, previous: Option<&crate::Gateway>) {
+        let Some(previous) = previous else { return };
+        for (name, _) in &self.compiling {
+            let Some(component) = previous.components.get(name) else {
+                continue;
+            };
+            tracing::info!(plugin = %name, "the previous version of the component serves until the new one has compiled");
+            (self.by_name).insert(name.clone(), LoadedPlugin::Component(component.clone()));
+            self.kinds
+                .push((name.clone(), "component (wasi:http)".into()));
+            if let Some(hash) = previous.plugin_hashes.get(name) {
+                self.hashes.insert(name.clone(), hash.clone());
+            }
+        }
+    }
+
+    /// The components loaded, by plugin name.
+    pub(super) fn components(&self) -> HashMap<String, Arc<ComponentPlugin>> {
+        (self.by_name.iter())
+            .filter_map(|(name, plugin)| match plugin {
+                LoadedPlugin::Component(c) => Some((name.clone(), c.clone())),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// Logs, once per plugin and module in this process, the functions a

@@ -137,7 +137,20 @@ async fn build_filter(
         context.declared.get(filter.plugin.as_str()),
         context.plugins.by_name.get(&filter.plugin),
     ) else {
-        return None; // already reported
+        // Not loaded: its failure is reported, or it is a component still
+        // compiling (`background.rs`), which no filter may be.
+        if context
+            .plugins
+            .compiling
+            .iter()
+            .any(|(n, _)| n == &filter.plugin)
+        {
+            problems.add(
+                format!("{field}.plugin"),
+                format!("`{}` is a wasi:http component: filters must be Proxy-Wasm plugins (use it as a route's `component`)", filter.plugin),
+            );
+        }
+        return None;
     };
     let module = match plugin {
         LoadedPlugin::ProxyWasm { module, .. } => module,
@@ -189,10 +202,16 @@ fn build_endpoint(
     if let Some(name) = &r.upstream {
         return context.upstreams.get(name).cloned().map(Endpoint::Upstream);
     }
+    let compiling = |plugin: &str| {
+        (context.plugins.compiling.iter())
+            .find(|(name, _)| name == plugin)
+            .map(|(name, since)| Endpoint::Starting(name.clone(), *since))
+    };
     if let Some(c) = &r.component {
-        return match context.plugins.by_name.get(&c.plugin)? {
-            LoadedPlugin::Component(plugin) => Some(Endpoint::Component(plugin.clone())),
-            _ => {
+        return match context.plugins.by_name.get(&c.plugin) {
+            Some(LoadedPlugin::Component(plugin)) => Some(Endpoint::Component(plugin.clone())),
+            None => compiling(&c.plugin),
+            Some(_) => {
                 problems.add(
                     format!("{at}.component.plugin"),
                     format!("`{}` is not a wasi:http component (a component exports wasi:http/incoming-handler)", c.plugin),
@@ -242,6 +261,6 @@ fn build_endpoint(
             );
             None
         }
-        None => None,
+        None => compiling(&f.plugin),
     }
 }

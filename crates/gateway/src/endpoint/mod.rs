@@ -1,5 +1,6 @@
 //! Where a route's requests end: an upstream, an Extism function, a
-//! `wasi:http` component, a fixed answer or a redirect. One enum, one file
+//! `wasi:http` component, a fixed answer or a redirect (or, while a
+//! component compiles, a 503 that says so). One enum, one file
 //! per kind: the request path (`proxy.rs`) asks an endpoint whether it takes
 //! the body as a stream (an upstream and a component do) or whole (the
 //! others), and hands it over; a new kind of endpoint is a
@@ -11,6 +12,7 @@ pub(crate) mod function;
 pub(crate) mod mirror;
 pub(crate) mod redirect;
 pub(crate) mod respond;
+pub(crate) mod starting;
 pub(crate) mod tunnel;
 pub(crate) mod upstream;
 
@@ -34,6 +36,9 @@ pub(crate) enum Endpoint {
     Respond(FixedResponse),
     /// A redirect to the request's URL changed (`redirect.rs`).
     Redirect(Redirect),
+    /// A component still compiling: 503 until the node reloads with it
+    /// (`starting.rs`); the plugin's name and since when (Unix ms).
+    Starting(String, u64),
 }
 
 /// Where a request was going, as the filters left it: what the endpoints
@@ -63,6 +68,7 @@ impl Endpoint {
             }
             Endpoint::Respond(fixed) => respond::answer(fixed),
             Endpoint::Redirect(redirect) => redirect::answer(redirect, target),
+            Endpoint::Starting(plugin, since_ms) => starting::answer(plugin, *since_ms),
             Endpoint::Upstream(_) | Endpoint::Component(_) => {
                 unreachable!("upstreams and components stream the body")
             }

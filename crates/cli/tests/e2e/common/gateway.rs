@@ -52,6 +52,41 @@ impl GatewayProc {
     /// Starts `wasmgate run` with variables added to its environment (the
     /// tests share one process, so they never change their own).
     pub fn start_with_env(yaml: &str, args: &[&str], env: &[(&str, &str)]) -> GatewayProc {
+        let mut gateway = GatewayProc::start_compiling(yaml, args, env);
+        if yaml.contains("{admin}") {
+            gateway.until_components_compiled();
+        }
+        gateway
+    }
+
+    /// Waits while `/readyz` says a component is still compiling
+    /// (docs/gateway.md, "Components that compile in the background"), as
+    /// an orchestrator would: a test of what a component answers must not
+    /// meet 503 `plugin_starting` on a busy machine.
+    fn until_components_compiled(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if self.child.try_wait().unwrap().is_some() {
+                return; // it stopped: the test says why
+            }
+            // Nothing yet: the admin listener is bound after the traffic
+            // listeners.
+            let answer = raw_get(self.admin_port, "/readyz");
+            if !answer.is_empty() && !answer.contains("still compiling") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a component was still compiling after 300 s: {}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts `wasmgate run` and returns once it listens, whether or not
+    /// its components have compiled.
+    pub fn start_compiling(yaml: &str, args: &[&str], env: &[(&str, &str)]) -> GatewayProc {
         let (port, admin_port, tls_port) = (free_port(), free_port(), free_port());
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("wasmgate.yaml");
@@ -268,4 +303,21 @@ pub async fn until_generation(c: &HttpClient, gw: &GatewayProc, n: u64) -> serde
         assert!(Instant::now() < deadline, "no generation {n}: {status}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The whole answer (head and body) to a plain `GET path` on 127.0.0.1:port,
+/// or "" if the connection fails: for waits outside an async runtime.
+fn raw_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
 }

@@ -1,0 +1,29 @@
+//! The endpoint of a route whose component is still compiling
+//! (`build/background.rs`): 503 `plugin_starting`, with a `Retry-After`,
+//! until the node reloads with the component compiled.
+
+use hyper::{Response, StatusCode};
+use serde_json::json;
+
+use crate::body::{self, Body};
+use crate::error_response;
+
+/// How long a client is asked to wait before it tries again.
+const RETRY_AFTER_SECONDS: u64 = 2;
+
+/// The answer while `plugin` compiles (since `since_ms`, Unix ms).
+pub(crate) fn answer(plugin: &str, since_ms: u64) -> Response<Body> {
+    let seconds = wasmgate_base::unix_ms().saturating_sub(since_ms) / 1000;
+    let mut response = error_response::json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        json!({
+            "kind": "plugin_starting",
+            "message": format!("component `{plugin}` is still compiling ({seconds} s so far); its routes are served once it is done: try again shortly"),
+            "plugin": plugin,
+        }),
+    );
+    response
+        .headers_mut()
+        .insert(hyper::header::RETRY_AFTER, RETRY_AFTER_SECONDS.into());
+    body::full_response(response)
+}
