@@ -294,6 +294,10 @@ impl Gateway {
                 let details = self.config.error_details;
                 component::answer(plugin, head, body, secure, request_id, details).await
             }
+            // Nothing to read the body for: a component still compiling.
+            Endpoint::Starting(plugin, since_ms) => {
+                crate::endpoint::starting::answer(plugin, *since_ms)
+            }
             endpoint => {
                 let input = match read_body(body, self.config.limits.max_body_bytes).await {
                     Ok(input) => input,
