@@ -23,11 +23,21 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
+/// rustls's parser warns about what a client sends (an IP address given
+/// as SNI, which `openssl s_time` does): one line per handshake that any
+/// client can make the node write, and nothing an operator can act on.
+/// Kept to errors unless the filter names rustls itself.
+const QUIET_RUSTLS: &str = "rustls::msgs=error";
+
 pub fn init(args: &LogArgs) {
-    let filter = match &args.log_level {
+    let asked = (args.log_level.clone()).or_else(|| std::env::var("RUST_LOG").ok());
+    let mut filter = match &args.log_level {
         Some(level) => EnvFilter::new(level),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
+    if !asked.is_some_and(|a| a.contains("rustls")) {
+        filter = filter.add_directive(QUIET_RUSTLS.parse().expect("a valid directive"));
+    }
     let colour = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
