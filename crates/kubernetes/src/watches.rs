@@ -74,15 +74,27 @@ impl Watches {
         self.entries.lock().expect("watches").remove(name);
     }
 
+    /// Starts keeping `name`'s health.
+    fn register(&self, name: &str) {
+        self.entries.lock().expect("watches").insert(
+            name.to_string(),
+            Health {
+                state: "starting",
+                since_ms: now_ms(),
+                last_error: None,
+                errors: 0,
+                relists: 0,
+            },
+        );
+    }
+
+    /// Changes a kept entry; one forgotten stays so (a stopped Secret
+    /// watch's task may still report once after its abort).
     fn update(&self, name: &str, change: impl FnOnce(&mut Health)) {
         let mut entries = self.entries.lock().expect("watches");
-        let health = entries.entry(name.to_string()).or_insert_with(|| Health {
-            state: "starting",
-            since_ms: now_ms(),
-            last_error: None,
-            errors: 0,
-            relists: 0,
-        });
+        let Some(health) = entries.get_mut(name) else {
+            return;
+        };
         let before = health.state;
         change(health);
         if health.state != before {
@@ -108,7 +120,7 @@ impl Watches {
         stream: impl Stream<Item = Result<T, watcher::Error>>,
         mut on: impl FnMut(Result<T, &watcher::Error>),
     ) {
-        self.update(name, |_| {});
+        self.register(name);
         futures_util::pin_mut!(stream);
         let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY);
         let mut retried = false;

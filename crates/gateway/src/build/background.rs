@@ -53,9 +53,9 @@ pub(crate) fn finish_later<T: Send + 'static>(
     compile: tokio::task::JoinHandle<T>,
 ) {
     tokio::spawn(async move {
-        let started = std::time::Instant::now();
+        let left_at = std::time::Instant::now();
         let _ = compile.await;
-        tracing::info!(plugin = %name, seconds = started.elapsed().as_secs_f64(), "the component's compile ended; reloading to serve it");
+        tracing::info!(plugin = %name, seconds_in_background = left_at.elapsed().as_secs_f64(), "the component's compile ended; rebuilding to serve it");
         (FINISHED.lock().expect("finished"))
             .get_or_insert_with(HashSet::new)
             .insert(path);
