@@ -25,6 +25,7 @@ mod first_plugin;
 mod gateway;
 mod grpc_call;
 mod higress;
+mod higress_plugins;
 mod kubernetes;
 mod kubernetes_bench;
 mod long_calls;

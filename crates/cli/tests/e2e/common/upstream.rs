@@ -6,6 +6,9 @@
 //! - `/slow`: answers after two seconds;
 //! - `/stream`: three chunks, 100 ms apart;
 //! - `/file/<absolute path>`: that file's bytes (a module "published" at a URL);
+//! - `/v1/chat/completions`: an OpenAI-style chat model that answers `echo:
+//!   <last message>` with the model it was asked for, whole or (`"stream":
+//!   true`) as server-sent events, as OpenAI's API does;
 //! - anything else: a JSON echo of the request (method, path, headers, body).
 //!
 //! Every response carries `x-upstream: <name>`; requests are counted.
@@ -126,6 +129,10 @@ impl Upstream {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                // As servers of streams do (Nagle's algorithm would hold a
+                // small chunk written after the head until the gateway's
+                // delayed ACK, up to 40 ms).
+                let _ = stream.set_nodelay(true);
                 let (name, counter, tls) = (name.clone(), counter.clone(), tls.clone());
                 let (log, chosen) = (log.clone(), chosen.clone());
                 let connection = tokio::spawn(async move {
@@ -251,6 +258,15 @@ async fn answer(
             full(vec![if allow { 2u8 } else { 1u8 }])
         }
         "/secret" => full("this has a secret inside"),
+        "/v1/chat/completions" => {
+            let (body, streamed) = openai_chat(&body);
+            let mut response = Response::new(body);
+            let kind = if streamed { "text/event-stream" } else { "application/json" };
+            let headers = response.headers_mut();
+            headers.insert("content-type", kind.parse().unwrap());
+            headers.insert("x-upstream", name.parse().unwrap());
+            return Ok(response);
+        }
         "/slow" => {
             tokio::time::sleep(Duration::from_secs(2)).await;
             full("slow")
@@ -314,6 +330,55 @@ async fn answer(
             .insert("content-type", "application/json".parse().unwrap());
     }
     Ok(response)
+}
+
+/// An OpenAI-style chat completion answering `request` (whether streamed):
+/// the reply is `echo: <the last message's content>`, the model the one
+/// asked for, with usage; a stream is one event per word (the first with the
+/// role), then the finish reason with usage, then `[DONE]`, 20 ms apart.
+fn openai_chat(request: &[u8]) -> (Body, bool) {
+    let request: serde_json::Value = serde_json::from_slice(request).unwrap_or_default();
+    let model = request["model"].clone();
+    let last = request["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .map(|message| message["content"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    let usage = serde_json::json!({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8});
+    if request["stream"] != true {
+        let completion = serde_json::json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("echo: {last}")}, "finish_reason": "stop"}],
+            "usage": usage,
+        });
+        return (full(serde_json::to_vec(&completion).unwrap()), false);
+    }
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        let mut event = serde_json::json!({
+            "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if !finish.is_null() {
+            event["usage"] = usage.clone();
+        }
+        format!("data: {event}\n\n")
+    };
+    let mut events = vec![chunk(serde_json::json!({"role": "assistant", "content": "echo:"}), serde_json::Value::Null)];
+    for word in last.split(' ') {
+        events.push(chunk(serde_json::json!({"content": format!(" {word}")}), serde_json::Value::Null));
+    }
+    events.push(chunk(serde_json::json!({}), "stop".into()));
+    events.push("data: [DONE]\n\n".to_string());
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for event in events {
+            if tx.send(Ok(Frame::data(Bytes::from(event)))).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    (StreamBody::new(Receiver(rx)).boxed(), true)
 }
 
 /// `count` chunks `chunk-<i>\n`, `gap` apart.

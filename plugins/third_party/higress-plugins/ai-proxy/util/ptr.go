@@ -1,0 +1,5 @@
+package util
+
+func Ptr[T any](v T) *T {
+	return &v
+}
