@@ -366,10 +366,11 @@ fn plugin_metrics(gateway: &Gateway, out: &mut String) {
         let _ = writeln!(out, "{name}{{{l},state=\"idle\"}} {}", set.pool.idle);
         let _ = writeln!(out, "{name}{{{l},state=\"in_use\"}} {}", set.pool.in_use);
     }
-    let pool_counters: [PoolFamily; 6] = [
+    let pool_counters: [PoolFamily; 7] = [
         ("wasmgate_plugin_instances_created_total", "counter", "Instances created.", |p| p.created),
-        ("wasmgate_plugin_restarts_total", "counter", "Instances discarded (after a failed call, a cancelled request or a cleared pool) and so replaced.", |p| p.discarded),
+        ("wasmgate_plugin_restarts_total", "counter", "Instances discarded (after a failed call, a call cut off, a cleared pool or a rebuild the plugin asked for) and so replaced.", |p| p.discarded),
         ("wasmgate_plugin_instantiation_failures_total", "counter", "Instances that failed to start.", |p| p.instantiation_failures),
+        ("wasmgate_plugin_instances_expired_total", "counter", "Idle instances dropped after pool_idle_timeout_ms (the pool shrinking back).", |p| p.expired),
         ("wasmgate_plugin_pool_waits_total", "counter", "Calls that found every instance busy and waited.", |p| p.waits),
         ("wasmgate_plugin_pool_rejections_total", "counter", "Calls refused: no instance within queue_timeout_ms, or crash-loop backoff (503).", |p| p.rejected),
         ("wasmgate_plugin_backing_off", "gauge", "1 while instantiation is in crash-loop backoff.", |p| p.backing_off as u64),

@@ -73,6 +73,7 @@ pub fn load(
             max_instances: pool_size,
             isolation: true,
             acquire_timeout: Duration::from_millis(queue_timeout_ms),
+            idle_timeout: None,
         },
     };
     ComponentPlugin::new(&runtime, &component, options)

@@ -146,6 +146,7 @@ async fn serve(args: ServeArgs, threads: usize) -> Result<()> {
         max_instances: args.pool_size,
         isolation: args.isolation,
         acquire_timeout: millis(args.queue_timeout_ms),
+        idle_timeout: None,
     };
     let plugin = Arc::new(args.plugin.load(&runtime, pool, &manifest)?);
     if let Some(function) = &args.function {

@@ -61,9 +61,16 @@ pub struct PluginConfig {
     /// (default 60000).
     #[serde(default)]
     pub startup_timeout_ms: Option<u64>,
-    /// Most instances alive at once (per route for filters).
-    #[serde(default = "default_pool_size")]
+    /// Most instances alive at once (per route for filters); also spelled
+    /// `max_instances`. A filter's instance stays with its request until
+    /// the request is over, so this bounds the requests a route filters at
+    /// once (and the memory: docs/gateway.md, "Sizing pools").
+    #[serde(default = "default_pool_size", alias = "max_instances")]
     pub pool_size: usize,
+    /// An idle instance unused this long is dropped, down to the one used
+    /// last, which stays warm (default 30000).
+    #[serde(default = "default_pool_idle_timeout_ms")]
+    pub pool_idle_timeout_ms: u64,
     /// How long a request waits for a free instance before a 503.
     #[serde(default = "default_queue_timeout_ms")]
     pub queue_timeout_ms: u64,
@@ -203,6 +210,10 @@ impl PluginConfig {
     pub fn is_oci(&self) -> bool {
         self.wasm.to_str().is_some_and(|w| w.starts_with("oci://"))
     }
+}
+
+fn default_pool_idle_timeout_ms() -> u64 {
+    30_000
 }
 
 fn default_pool_size() -> usize {

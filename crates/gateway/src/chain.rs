@@ -432,13 +432,24 @@ impl Chain {
     }
 
     /// `proxy_on_log` / `on_done` / `on_delete` on every stream; instances go back.
-    pub async fn finish(self, exchange: &mut Box<HttpExchange>) {
-        for link in self.links.into_iter().flatten() {
+    pub async fn finish(mut self, exchange: &mut Box<HttpExchange>) {
+        for link in std::mem::take(&mut self.links).into_iter().flatten() {
             let plugin = link.stream.plugin().clone();
             if let Err(error) = link.stream.finish(exchange).await {
                 let plugin = plugin.name();
                 tracing::warn!(%plugin, %error, "filter failed while finishing the stream");
             }
+        }
+    }
+}
+
+/// A chain dropped before `finish` (its request went away): each stream
+/// still ends its context, as Envoy does, on a task of its own
+/// ([`FilterStream::end_detached`]).
+impl Drop for Chain {
+    fn drop(&mut self) {
+        for link in std::mem::take(&mut self.links).into_iter().flatten() {
+            link.stream.end_detached();
         }
     }
 }

@@ -386,6 +386,11 @@ fn add_properties(linker: &mut Linker<FilterState>) -> Result<()> {
             let path = read(&mut c, "proxy_set_property", path_ptr, path_len)?;
             let value = read(&mut c, "proxy_set_property", value_ptr, value_len)?;
             let path = path.strip_suffix(&[0]).map(<[u8]>::to_vec).unwrap_or(path);
+            if path == b"wasm_need_rebuild" {
+                // Higress's host convention: a request to replace this VM.
+                c.data_mut().rebuild_requested = value == b"true";
+                return Ok(OK);
+            }
             c.data_mut().exchange.properties.insert(path, value);
             Ok(OK)
         },

@@ -137,6 +137,9 @@ pub(crate) struct FilterInstance {
     /// Shared so a callback can borrow its function while the store is in use.
     pub exports: Arc<Exports>,
     pub next_context_id: u32,
+    /// A callback trapped or ran out of time: the instance's memory may be
+    /// half-written, so it is never run again.
+    pub crashed: bool,
 }
 
 /// gRPC status codes `proxy_get_status` reports for a callout.
@@ -411,6 +414,7 @@ impl FilterPlugin {
             store: Some(store),
             exports,
             next_context_id: ROOT_CONTEXT_ID,
+            crashed: false,
         })
     }
 
@@ -625,6 +629,7 @@ impl FilterInstance {
         let finished = slow_lane::run(started, call).await;
         plugin.stats.record_call(finished.wall, finished.cpu);
         let (store, outcome) = finished.output;
+        self.crashed |= outcome.is_err();
         let store = self.store.insert(store);
         outcome.map_err(|error| {
             let timed_out = store.data().budget.timed_out();
@@ -655,6 +660,13 @@ impl FilterInstance {
         let result = self.run(name, callback).await;
         std::mem::swap(exchange, &mut self.store_mut().data_mut().exchange);
         result
+    }
+
+    /// Whether the instance may run again: no callback of it was cut off
+    /// half-way (its request went away mid-call, which takes the store
+    /// along) and none crashed.
+    pub fn is_intact(&self) -> bool {
+        self.store.is_some() && !self.crashed
     }
 
     pub fn store(&self) -> &Store<FilterState> {

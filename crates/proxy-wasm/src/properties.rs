@@ -27,6 +27,9 @@ pub(crate) fn get(state: &FilterState, path: &[u8]) -> Option<Vec<u8>> {
         [b"plugin_name"] => Some(plugin.config.name.as_bytes().to_vec()),
         [b"plugin_root_id"] => Some(plugin.config.root_id.as_bytes().to_vec()),
         [b"plugin_vm_id"] => Some(plugin.config.vm_id.as_bytes().to_vec()),
+        // Higress's: the instance's linear memory, read by its framework to
+        // decide when to ask for a rebuild (`wasm_need_rebuild`).
+        [b"plugin_vm_memory"] => Some(integer(state.limiter.committed_bytes() as i64)),
         [b"route_name"] => Some(plugin.config.route.as_bytes().to_vec()),
         [b"cluster_name"] => info.cluster.as_ref().map(|c| c.as_bytes().to_vec()),
         [b"request", b"headers", name] => request(name),

@@ -28,6 +28,11 @@ pub struct FilterState {
     pub(crate) resumed: Vec<StreamType>,
     pub(crate) closed: Vec<StreamType>,
     pub(crate) tick_period_ms: u32,
+    /// Higress's `wasm_need_rebuild` was set: the instance is replaced by
+    /// a fresh one once its stream ends (Higress's framework asks after so
+    /// many requests or so much memory, `WithRebuildAfterRequests` and
+    /// `WithRebuildMaxMemBytes`, as Go's heap in Wasm never shrinks).
+    pub(crate) rebuild_requested: bool,
     /// The stream context the instance is serving, if any: the one
     /// `proxy_set_effective_context` may point at besides the root.
     pub(crate) stream_context: Option<u32>,
@@ -78,6 +83,7 @@ impl FilterState {
             plugin,
             exchange: Box::default(),
             guest: None,
+            rebuild_requested: false,
             resumed: Vec::new(),
             closed: Vec::new(),
             tick_period_ms: 0,

@@ -208,6 +208,11 @@ impl FilterStream {
         };
         self.run(exchange, "proxy_on_log", end).await?;
         let state = self.lease.instance().store_mut().data_mut();
+        if state.rebuild_requested {
+            // Dropped, not released: the pool starts a fresh one.
+            tracing::debug!(plugin = %self.plugin.name(), "the filter asked for its instance to be rebuilt");
+            return Ok(());
+        }
         state.stream_context = None;
         state.dispatched_calls.clear();
         // This context's gRPC streams end with it (`self.calls` drops them).
@@ -218,6 +223,35 @@ impl FilterStream {
         }
         self.lease.release();
         Ok(())
+    }
+
+    /// Ends a stream whose request went away before it ended (the client
+    /// left, or a gateway deadline passed). Envoy still ends its context
+    /// then (`proxy_on_log`, `proxy_on_done`, `proxy_on_delete`: the SDKs
+    /// free what they keep per stream there), and so does this, on a task
+    /// of its own, after which the instance goes back to its pool instead of
+    /// being replaced: a heavy filter's start costs far more than these
+    /// callbacks. An instance cut off in a callback (or that crashed) is
+    /// dropped as before.
+    pub fn end_detached(mut self) {
+        if !self.lease.instance().is_intact() {
+            return;
+        }
+        if !self.created {
+            // Nothing of this stream in the guest.
+            self.lease.release();
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let plugin = self.plugin.clone();
+            if let Err(error) = self.finish(&mut Box::default()).await {
+                let plugin = plugin.name();
+                tracing::debug!(%plugin, %error, "filter failed ending a stream its request left");
+            }
+        });
     }
 
     async fn stream_callback(

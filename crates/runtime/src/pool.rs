@@ -10,6 +10,20 @@
 //! [`AcquireError::Overloaded`] instead of joining an unbounded queue. A plugin
 //! whose instances keep failing to start is put in a growing backoff so a
 //! broken plugin costs a fast error, not a busy loop of instantiations.
+//!
+//! Instances start one at a time per pool: a call that finds none idle
+//! while another is starting waits for whichever comes first, an instance
+//! coming back or that start ending. A burst of 20 requests on a filter
+//! whose start takes half a second of CPU (Higress's WAF compiling its
+//! rules) used to start 19 instances at once on the same worker, and every
+//! request on it waited seconds; now they queue for the instances in use,
+//! which come back in microseconds, and the pool grows one start at a time.
+//! (Isolation mode starts one per call, so it is not gated.)
+//!
+//! A pool grows with concurrency (a filter's instance stays with its request
+//! until the request is over) and shrinks back when idle: an instance left
+//! unused for `idle_timeout` is dropped, down to the one used last, which
+//! stays warm (a heavy filter may take a minute to start).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +41,9 @@ pub struct PoolConfig {
     pub isolation: bool,
     /// How long a call may wait for a free instance before it is refused.
     pub acquire_timeout: Duration,
+    /// Idle instances unused this long are dropped (all but the last used);
+    /// `None`: kept until a reload.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for PoolConfig {
@@ -35,6 +52,7 @@ impl Default for PoolConfig {
             max_instances: 64,
             isolation: false,
             acquire_timeout: Duration::from_secs(1),
+            idle_timeout: None,
         }
     }
 }
@@ -42,7 +60,7 @@ impl Default for PoolConfig {
 /// Why no instance could be had.
 #[derive(Debug, thiserror::Error)]
 pub enum AcquireError {
-    #[error("all {max} instances are busy and none became free within {waited:?}")]
+    #[error("no instance became free within {waited:?} (at most {max} run at once, and they start one at a time)")]
     Overloaded { max: usize, waited: Duration },
     #[error("instantiation is backing off after {failures} consecutive failures (retry in {retry_after:?}); last error: {last_error}")]
     BackingOff {
@@ -63,6 +81,8 @@ pub struct PoolStats {
     pub rejected: u64,
     /// Calls that found every instance busy and had to wait.
     pub waits: u64,
+    /// Idle instances dropped after `idle_timeout`.
+    pub expired: u64,
     /// Instantiations that failed in a row (0 once one succeeds).
     pub consecutive_failures: u32,
     /// Whether instantiation is in crash-loop backoff now.
@@ -86,13 +106,22 @@ impl<I> Clone for InstancePool<I> {
 
 struct PoolInner<I> {
     config: PoolConfig,
-    idle: Mutex<Vec<I>>,
+    /// Released instances with when they came back, oldest first.
+    idle: Mutex<Vec<(I, Instant)>>,
     slots: Arc<Semaphore>,
     backoff: Mutex<Backoff>,
     created: AtomicU64,
     discarded: AtomicU64,
     rejected: AtomicU64,
     waits: AtomicU64,
+    expired: AtomicU64,
+    /// One instance starts at a time (see the module's comment).
+    starting: Semaphore,
+    /// An instance came back or a start ended: a waiting call looks again.
+    returned: tokio::sync::Notify,
+    /// When the pool was made (the time idle instances carry when the pool
+    /// never shrinks).
+    made: Instant,
 }
 
 struct Backoff {
@@ -138,7 +167,7 @@ impl Backoff {
     }
 }
 
-impl<I: Send> InstancePool<I> {
+impl<I: Send + 'static> InstancePool<I> {
     pub fn new(config: PoolConfig) -> InstancePool<I> {
         let max = config.max_instances.max(1);
         let inner = PoolInner {
@@ -153,10 +182,43 @@ impl<I: Send> InstancePool<I> {
             discarded: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             waits: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            starting: Semaphore::new(1),
+            returned: tokio::sync::Notify::new(),
+            made: Instant::now(),
         };
-        InstancePool {
+        let pool = InstancePool {
             inner: Arc::new(inner),
-        }
+        };
+        pool.sweep_when_idle();
+        pool
+    }
+
+    /// With an `idle_timeout`, a task (while the pool exists) drops idle
+    /// instances past it, so a pool grown by a burst gives its memory back
+    /// when traffic stops, not only when the next call comes.
+    fn sweep_when_idle(&self) {
+        let (Some(timeout), Ok(runtime)) = (
+            self.inner.config.idle_timeout,
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        let pool = Arc::downgrade(&self.inner);
+        let every = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = pool.upgrade() else { return };
+                inner.drop_expired(Instant::now());
+            }
+        });
+    }
+
+    /// Drops the idle instances unused for longer than `idle_timeout` (all
+    /// but the one used last); returns how many went.
+    pub fn drop_expired(&self) -> usize {
+        self.inner.drop_expired(Instant::now())
     }
 
     pub fn config(&self) -> &PoolConfig {
@@ -191,11 +253,50 @@ impl<I: Send> InstancePool<I> {
                 }
             }
         };
-        if !self.inner.config.isolation {
-            if let Some(instance) = self.inner.idle.lock().unwrap().pop() {
+        if self.inner.config.isolation {
+            return self.start(create, permit).await;
+        }
+        let deadline = tokio::time::Instant::now() + self.inner.config.acquire_timeout;
+        let mut waited = false;
+        loop {
+            // Registered before looking, so a return in between is not missed.
+            let returned = self.inner.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            if let Some((instance, _)) = self.inner.idle.lock().unwrap().pop() {
                 return Ok(Lease::new(self.inner.clone(), instance, permit));
             }
+            if let Ok(_starting) = self.inner.starting.try_acquire() {
+                let started = self.start(create, permit).await;
+                drop(_starting);
+                // A caller waiting on this start may start the next one.
+                self.inner.returned.notify_one();
+                return started;
+            }
+            if !waited {
+                waited = true;
+                self.inner.waits.fetch_add(1, Ordering::Relaxed);
+            }
+            if tokio::time::timeout_at(deadline, returned).await.is_err() {
+                self.inner.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(AcquireError::Overloaded {
+                    max: self.inner.config.max_instances,
+                    waited: self.inner.config.acquire_timeout,
+                });
+            }
         }
+    }
+
+    /// Starts a new instance for a call that holds `permit`.
+    async fn start<F, Fut>(
+        &self,
+        create: F,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Lease<I>, AcquireError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = anyhow::Result<I>>,
+    {
         self.check_backoff()?;
         match create().await {
             Ok(instance) => {
@@ -228,7 +329,7 @@ impl<I: Send> InstancePool<I> {
 
     /// Drops every idle instance (after a reload, say); leased ones finish first.
     pub fn clear_idle(&self) {
-        let drained: Vec<I> = std::mem::take(&mut *self.inner.idle.lock().unwrap());
+        let drained: Vec<(I, Instant)> = std::mem::take(&mut *self.inner.idle.lock().unwrap());
         self.inner
             .discarded
             .fetch_add(drained.len() as u64, Ordering::Relaxed);
@@ -249,9 +350,33 @@ impl<I: Send> InstancePool<I> {
             instantiation_failures: self.inner.backoff.lock().unwrap().total_failures,
             rejected: self.inner.rejected.load(Ordering::Relaxed),
             waits: self.inner.waits.load(Ordering::Relaxed),
+            expired: self.inner.expired.load(Ordering::Relaxed),
             idle,
             in_use: self.inner.config.max_instances - self.inner.slots.available_permits(),
         }
+    }
+}
+
+impl<I> PoolInner<I> {
+    fn drop_expired(&self, now: Instant) -> usize {
+        let Some(timeout) = self.config.idle_timeout else {
+            return 0;
+        };
+        let expired: Vec<(I, Instant)> = {
+            let mut idle = self.idle.lock().unwrap();
+            // The last entry is the one used last: it stays.
+            let keep_from = idle.len().saturating_sub(1);
+            let count = idle[..keep_from]
+                .iter()
+                .take_while(|(_, since)| now.duration_since(*since) > timeout)
+                .count();
+            idle.drain(..count).collect()
+        };
+        // Dropped outside the lock: freeing a large memory takes a while.
+        let count = expired.len();
+        drop(expired);
+        self.expired.fetch_add(count as u64, Ordering::Relaxed);
+        count
     }
 }
 
@@ -285,7 +410,13 @@ impl<I: Send> Lease<I> {
         if self.pool.config.isolation {
             self.pool.discarded.fetch_add(1, Ordering::Relaxed);
         } else {
-            self.pool.idle.lock().unwrap().push(instance);
+            // Read the clock only for a pool that shrinks.
+            let now = match self.pool.config.idle_timeout {
+                Some(_) => Instant::now(),
+                None => self.pool.made,
+            };
+            self.pool.idle.lock().unwrap().push((instance, now));
+            self.pool.returned.notify_one();
         }
     }
 }
@@ -308,7 +439,77 @@ mod tests {
             max_instances: max,
             isolation,
             acquire_timeout: Duration::from_millis(wait_ms),
+            idle_timeout: None,
         })
+    }
+
+    /// A burst finding no idle instance starts one, not one per call: the
+    /// others take the instances that come back.
+    #[tokio::test]
+    async fn a_burst_starts_one_instance_at_a_time() {
+        let pool = pool(16, false, 5000);
+        let starts = Arc::new(AtomicUsize::new(0));
+        let make = |starts: Arc<AtomicUsize>| async move {
+            // A slow start (a heavy plugin compiling its rules).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(starts.fetch_add(1, Ordering::SeqCst))
+        };
+        let mut first = pool.acquire(|| make(starts.clone())).await.unwrap();
+        let calls: Vec<_> = (0..8)
+            .map(|_| {
+                let (pool, starts) = (pool.clone(), starts.clone());
+                tokio::spawn(async move {
+                    let mut lease = pool.acquire(|| make(starts)).await.unwrap();
+                    let instance = *lease.instance();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    lease.release();
+                    instance
+                })
+            })
+            .collect();
+        // While the second instance starts, the first comes back and serves
+        // the waiting calls one after another.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        first.release();
+        for call in calls {
+            call.await.unwrap();
+        }
+        let stats = pool.stats();
+        assert!(stats.created <= 3, "{stats:?}: the burst started an instance per call");
+        assert!(stats.waits >= 1, "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn idle_instances_past_the_timeout_go_but_the_last_used_stays() {
+        let pool = InstancePool::new(PoolConfig {
+            max_instances: 4,
+            idle_timeout: Some(Duration::from_millis(200)),
+            ..PoolConfig::default()
+        });
+        let counter = AtomicUsize::new(0);
+        let make = || async { Ok(counter.fetch_add(1, Ordering::SeqCst)) };
+        let mut leases = Vec::new();
+        for _ in 0..3 {
+            leases.push(pool.acquire(make).await.unwrap());
+        }
+        for lease in leases {
+            lease.release();
+        }
+        assert_eq!(pool.stats().idle, 3);
+        assert_eq!(pool.drop_expired(), 0, "none has been idle long enough");
+        // The sweeper drops two; the one released last stays.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pool.stats().idle > 1 {
+            assert!(Instant::now() < deadline, "{:?}", pool.stats());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stats = pool.stats();
+        assert_eq!((stats.idle, stats.expired, stats.discarded), (1, 2, 0));
+        let mut again = pool.acquire(make).await.unwrap();
+        assert_eq!(*again.instance(), 2, "the instance used last is kept");
+        again.release();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(pool.stats().idle, 1, "the last one is never dropped");
     }
 
     #[tokio::test]

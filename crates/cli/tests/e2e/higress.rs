@@ -192,3 +192,34 @@ routes:
     // Another key has its own window.
     assert_eq!(get(&c, &gw, "/", &[("x-api-key", "k2")]).await.status, 200);
 }
+
+/// Higress's framework asks its host to replace a VM (`wasm_need_rebuild`)
+/// after so many requests or so much memory (`plugin_vm_memory`), as Go's
+/// heap in Wasm never shrinks; the host replaces the instance once that
+/// request is over, and the next request meets a fresh VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higress_filter_that_asks_for_a_rebuild_gets_a_fresh_vm() {
+    let gw = GatewayProc::start(
+        r#"
+listen: "{listen}"
+admin: "{admin}"
+plugins:
+  - {name: rebuild, wasm: "{wasm:higress_rebuild}"}
+routes:
+  - {name: r, plugins: [{plugin: rebuild}], respond: {status: 200, body: ok}}
+"#,
+    );
+    let c = client();
+    let mut counts = Vec::new();
+    for _ in 0..7 {
+        let reply = get(&c, &gw, "/", &[]).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        counts.push(header(&reply, "x-vm-requests").unwrap());
+        let memory: u64 = header(&reply, "x-vm-memory").unwrap().parse().unwrap();
+        assert!(memory >= 1 << 20, "plugin_vm_memory {memory}");
+    }
+    // The framework asks on every third request; each ask replaces the VM.
+    assert_eq!(counts, ["1", "2", "3", "1", "2", "3", "1"]);
+    let restarts = r#"wasmgate_plugin_restarts_total{plugin="rebuild",route="r"}"#;
+    assert_eq!(crate::common::gateway::metric(&c, &gw, restarts).await, 2.0);
+}

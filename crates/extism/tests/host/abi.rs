@@ -374,6 +374,7 @@ async fn pool_never_shares_an_instance_under_concurrency() {
             max_instances: 4,
             isolation: false,
             acquire_timeout: Duration::from_secs(30),
+            idle_timeout: None,
         },
     ));
     let calls: Vec<_> = (0..16)

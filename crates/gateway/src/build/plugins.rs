@@ -342,6 +342,7 @@ fn pool_config(p: &PluginConfig) -> PoolConfig {
         max_instances: p.pool_size,
         isolation: false,
         acquire_timeout: Duration::from_millis(p.queue_timeout_ms),
+        idle_timeout: Some(Duration::from_millis(p.pool_idle_timeout_ms)),
     }
 }
 
