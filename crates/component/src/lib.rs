@@ -20,9 +20,11 @@
 
 mod outgoing;
 mod plugin;
+mod response_body;
 mod state;
 
-pub use plugin::{ComponentError, ComponentOptions, ComponentPlugin, Preopen, ResponseBody};
+pub use plugin::{ComponentError, ComponentOptions, ComponentPlugin, Preopen};
+pub use response_body::{CutBody, ResponseBody};
 pub use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 
 /// Whether `bytes` (a file's first bytes are enough) are a component rather

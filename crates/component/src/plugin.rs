@@ -37,10 +37,10 @@ use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpView};
 
 use crate::outgoing::Outgoing;
+use crate::response_body::{CallTask, ResponseBody};
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use crate::state::RequestState;
 
-/// A response body as the guest writes it.
-pub type ResponseBody = wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
 /// The name crash reports and statistics give the component's one entry point.
 const HANDLE: &str = "handle";
@@ -244,9 +244,10 @@ impl ComponentPlugin {
             request_id,
         ))));
         match answered.await {
+            // The body is whole only if the call ends well (response_body.rs).
             Ok(Ok(response)) => {
-                task.detach();
-                Ok(response)
+                let call = task.into_call();
+                Ok(response.map(|body| ResponseBody::new(body, call)))
             }
             Ok(Err(code)) => {
                 task.detach();
@@ -324,7 +325,7 @@ impl Shared {
     }
 }
 
-type Answer = tokio::sync::oneshot::Sender<Result<http::Response<ResponseBody>, ErrorCode>>;
+type Answer = tokio::sync::oneshot::Sender<Result<http::Response<HyperOutgoingBody>, ErrorCode>>;
 
 /// The request's task: the guest's `handle` from start to end (its response
 /// body included), then the call counted and a failure reported.
@@ -397,11 +398,16 @@ where
 /// The request's task, aborted if the request is dropped before the guest
 /// answered (the client left); once it answered, the task runs on to write
 /// the body.
-struct AbortUnlessAnswered(Option<tokio::task::JoinHandle<Result<(), Box<CrashReport>>>>);
+struct AbortUnlessAnswered(Option<CallTask>);
 
 impl AbortUnlessAnswered {
     fn detach(mut self) {
         self.0 = None;
+    }
+
+    /// The task, left to run (the response body waits for its outcome).
+    fn into_call(mut self) -> CallTask {
+        self.0.take().expect("the task is held until answered")
     }
 
     /// The task's outcome; `None` if it panicked.

@@ -395,7 +395,17 @@ impl hyper::body::Body for LoggedBody {
                     this.done();
                 }
             }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.done(),
+            Poll::Ready(Some(Err(error))) => {
+                // A component that failed after its response's head: the
+                // client got its status and a cut body; the line says why.
+                if let Some(cut) = error.downcast_ref::<wasmgate_component::CutBody>() {
+                    if let Some(pending) = &mut this.pending {
+                        pending.entry.error = Some(cut.kind.to_string());
+                    }
+                }
+                this.done()
+            }
+            Poll::Ready(None) => this.done(),
             Poll::Pending => {}
         }
         polled

@@ -529,3 +529,52 @@ async fn a_slow_component_compiles_in_the_background_while_the_rest_serves() {
     }
     assert_eq!(get(&c, &gw.admin_url("/readyz")).await.status, 200);
 }
+
+/// A component that traps after its response's head: the client must not
+/// take the body for whole (`wasi:http`: a body dropped without `finish` is
+/// incomplete). HTTP/1.1 gets no last chunk and a closed connection, HTTP/2
+/// a `RST_STREAM`; the access log says what the client got and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_that_fails_after_its_head_cuts_its_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let gw = GatewayProc::start(&format!(
+        "listen: \"{{listen}}\"\naccess_log: {{path: {}}}\nplugins:\n  - {{name: handler, wasm: \"{{wasm:component_rust}}\"}}\nroutes:\n  - {{name: direct, component: {{plugin: handler}}}}\n",
+        log.display()
+    ));
+    for protocol in ["--http1.1", "--http2-prior-knowledge"] {
+        let output = std::process::Command::new("curl")
+            .args(["-sS", protocol, "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(gw.url("/trap-midway"))
+            .output()
+            .unwrap();
+        let status = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(status, "200", "{protocol}: the head was sent: {stderr}");
+        assert!(
+            !output.status.success(),
+            "{protocol}: curl took the cut body for whole"
+        );
+    }
+    // The whole answer still works afterwards.
+    let reply = get(&client(), &gw.url("/")).await;
+    assert_eq!(reply.status, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|l: &serde_json::Value| l["path"] == "/trap-midway")
+            .collect();
+        if lines.len() == 2 || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for line in lines {
+        assert_eq!(line["status"], 200, "{line}");
+        assert_eq!(line["error"], "trap", "{line}");
+    }
+}

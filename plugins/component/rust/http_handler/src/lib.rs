@@ -35,6 +35,14 @@ impl Guest for Handler {
             "/echo" if matches!(method, Method::Post) => echo(request, out),
             "/fetch" if get => fetch(query_param(query, "url"), out),
             "/trap" if get => panic!("trap requested"),
+            // The head and part of the body, then a trap: the client must
+            // not take the body for whole (Rust's component only).
+            "/trap-midway" if get => {
+                let (_body, mut stream) = start(out, 200);
+                stream.write_all(b"the first part").expect("write response body");
+                stream.flush().expect("flush response body");
+                panic!("trap after the response began");
+            }
             "/loop" if get => {
                 let mut n = 0u64;
                 loop {
