@@ -11,9 +11,12 @@
 //! whose instances keep failing to start is put in a growing backoff so a
 //! broken plugin costs a fast error, not a busy loop of instantiations.
 //!
-//! Instances start one at a time per pool: a call that finds none idle
+//! Instances start one at a time per pool, and only when waiting would cost
+//! more: a call that finds none idle first waits, as long as a start of
+//! this plugin takes (a running mean), for an instance to come back, and
 //! while another is starting waits for whichever comes first, an instance
-//! coming back or that start ending. A burst of 20 requests on a filter
+//! coming back or that start ending. A pool thus grows only when its
+//! instances cannot keep up. A burst of 20 requests on a filter
 //! whose start takes half a second of CPU (Higress's WAF compiling its
 //! rules) used to start 19 instances at once on the same worker, and every
 //! request on it waited seconds; now they queue for the instances in use,
@@ -117,6 +120,10 @@ struct PoolInner<I> {
     expired: AtomicU64,
     /// One instance starts at a time (see the module's comment).
     starting: Semaphore,
+    /// How long a start takes, in ns (a running mean; 0 before the first):
+    /// a call that finds no idle instance waits this long for one to come
+    /// back before it starts another.
+    start_cost: AtomicU64,
     /// An instance came back or a start ended: a waiting call looks again.
     returned: tokio::sync::Notify,
     /// When the pool was made (the time idle instances carry when the pool
@@ -184,6 +191,7 @@ impl<I: Send + 'static> InstancePool<I> {
             waits: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             starting: Semaphore::new(1),
+            start_cost: AtomicU64::new(0),
             returned: tokio::sync::Notify::new(),
             made: Instant::now(),
         };
@@ -256,7 +264,12 @@ impl<I: Send + 'static> InstancePool<I> {
         if self.inner.config.isolation {
             return self.start(create, permit).await;
         }
-        let deadline = tokio::time::Instant::now() + self.inner.config.acquire_timeout;
+        let began = tokio::time::Instant::now();
+        let deadline = began + self.inner.config.acquire_timeout;
+        // Worth waiting for an instance to come back rather than starting
+        // one for as long as a start takes.
+        let patient_until =
+            began + Duration::from_nanos(self.inner.start_cost.load(Ordering::Relaxed));
         let mut waited = false;
         loop {
             // Registered before looking, so a return in between is not missed.
@@ -266,18 +279,26 @@ impl<I: Send + 'static> InstancePool<I> {
             if let Some((instance, _)) = self.inner.idle.lock().unwrap().pop() {
                 return Ok(Lease::new(self.inner.clone(), instance, permit));
             }
-            if let Ok(_starting) = self.inner.starting.try_acquire() {
-                let started = self.start(create, permit).await;
-                drop(_starting);
-                // A caller waiting on this start may start the next one.
-                self.inner.returned.notify_one();
-                return started;
+            let now = tokio::time::Instant::now();
+            if now >= patient_until {
+                if let Ok(_starting) = self.inner.starting.try_acquire() {
+                    let started = self.start(create, permit).await;
+                    drop(_starting);
+                    // A caller waiting on this start may start the next one.
+                    self.inner.returned.notify_one();
+                    return started;
+                }
             }
             if !waited {
                 waited = true;
                 self.inner.waits.fetch_add(1, Ordering::Relaxed);
             }
-            if tokio::time::timeout_at(deadline, returned).await.is_err() {
+            let wake = if now < patient_until {
+                patient_until.min(deadline)
+            } else {
+                deadline
+            };
+            if tokio::time::timeout_at(wake, returned).await.is_err() && wake == deadline {
                 self.inner.rejected.fetch_add(1, Ordering::Relaxed);
                 return Err(AcquireError::Overloaded {
                     max: self.inner.config.max_instances,
@@ -298,8 +319,15 @@ impl<I: Send + 'static> InstancePool<I> {
         Fut: Future<Output = anyhow::Result<I>>,
     {
         self.check_backoff()?;
+        let began = Instant::now();
         match create().await {
             Ok(instance) => {
+                // What the next start will likely cost: the mean of this
+                // one and the last estimate (a first start sets it).
+                let took = began.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+                let last = self.inner.start_cost.load(Ordering::Relaxed);
+                let estimate = if last == 0 { took } else { (last + took) / 2 };
+                self.inner.start_cost.store(estimate, Ordering::Relaxed);
                 self.inner.created.fetch_add(1, Ordering::Relaxed);
                 self.inner.backoff.lock().unwrap().record_success();
                 Ok(Lease::new(self.inner.clone(), instance, permit))
@@ -475,8 +503,47 @@ mod tests {
             call.await.unwrap();
         }
         let stats = pool.stats();
-        assert!(stats.created <= 3, "{stats:?}: the burst started an instance per call");
+        assert!(
+            stats.created <= 3,
+            "{stats:?}: the burst started an instance per call"
+        );
         assert!(stats.waits >= 1, "{stats:?}");
+    }
+
+    /// A call that finds none idle waits about as long as a start takes for
+    /// an instance to come back, and starts one only past that.
+    #[tokio::test]
+    async fn a_call_waits_for_a_return_when_that_is_sooner_than_a_start() {
+        let pool = pool(4, false, 5000);
+        let make = || async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(7usize)
+        };
+        let first = pool.acquire(make).await.unwrap();
+        let waiting = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.acquire(make).await.map(|l| l.release()) })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        first.release();
+        waiting.await.unwrap().unwrap();
+        assert_eq!(
+            pool.stats().created,
+            1,
+            "the call took the returned instance"
+        );
+        // Past the patience, a second instance starts.
+        let held = pool.acquire(make).await.unwrap();
+        let started = Instant::now();
+        let mut second = pool.acquire(make).await.unwrap();
+        assert_eq!(pool.stats().created, 2);
+        assert!(
+            started.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            started.elapsed()
+        );
+        second.instance();
+        drop((held, second));
     }
 
     #[tokio::test]
