@@ -38,9 +38,8 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpView};
 
 use crate::outgoing::Outgoing;
 use crate::response_body::{CallTask, ResponseBody};
-use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use crate::state::RequestState;
-
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
 /// The name crash reports and statistics give the component's one entry point.
 const HANDLE: &str = "handle";

@@ -48,7 +48,11 @@ impl ResponseBody {
         }
     }
 
-    fn cut(&mut self, kind: &'static str, message: String) -> Poll<Option<Result<Frame<Bytes>, CutBody>>> {
+    fn cut(
+        &mut self,
+        kind: &'static str,
+        message: String,
+    ) -> Poll<Option<Result<Frame<Bytes>, CutBody>>> {
         self.call = None;
         Poll::Ready(Some(Err(CutBody { kind, message })))
     }

@@ -47,14 +47,20 @@ async fn higress_ai_proxy_maps_models_and_answers_chat_completions() {
         &c,
         "POST",
         &gw.url("/v1/chat/completions"),
-        &[("content-type", "application/json"), ("authorization", "Bearer client-key")],
+        &[
+            ("content-type", "application/json"),
+            ("authorization", "Bearer client-key"),
+        ],
         chat,
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let answer = reply.json();
     assert_eq!(answer["model"], "gpt-4o-mini", "the model mapped: {answer}");
-    assert_eq!(answer["choices"][0]["message"]["content"], "echo: hello there");
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "echo: hello there"
+    );
 
     // The upstream got the provider's token in place of the client's, for
     // the provider's host, and the mapped model in the body.
@@ -70,7 +76,8 @@ async fn higress_ai_proxy_maps_models_and_answers_chat_completions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn higress_ai_proxy_streams_chat_completions_as_they_come() {
     let (_upstream, gw) = with_upstream("openai", AI_PROXY).await;
-    let chat = r#"{"model":"gpt-4","stream":true,"messages":[{"role":"user","content":"one two three"}]}"#;
+    let chat =
+        r#"{"model":"gpt-4","stream":true,"messages":[{"role":"user","content":"one two three"}]}"#;
     let (status, events) = stream_events(&gw.url("/v1/chat/completions"), chat).await;
     assert_eq!(status, 200);
     let data: Vec<&str> = events
@@ -104,7 +111,10 @@ async fn higress_ai_proxy_converts_claude_messages_to_openai_and_back() {
         &c,
         "POST",
         &gw.url("/v1/messages"),
-        &[("content-type", "application/json"), ("anthropic-version", "2023-06-01")],
+        &[
+            ("content-type", "application/json"),
+            ("anthropic-version", "2023-06-01"),
+        ],
         message,
     )
     .await;
@@ -131,7 +141,12 @@ async fn higress_ai_proxy_converts_claude_messages_to_openai_and_back() {
         .lines()
         .filter_map(|line| line.strip_prefix("event: "))
         .collect();
-    for kind in ["message_start", "content_block_delta", "message_delta", "message_stop"] {
+    for kind in [
+        "message_start",
+        "content_block_delta",
+        "message_delta",
+        "message_stop",
+    ] {
         assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
     }
     let text: String = all
@@ -212,14 +227,24 @@ async fn higress_waf_refuses_sql_injection_and_xss_and_passes_the_rest() {
         ("GET", "/products?id=42", "", 200),
         ("GET", "/admin", "", 403),
         ("GET", "/products?id=1%27%20OR%20%271%27%3D%271", "", 403),
-        ("GET", "/search?q=%3Cscript%3Ealert(1)%3C%2Fscript%3E", "", 403),
+        (
+            "GET",
+            "/search?q=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+            "",
+            403,
+        ),
         ("POST", "/login", "user=alice&password=secret", 200),
         ("POST", "/login", "user=admin%27--&password=x", 403),
         ("POST", "/comments", "text=MaliciousPayload+inside", 403),
     ];
     for (method, path, body, status) in cases {
         let reply = send(&c, method, &gw.url(path), &form, body).await;
-        assert_eq!(reply.status, status, "{method} {path} {body}: {}", reply.text());
+        assert_eq!(
+            reply.status,
+            status,
+            "{method} {path} {body}: {}",
+            reply.text()
+        );
         if status == 200 {
             assert_eq!(reply.json()["upstream"], "backend");
         }
@@ -298,7 +323,12 @@ async fn a_heavy_filters_pool_is_bounded_and_shrinks_back_when_idle() {
         "linear memory {memory} with three instances, {after} with one"
     );
     let clean = send(&c, "GET", &gw.url("/products?id=7"), &[], "").await;
-    assert_eq!(clean.status, 200, "the warm instance serves: {}", clean.text());
+    assert_eq!(
+        clean.status,
+        200,
+        "the warm instance serves: {}",
+        clean.text()
+    );
 }
 
 /// A client that leaves before its answer does not cost a heavy filter its
@@ -308,13 +338,18 @@ async fn a_heavy_filters_pool_is_bounded_and_shrinks_back_when_idle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_does_not_cost_the_filter_its_instance() {
     use tokio::io::AsyncWriteExt;
-    let yaml = WAF.replace("listen: \"{listen}\"", "listen: \"{listen}\"\nadmin: \"{admin}\"");
+    let yaml = WAF.replace(
+        "listen: \"{listen}\"",
+        "listen: \"{listen}\"\nadmin: \"{admin}\"",
+    );
     let (_upstream, gw) = with_upstream("backend", &yaml).await;
     let c = client();
     let waf = r#"plugin="waf",route="app""#;
     let in_use = format!("wasmgate_plugin_instances{{{waf},state=\"in_use\"}}");
     for _ in 0..3 {
-        let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
+            .await
+            .unwrap();
         socket
             .write_all(b"GET /slow HTTP/1.1\r\nhost: shop\r\n\r\n")
             .await

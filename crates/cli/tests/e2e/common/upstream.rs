@@ -261,7 +261,11 @@ async fn answer(
         "/v1/chat/completions" => {
             let (body, streamed) = openai_chat(&body);
             let mut response = Response::new(body);
-            let kind = if streamed { "text/event-stream" } else { "application/json" };
+            let kind = if streamed {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
             let headers = response.headers_mut();
             headers.insert("content-type", kind.parse().unwrap());
             headers.insert("x-upstream", name.parse().unwrap());
@@ -363,9 +367,15 @@ fn openai_chat(request: &[u8]) -> (Body, bool) {
         }
         format!("data: {event}\n\n")
     };
-    let mut events = vec![chunk(serde_json::json!({"role": "assistant", "content": "echo:"}), serde_json::Value::Null)];
+    let mut events = vec![chunk(
+        serde_json::json!({"role": "assistant", "content": "echo:"}),
+        serde_json::Value::Null,
+    )];
     for word in last.split(' ') {
-        events.push(chunk(serde_json::json!({"content": format!(" {word}")}), serde_json::Value::Null));
+        events.push(chunk(
+            serde_json::json!({"content": format!(" {word}")}),
+            serde_json::Value::Null,
+        ));
     }
     events.push(chunk(serde_json::json!({}), "stop".into()));
     events.push("data: [DONE]\n\n".to_string());
