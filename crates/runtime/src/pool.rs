@@ -264,6 +264,10 @@ impl<I: Send + 'static> InstancePool<I> {
         if self.inner.config.isolation {
             return self.start(create, permit).await;
         }
+        // The usual case, before anything is set up for waiting.
+        if let Some((instance, _)) = self.inner.idle.lock().unwrap().pop() {
+            return Ok(Lease::new(self.inner.clone(), instance, permit));
+        }
         let began = tokio::time::Instant::now();
         let deadline = began + self.inner.config.acquire_timeout;
         // Worth waiting for an instance to come back rather than starting
@@ -482,7 +486,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
             Ok(starts.fetch_add(1, Ordering::SeqCst))
         };
-        let mut first = pool.acquire(|| make(starts.clone())).await.unwrap();
+        let first = pool.acquire(|| make(starts.clone())).await.unwrap();
         let calls: Vec<_> = (0..8)
             .map(|_| {
                 let (pool, starts) = (pool.clone(), starts.clone());

@@ -293,6 +293,9 @@ async fn a_heavy_filters_pool_is_bounded_and_shrinks_back_when_idle() {
     let waf = r#"plugin="waf",route="app""#;
     let in_use = format!("wasmgate_plugin_instances{{{waf},state=\"in_use\"}}");
     until_metric(&c, &gw, &in_use, |n| n == 3.0).await;
+    // (In use counts requests holding a slot, a starting instance's too.)
+    let created = format!("wasmgate_plugin_instances_created_total{{{waf}}}");
+    until_metric(&c, &gw, &created, |n| n == 3.0).await;
     let memory = metric(&c, &gw, &format!("wasmgate_plugin_memory_bytes{{{waf}}}")).await;
     let mut took = Vec::new();
     for request in slow {
@@ -305,7 +308,6 @@ async fn a_heavy_filters_pool_is_bounded_and_shrinks_back_when_idle() {
         took[3] >= took[0] + Duration::from_millis(1500),
         "the fourth request had an instance of its own: {took:?}"
     );
-    let created = format!("wasmgate_plugin_instances_created_total{{{waf}}}");
     assert_eq!(metric(&c, &gw, &created).await, 3.0);
     let waits = format!("wasmgate_plugin_pool_waits_total{{{waf}}}");
     assert!(metric(&c, &gw, &waits).await >= 1.0);
