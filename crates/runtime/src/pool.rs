@@ -271,9 +271,13 @@ impl<I: Send + 'static> InstancePool<I> {
         let began = tokio::time::Instant::now();
         let deadline = began + self.inner.config.acquire_timeout;
         // Worth waiting for an instance to come back rather than starting
-        // one for as long as a start takes.
-        let patient_until =
-            began + Duration::from_nanos(self.inner.start_cost.load(Ordering::Relaxed));
+        // one for as long as a start takes, if any instance is alive to
+        // come back (after a crash took the last, none will).
+        let patience = match self.inner.live() {
+            0 => Duration::ZERO,
+            _ => Duration::from_nanos(self.inner.start_cost.load(Ordering::Relaxed)),
+        };
+        let patient_until = began + patience;
         let mut waited = false;
         loop {
             // Registered before looking, so a return in between is not missed.
@@ -390,6 +394,12 @@ impl<I: Send + 'static> InstancePool<I> {
 }
 
 impl<I> PoolInner<I> {
+    /// Instances alive now, idle or leased.
+    fn live(&self) -> u64 {
+        let gone = self.discarded.load(Ordering::Relaxed) + self.expired.load(Ordering::Relaxed);
+        self.created.load(Ordering::Relaxed).saturating_sub(gone)
+    }
+
     fn drop_expired(&self, now: Instant) -> usize {
         let Some(timeout) = self.config.idle_timeout else {
             return 0;
@@ -548,6 +558,26 @@ mod tests {
         );
         second.instance();
         drop((held, second));
+    }
+
+    /// With no instance alive (a crash took the last), nothing can come back:
+    /// a call starts one at once, however long starts take.
+    #[tokio::test]
+    async fn with_no_instance_alive_a_call_starts_one_at_once() {
+        let pool = pool(4, false, 300);
+        let make = || async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok(1usize)
+        };
+        drop(pool.acquire(make).await.unwrap()); // dropped, not released: discarded
+        let started = Instant::now();
+        let lease = pool.acquire(make).await;
+        assert!(
+            lease.is_ok(),
+            "the call waited for a return that could not come"
+        );
+        assert!(started.elapsed() < Duration::from_millis(900));
+        assert_eq!(pool.stats().created, 2);
     }
 
     #[tokio::test]
