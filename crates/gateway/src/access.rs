@@ -74,6 +74,9 @@ pub(crate) struct Pending {
     function: Option<FunctionServed>,
     /// A recorded request's Redis and PostgreSQL calls, for their spans.
     service_calls: Option<Arc<CallLog>>,
+    /// A gRPC call: the gateway's own answers reach it as HTTP 200 with a
+    /// `grpc-status` (grpc.rs), which is the status its line says.
+    grpc: bool,
 }
 
 impl Pending {
@@ -124,6 +127,8 @@ impl Pending {
             function: None,
             service_calls: trace.as_ref().map(|_| Arc::default()),
             trace,
+            // gRPC is HTTP/2 only: other requests skip the header lookup.
+            grpc: parts.version == hyper::Version::HTTP_2 && crate::grpc::is_grpc(&parts.headers),
         }))
     }
 
@@ -185,6 +190,9 @@ impl Pending {
         if let Some(answer) = response.extensions().get::<GatewayAnswer>() {
             if answer.kind != "local" {
                 self.entry.error = Some(answer.kind.clone());
+            }
+            if self.grpc && !crate::grpc::is_grpc(response.headers()) {
+                self.entry.status = 200; // made a gRPC status (grpc::answer)
             }
         }
         let served = response.extensions().get::<UpstreamServed>().cloned();

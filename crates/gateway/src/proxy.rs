@@ -636,7 +636,30 @@ impl Gateway {
 
     /// Response headers through the chain; the body is filtered as it
     /// streams, beside the rest of the request body if that is still coming.
+    /// The gateway's own answer (an upstream failure) stays marked as such
+    /// through the filters, so that a gRPC client still gets it as a gRPC
+    /// status and the log its kind, unless a filter answered instead.
     async fn filter_response(
+        &self,
+        route: &Route,
+        chain: Chain,
+        exchange: Box<HttpExchange>,
+        mut response: Response<Body>,
+        request_rest: Option<RequestPump>,
+    ) -> Response<Body> {
+        let made = response.extensions_mut().remove::<grpc::GatewayAnswer>();
+        let mut filtered = self
+            .filter_response_headers(route, chain, exchange, response, request_rest)
+            .await;
+        if let Some(made) = made {
+            if filtered.extensions().get::<grpc::GatewayAnswer>().is_none() {
+                filtered.extensions_mut().insert(made);
+            }
+        }
+        filtered
+    }
+
+    async fn filter_response_headers(
         &self,
         route: &Route,
         mut chain: Chain,

@@ -340,6 +340,7 @@ routes:
   - {{name: filtered, hosts: [filtered.test], path: {{prefix: /test.Echo/}}, plugins: [{{plugin: tag, conf: grpc-filter}}], upstream: echo}}
   - {{name: refused, hosts: [refused.test], path: {{prefix: /}}, plugins: [{{plugin: refuse, conf: '{{"http_status":403,"body":"no"}}'}}], upstream: echo}}
   - {{name: down, hosts: [down.test], path: {{prefix: /}}, upstream: down}}
+  - {{name: down-filtered, hosts: [down-filtered.test], path: {{prefix: /}}, plugins: [{{plugin: tag, conf: grpc-filter}}], upstream: down}}
   - {{name: slow, hosts: [slow.test], path: {{prefix: /}}, upstream: slow}}
   - {{name: plain, hosts: [plain.test, 127.0.0.1], path: {{prefix: /test.Echo/}}, upstream: echo}}
 "#
@@ -419,12 +420,19 @@ async fn grpc_calls_of_every_kind_pass_over_h2c_and_h2_upstreams() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_gateways_own_answers_reach_grpc_clients_as_grpc_statuses() {
     let upstream = Peer::serve("grpc_peer.py", &[]);
-    let gw = GatewayProc::start(&grpc_config(&upstream.address(), "h2c", ""));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let gw = GatewayProc::start(&format!(
+        "access_log: {{path: {}}}\n{}",
+        log.display(),
+        grpc_config(&upstream.address(), "h2c", "")
+    ));
     // What failed inside is the operator's (docs/security.md): clients get
-    // the kind and the request id.
+    // the kind and the request id; behind a filter too.
     let cases = [
         ("nowhere.test", "NOT_FOUND", "no_route (request "),
         ("down.test", "UNAVAILABLE", "upstream_unreachable (request "),
+        ("down-filtered.test", "UNAVAILABLE", "upstream_unreachable (request "),
         ("refused.test", "PERMISSION_DENIED", "refused by a filter"),
     ];
     for (host, code, message) in cases {
@@ -476,6 +484,31 @@ async fn the_gateways_own_answers_reach_grpc_clients_as_grpc_statuses() {
     let reply = send(&c, "GET", &gw.url("/x"), &[("host", "down.test")], "").await;
     assert_eq!(reply.status, 502);
     assert_eq!(reply.json()["error"]["kind"], "upstream_unreachable");
+
+    // The access log says what the gRPC clients got (HTTP 200 with a
+    // grpc-status) and why, with or without a filter; the JSON answer's
+    // line says 502.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|l: &serde_json::Value| {
+                l["route"] == "down" || l["route"] == "down-filtered"
+            })
+            .collect();
+        if lines.len() >= 3 || Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["error"], "upstream_unreachable", "{line}");
+        let expected = if line["protocol"] == "HTTP/2" { 200 } else { 502 };
+        assert_eq!(line["status"], expected, "{line}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
