@@ -403,7 +403,7 @@ impl Gateway {
                 }
             }
         };
-        let (response, request_rest) = match sent {
+        let (mut response, request_rest) = match sent {
             Ok(sent) => {
                 if let Some(notes) = &notes {
                     notes.note_endpoint(&sent.0);
@@ -422,8 +422,18 @@ impl Gateway {
                 return response;
             }
         };
-        self.filter_response(route, chain, exchange, response, request_rest)
-            .await
+        // The gateway's own answer (an upstream failure) stays marked as
+        // such through the filters, so that a gRPC client still gets it as a
+        // gRPC status and the log its kind, unless a filter answered instead.
+        // Only an error can be the gateway's: a success skips the lookup.
+        let made = match response.status().is_success() {
+            true => None,
+            false => response.extensions_mut().remove::<grpc::GatewayAnswer>(),
+        };
+        let filtered = self
+            .filter_response(route, chain, exchange, response, request_rest)
+            .await;
+        keep_gateway_answer(filtered, made)
     }
 
     /// Sends the filtered request upstream (`send_streaming`).
@@ -636,30 +646,7 @@ impl Gateway {
 
     /// Response headers through the chain; the body is filtered as it
     /// streams, beside the rest of the request body if that is still coming.
-    /// The gateway's own answer (an upstream failure) stays marked as such
-    /// through the filters, so that a gRPC client still gets it as a gRPC
-    /// status and the log its kind, unless a filter answered instead.
     async fn filter_response(
-        &self,
-        route: &Route,
-        chain: Chain,
-        exchange: Box<HttpExchange>,
-        mut response: Response<Body>,
-        request_rest: Option<RequestPump>,
-    ) -> Response<Body> {
-        let made = response.extensions_mut().remove::<grpc::GatewayAnswer>();
-        let mut filtered = self
-            .filter_response_headers(route, chain, exchange, response, request_rest)
-            .await;
-        if let Some(made) = made {
-            if filtered.extensions().get::<grpc::GatewayAnswer>().is_none() {
-                filtered.extensions_mut().insert(made);
-            }
-        }
-        filtered
-    }
-
-    async fn filter_response_headers(
         &self,
         route: &Route,
         mut chain: Chain,
@@ -1077,6 +1064,19 @@ fn route_overloaded(route: &str) -> Response<Body> {
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     body::full_response(response)
+}
+
+/// `made` back on the filtered response, unless a filter answered itself.
+fn keep_gateway_answer(
+    mut response: Response<Body>,
+    made: Option<grpc::GatewayAnswer>,
+) -> Response<Body> {
+    if let Some(made) = made {
+        if response.extensions().get::<grpc::GatewayAnswer>().is_none() {
+            response.extensions_mut().insert(made);
+        }
+    }
+    response
 }
 
 /// A filter's local response. For a gRPC request it is marked as the
