@@ -432,7 +432,11 @@ async fn the_gateways_own_answers_reach_grpc_clients_as_grpc_statuses() {
     let cases = [
         ("nowhere.test", "NOT_FOUND", "no_route (request "),
         ("down.test", "UNAVAILABLE", "upstream_unreachable (request "),
-        ("down-filtered.test", "UNAVAILABLE", "upstream_unreachable (request "),
+        (
+            "down-filtered.test",
+            "UNAVAILABLE",
+            "upstream_unreachable (request ",
+        ),
         ("refused.test", "PERMISSION_DENIED", "refused by a filter"),
     ];
     for (host, code, message) in cases {
@@ -494,9 +498,7 @@ async fn the_gateways_own_answers_reach_grpc_clients_as_grpc_statuses() {
         let lines: Vec<serde_json::Value> = text
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
-            .filter(|l: &serde_json::Value| {
-                l["route"] == "down" || l["route"] == "down-filtered"
-            })
+            .filter(|l: &serde_json::Value| l["route"] == "down" || l["route"] == "down-filtered")
             .collect();
         if lines.len() >= 3 || Instant::now() > deadline {
             break lines;
@@ -506,7 +508,11 @@ async fn the_gateways_own_answers_reach_grpc_clients_as_grpc_statuses() {
     assert_eq!(lines.len(), 3, "{lines:?}");
     for line in &lines {
         assert_eq!(line["error"], "upstream_unreachable", "{line}");
-        let expected = if line["protocol"] == "HTTP/2" { 200 } else { 502 };
+        let expected = if line["protocol"] == "HTTP/2" {
+            200
+        } else {
+            502
+        };
         assert_eq!(line["status"], expected, "{line}");
     }
 }
