@@ -11,23 +11,7 @@ use crate::common::{client, plugin, wasmgate, Server};
 
 /// The log's lines once it has at least `n` of them.
 fn lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect();
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} lines of {n}: {text}",
-            lines.len()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::common::log_lines(path, n, |_| true)
 }
 
 fn gateway_config(log: &str, extra: &str) -> String {

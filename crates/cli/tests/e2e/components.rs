@@ -559,19 +559,7 @@ async fn a_component_that_fails_after_its_head_cuts_its_body() {
     // The whole answer still works afterwards.
     let reply = get(&client(), &gw.url("/")).await;
     assert_eq!(reply.status, 200);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let lines = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .filter(|l: &serde_json::Value| l["path"] == "/trap-midway")
-            .collect();
-        if lines.len() == 2 || std::time::Instant::now() > deadline {
-            break lines;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let lines = crate::common::log_lines(&log, 2, |l| l["path"] == "/trap-midway");
     assert_eq!(lines.len(), 2, "{lines:?}");
     for line in lines {
         assert_eq!(line["status"], 200, "{line}");

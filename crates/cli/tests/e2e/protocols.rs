@@ -492,19 +492,9 @@ async fn the_gateways_own_answers_reach_grpc_clients_as_grpc_statuses() {
     // The access log says what the gRPC clients got (HTTP 200 with a
     // grpc-status) and why, with or without a filter; the JSON answer's
     // line says 502.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let lines = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .filter(|l: &serde_json::Value| l["route"] == "down" || l["route"] == "down-filtered")
-            .collect();
-        if lines.len() >= 3 || Instant::now() > deadline {
-            break lines;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let lines = crate::common::log_lines(&log, 3, |l| {
+        l["route"] == "down" || l["route"] == "down-filtered"
+    });
     assert_eq!(lines.len(), 3, "{lines:?}");
     for line in &lines {
         assert_eq!(line["error"], "upstream_unreachable", "{line}");

@@ -233,3 +233,30 @@ pub fn orders_db() -> wasmgate_testkit::PostgresServer {
     ));
     server
 }
+
+/// The JSON access log's lines at `path` that `wanted` keeps, once there are
+/// at least `n` of them (20 s at most: lines are written as answers end).
+pub fn log_lines(
+    path: &std::path::Path,
+    n: usize,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .filter(|line| wanted(line))
+            .collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} lines of {n}: {text}",
+            lines.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
