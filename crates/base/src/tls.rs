@@ -1,8 +1,10 @@
-//! TLS client settings for what wasmgate reaches over TLS besides its
-//! upstreams: services whose URL asks for it (`rediss://`,
-//! `sslmode=require`) and the trace collector (`https://`). rustls,
-//! trusting the Mozilla roots, or the CAs of a file for a private CA or a
-//! self-signed server.
+//! TLS facts and settings every part shares. The one place wasmgate's TLS
+//! clients get the certificates they trust ([`roots`]): the Mozilla roots
+//! (webpki-roots) unless a CA file or PEM text names a private CA or a
+//! self-signed server; used by the gateway's upstreams and listeners
+//! (client CAs), the services (`rediss://`, `sslmode=require`), plugins'
+//! outbound HTTP and the trace collector. And what a handshake told of a
+//! connection ([`TlsInfo`]), which the transport writes and filters read.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,20 +27,41 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-/// The root store: `ca_file`'s certificates, or the Mozilla roots.
-pub fn roots(ca_file: Option<&Path>) -> Result<rustls::RootCertStore> {
+/// The Mozilla roots (webpki-roots, compiled in): what a TLS client trusts
+/// when it is given no CA of its own. Compiled in rather than read from the
+/// system so a node trusts the same roots on every machine.
+pub fn public_roots() -> rustls::RootCertStore {
     let mut roots = rustls::RootCertStore::empty();
-    match ca_file {
-        Some(path) => {
-            for cert in read_ca_file(path)? {
-                roots
-                    .add(cert)
-                    .with_context(|| format!("{}: unusable certificate", path.display()))?;
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    roots
+}
+
+/// The CA certificates of PEM text as a root store. `source` names where
+/// the text came from (a file's path, a setting) in the errors.
+pub fn roots_from_pem(pem: &[u8], source: &str) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("{source}: not PEM certificates: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{source}: unusable CA certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{source}: no CA certificate in it"));
     }
     Ok(roots)
+}
+
+/// The root store: `ca_file`'s certificates, or the Mozilla roots.
+pub fn roots(ca_file: Option<&Path>) -> Result<rustls::RootCertStore> {
+    match ca_file {
+        Some(path) => {
+            let pem =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            roots_from_pem(&pem, &path.display().to_string()).map_err(anyhow::Error::msg)
+        }
+        None => Ok(public_roots()),
+    }
 }
 
 pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>> {
@@ -48,4 +71,22 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>
         .with_root_certificates(roots(ca_file)?)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// What a TLS handshake told of its connection: told by the transport,
+/// read by filters as Envoy's `connection.*` properties give it. A type of
+/// its own here so the transport needs no filter ABI and the ABI no transport.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TlsInfo {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The SNI the client sent.
+    pub sni: Option<String>,
+    /// The protocol ALPN chose (`h2`, `http/1.1`).
+    pub alpn: Option<String>,
+    /// The client's certificate, when it sent one that verified: its
+    /// subject (RFC 2253 order, as `CN=a,O=b`), its URI and DNS SANs.
+    pub peer_subject: Option<String>,
+    pub peer_uri_sans: Vec<String>,
+    pub peer_dns_sans: Vec<String>,
 }

@@ -24,12 +24,12 @@ use hyper::Response;
 use wasmgate_observe::access_log::{millis, AccessLog, Entry, FilterTime};
 use wasmgate_observe::trace::{new_span_id, ChildSpan, KeyValue, RequestTrace, SpanKind};
 
-use crate::body::{self, Body, BoxError};
 use crate::chain::ChainNotes;
 use crate::endpoint::function::FunctionServed;
 use crate::grpc::GatewayAnswer;
-use crate::upstream::UpstreamServed;
 use wasmgate_services::calls::CallLog;
+use wasmgate_transport::body::{self, Body, BoxError};
+use wasmgate_upstream::UpstreamServed;
 
 /// What the node observes of a request that came in: its trace, when the
 /// node traces (decided, recorded or not, before anything else is done for

@@ -16,8 +16,8 @@ use hyper::body::Frame;
 use tokio::sync::mpsc;
 use wasmgate_proxy_wasm::{Headers, HttpExchange};
 
-use crate::body::{Body, BoxError, ClientBodyError};
 use crate::chain::{Chain, Direction, Stop};
+use wasmgate_transport::body::{Body, BoxError, ClientBodyError};
 
 /// Where a pumped body's frames go.
 pub type Sink = mpsc::Sender<Result<Frame<Bytes>, BoxError>>;

@@ -28,7 +28,7 @@ use wasmgate_config::FailStrategy;
 use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
 
 use crate::endpoint::function::FunctionServed;
-use crate::upstream::UpstreamServed;
+use wasmgate_upstream::UpstreamServed;
 
 /// A filter of a route: the plugin configured for that route, and its policy.
 pub struct RouteFilter {

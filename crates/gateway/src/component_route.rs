@@ -13,11 +13,11 @@ use hyper::{Request, Response, StatusCode};
 use wasmgate_component::ComponentPlugin;
 
 use crate::access::logged;
-use crate::body::{self, Body, ClientBody};
 use crate::endpoint::component;
 use crate::function_route::HEALTH_PATH;
-use crate::transport::listener::{Connection, Handler};
-use crate::upstream::OutboundBody;
+use wasmgate_transport::body::{self, Body, ClientBody};
+use wasmgate_transport::listener::{Connection, Handler};
+use wasmgate_upstream::OutboundBody;
 
 /// A client that stops sending its request body for this long is cut off
 /// (the gateway's `limits.body_read_timeout_ms` default).

@@ -12,7 +12,7 @@ use hyper::{Method, Response, StatusCode};
 
 use wasmgate_config::CorsConfig;
 
-use crate::body::{self, Body};
+use wasmgate_transport::body::{self, Body};
 
 const ALLOW_ORIGIN: HeaderName = HeaderName::from_static("access-control-allow-origin");
 const ALLOW_CREDENTIALS: HeaderName = HeaderName::from_static("access-control-allow-credentials");

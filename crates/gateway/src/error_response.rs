@@ -175,7 +175,7 @@ pub fn simple(status: StatusCode, kind: &str, message: impl Into<String>) -> Res
 /// `details` on. The id is the error's own when it names one (a plugin
 /// failure's), else `request_id`'s.
 pub fn public(
-    response: &mut hyper::Response<crate::body::Body>,
+    response: &mut hyper::Response<wasmgate_transport::body::Body>,
     details: bool,
     request_id: impl FnOnce() -> u64,
 ) {
@@ -211,7 +211,7 @@ pub fn public(
     let bytes = serde_json::to_vec(&json!({ "error": { "kind": kind, "request_id": id } }))
         .expect("JSON values serialise");
     response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
-    *response.body_mut() = crate::body::full(bytes);
+    *response.body_mut() = wasmgate_transport::body::full(bytes);
 }
 
 /// The last errors the gateway answered with, whole, by request id: what

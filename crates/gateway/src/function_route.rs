@@ -11,9 +11,9 @@ use hyper::{Request, Response, StatusCode};
 use wasmgate_extism::Plugin;
 
 use crate::access::{logged, Pending};
-use crate::body::{self, Body};
 use crate::error_response;
-use crate::transport::listener::{Connection, Handler};
+use wasmgate_transport::body::{self, Body};
+use wasmgate_transport::listener::{Connection, Handler};
 
 /// The path load balancers and Kubernetes probes ask `wasmgate serve`
 /// whether it is up (200 `ok`), reserved the way Spin reserves

@@ -19,8 +19,8 @@ use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
 pub(crate) use crate::endpoint::Endpoint;
 use crate::router::{RouteIndex, RouteMatcher};
-use crate::transport::tls::TlsAcceptorConfig;
-use crate::upstream::Upstream;
+use wasmgate_transport::tls::TlsAcceptorConfig;
+use wasmgate_upstream::Upstream;
 
 pub struct Gateway {
     pub(crate) routes: Vec<Route>,

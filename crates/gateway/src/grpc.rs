@@ -28,7 +28,7 @@ use hyper::body::{Frame, SizeHint};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 
-use crate::body::{self, Body, BoxError};
+use wasmgate_transport::body::{self, Body, BoxError};
 
 /// What the gateway's own answers carry (a response extension), so that a
 /// gRPC request's can be turned into a gRPC status.

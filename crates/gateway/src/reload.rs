@@ -21,13 +21,13 @@ use hyper::{Request, Response};
 use serde::Serialize;
 use wasmgate_runtime::Runtime;
 
-use crate::body::Body;
 use crate::config_store::ConfigStore;
 pub use crate::config_store::EditError;
 use crate::gateway::{plugin_path, Gateway};
-use crate::transport::listener::{Connection, Handler};
 use wasmgate_config::GatewayConfig;
 use wasmgate_config::{admin_file_path, AdminChanges};
+use wasmgate_transport::body::Body;
+use wasmgate_transport::listener::{Connection, Handler};
 
 /// The gateway currently serving, and how to build the next one.
 pub struct LiveGateway {
@@ -553,7 +553,7 @@ impl LiveGateway {
                 .filter(|p| !p.is_oci())
                 .map(|p| plugin_path(base, p)),
         );
-        files.extend(crate::transport::tls::certificate_files(
+        files.extend(wasmgate_transport::tls::certificate_files(
             &config.certificates,
             base,
         ));
@@ -594,7 +594,7 @@ impl LiveGateway {
 }
 
 impl Handler for LiveGateway {
-    fn tls(&self, address: &str) -> Option<crate::transport::tls::TlsAcceptorConfig> {
+    fn tls(&self, address: &str) -> Option<wasmgate_transport::tls::TlsAcceptorConfig> {
         self.current.load().tls_acceptor(address)
     }
 
@@ -622,7 +622,7 @@ impl LiveGateway {
             hyper::header::RETRY_AFTER,
             hyper::header::HeaderValue::from_static("1"),
         );
-        response.map(crate::body::boxed)
+        response.map(wasmgate_transport::body::boxed)
     }
 }
 

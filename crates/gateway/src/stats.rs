@@ -59,7 +59,7 @@ pub struct HandshakeStats {
 }
 
 pub fn tls_handshakes() -> HandshakeStats {
-    let (full, resumed, failed) = crate::transport::tls::handshake_counts();
+    let (full, resumed, failed) = wasmgate_transport::tls::handshake_counts();
     HandshakeStats {
         full,
         resumed,
@@ -68,7 +68,7 @@ pub fn tls_handshakes() -> HandshakeStats {
 }
 
 /// Each listener's connections: open now, its cap, refused and closed.
-pub use crate::transport::admission::{listener_counts, ListenerCount};
+pub use wasmgate_transport::admission::{listener_counts, ListenerCount};
 
 /// A route's upgraded connections (WebSocket tunnels) since the process
 /// started: a tunnel outlives the configuration it was opened under, so

@@ -252,13 +252,10 @@ fn certificate_config(
         key_pem: Some(text("tls.key")?),
         snis: hostname.map(|h| vec![h.to_string()]).unwrap_or_default(),
     };
-    wasmgate_gateway::transport::tls::load_certificates(
-        std::slice::from_ref(&config),
-        Path::new("/"),
-    )
-    .map_err(|(_, why)| {
-        why.replace("`cert_pem`", "tls.crt")
-            .replace("`key_pem`", "tls.key")
-    })?;
+    wasmgate_transport::tls::load_certificates(std::slice::from_ref(&config), Path::new("/"))
+        .map_err(|(_, why)| {
+            why.replace("`cert_pem`", "tls.crt")
+                .replace("`key_pem`", "tls.key")
+        })?;
     Ok(config)
 }

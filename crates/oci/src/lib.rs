@@ -1,4 +1,5 @@
-//! Plugins from OCI registries: `wasm: oci://registry/repository:tag` (or
+//! Where a plugin's module comes from: a path, an `http(s)://` URL with its
+//! `sha256` (`fetch.rs`, which decides among the three), or an OCI registry: `wasm: oci://registry/repository:tag` (or
 //! `@sha256:...`), as Higress's and Istio's `WasmPlugin` name them. The
 //! registry protocol is oci-client's; what is here is what a plugin host
 //! adds around it: the layouts a module is published in (`layout.rs`),
@@ -6,6 +7,7 @@
 //! (`pull.rs`), and the store of what was pulled (`store.rs`).
 
 mod credentials;
+pub mod fetch;
 mod layout;
 mod manifests;
 mod pull;

@@ -67,22 +67,9 @@ pub struct TraceIds {
     pub sampled: bool,
 }
 
-/// What is known of a TLS connection, as Envoy's `connection.*` properties
-/// give it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct TlsInfo {
-    /// `TLSv1.2` or `TLSv1.3`.
-    pub version: &'static str,
-    /// The SNI the client sent.
-    pub sni: Option<String>,
-    /// The protocol ALPN chose (`h2`, `http/1.1`).
-    pub alpn: Option<String>,
-    /// The client's certificate, when it sent one that verified: its
-    /// subject (RFC 2253 order, as `CN=a,O=b`), its URI and DNS SANs.
-    pub peer_subject: Option<String>,
-    pub peer_uri_sans: Vec<String>,
-    pub peer_dns_sans: Vec<String>,
-}
+/// What is known of a TLS connection (the transport's facts, read by the
+/// `connection.*` properties).
+pub use wasmgate_base::tls::TlsInfo;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LocalResponse {

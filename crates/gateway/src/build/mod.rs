@@ -1,12 +1,11 @@
 //! Building a [`Gateway`] from its configuration, section by section:
 //! services (shared with the running gateway where unchanged), upstreams,
-//! plugins (fetched, compiled, checked: `plugins.rs`, `fetch.rs`), then
+//! plugins (fetched by `wasmgate_oci::fetch`, compiled, checked: `plugins.rs`), then
 //! routes with their filter chains and endpoints (`routes.rs`). Building is
 //! all-or-nothing: every error is collected with the field it comes from,
 //! and a gateway that builds is one that can serve.
 
 pub mod background;
-pub(crate) mod fetch;
 pub(crate) mod plugins;
 mod routes;
 
@@ -21,9 +20,9 @@ use wasmgate_services::Services;
 
 use crate::gateway::CertificateInfo;
 use crate::router::RouteIndex;
-use crate::transport::tls::{self, TlsAcceptorConfig};
-use crate::upstream::Upstream;
 use crate::Gateway;
+use wasmgate_transport::tls::{self, TlsAcceptorConfig};
+use wasmgate_upstream::Upstream;
 
 /// Problems found while building, each with the file and field.
 pub(crate) struct Problems {

@@ -1,4 +1,4 @@
-//! The plugins section: every module fetched (URLs, `fetch.rs`), compiled
+//! The plugins section: every module fetched (URLs and registries, `wasmgate_oci::fetch`), compiled
 //! or found in the compile cache, its `sha256` checked and its ABI told from
 //! the binary (a component) or its exports (Proxy-Wasm or Extism).
 //! Proxy-Wasm modules are kept compiled (each route configures its own
@@ -73,7 +73,7 @@ pub(super) async fn load(
     let fetches = config
         .plugins
         .iter()
-        .map(|p| super::fetch::module_file(p, base, runtime.cache_dir()));
+        .map(|p| wasmgate_oci::fetch::module_file(p, base, runtime.cache_dir()));
     let mut files = Vec::with_capacity(config.plugins.len());
     let mut images = HashMap::new();
     for (p, file) in config.plugins.iter().zip(join_all(fetches).await) {
@@ -224,7 +224,11 @@ pub fn warn_unimplemented_imports(gateway: &crate::Gateway) {
 /// from the admin API or etcd, nor for modules fetched from a URL or pulled
 /// from a registry.
 fn precompiled_policy(config: &GatewayConfig, p: &PluginConfig) -> PrecompiledPolicy {
-    if config.allow_precompiled && p.from_operator_file && !super::fetch::is_url(p) && !p.is_oci() {
+    if config.allow_precompiled
+        && p.from_operator_file
+        && !wasmgate_oci::fetch::is_url(p)
+        && !p.is_oci()
+    {
         PrecompiledPolicy::Allowed
     } else {
         PrecompiledPolicy::Refused

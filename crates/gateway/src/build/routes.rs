@@ -19,9 +19,10 @@ use crate::endpoint::function::Function;
 use crate::endpoint::mirror::Mirror;
 use crate::gateway::{Endpoint, Route};
 use crate::header_edits::HeaderEditor;
+use crate::http_call::UpstreamCaller;
 use crate::router::RouteMatcher;
-use crate::upstream::{Upstream, UpstreamCaller};
 use crate::url_rewrite::UrlRewriter;
+use wasmgate_upstream::Upstream;
 
 /// What a route may refer to.
 struct Context<'a> {

@@ -9,11 +9,11 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use wasmgate_component::{ComponentError, ComponentPlugin, Scheme};
 
-use crate::body::{self, Body};
 use crate::endpoint::upstream::{path_and_query, prepare_upstream_headers, request_authority};
 use crate::error_response;
-use crate::transport::listener::Connection;
-use crate::upstream::{OutboundBody, RequestHead};
+use wasmgate_transport::body::{self, Body};
+use wasmgate_transport::listener::Connection;
+use wasmgate_upstream::{OutboundBody, RequestHead};
 
 /// The request's head as a component gets it, unfiltered.
 pub(crate) fn head(mut parts: Parts, connection: &Connection, host: &str) -> RequestHead {

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use hyper::Response;
 use wasmgate_extism::Plugin;
 
-use crate::body::{self, Body};
 use crate::{FunctionRoute, FunctionRouteConfig};
+use wasmgate_transport::body::{self, Body};
 
 /// What a function call took, put in its answer's extensions while requests
 /// are observed (the trace's span of the call).

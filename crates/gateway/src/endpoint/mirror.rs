@@ -19,9 +19,9 @@ use hyper::body::{Frame, SizeHint};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use crate::body::{Body, BoxError};
 use crate::body_pump::channel_body;
-use crate::upstream::{OutboundBody, RequestHead, Upstream};
+use wasmgate_transport::body::{Body, BoxError};
+use wasmgate_upstream::{OutboundBody, RequestHead, Upstream};
 
 /// Frames a copy may lag behind the original before it is cut off.
 const COPY_FRAMES: usize = 16;

@@ -22,8 +22,8 @@ use bytes::Bytes;
 use hyper::Response;
 use wasmgate_config::{FixedResponse, Redirect};
 
-use crate::body::Body;
-use crate::upstream::Upstream;
+use wasmgate_transport::body::Body;
+use wasmgate_upstream::Upstream;
 
 pub(crate) enum Endpoint {
     /// Forwarded, its body streamed (`upstream.rs`).

@@ -8,7 +8,7 @@ use hyper::{Response, StatusCode};
 use wasmgate_config::Redirect;
 
 use super::Target;
-use crate::body::{self, Body};
+use wasmgate_transport::body::{self, Body};
 
 /// The answer that sends `target`'s client where `redirect` says.
 pub(crate) fn answer(redirect: &Redirect, target: &Target<'_>) -> Response<Body> {

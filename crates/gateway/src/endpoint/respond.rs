@@ -4,8 +4,8 @@
 use hyper::{Response, StatusCode};
 use wasmgate_config::FixedResponse;
 
-use crate::body::{self, Body};
 use crate::error_response;
+use wasmgate_transport::body::{self, Body};
 
 /// The route's fixed answer.
 pub(crate) fn answer(fixed: &FixedResponse) -> Response<Body> {

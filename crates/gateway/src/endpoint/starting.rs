@@ -5,8 +5,8 @@
 use hyper::{Response, StatusCode};
 use serde_json::json;
 
-use crate::body::{self, Body};
 use crate::error_response;
+use wasmgate_transport::body::{self, Body};
 
 /// How long a client is asked to wait before it tries again.
 const RETRY_AFTER_SECONDS: u64 = 2;

@@ -22,8 +22,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmgate_config::UpgradeConfig;
 
-use crate::body::{self, Body};
-use crate::transport::node_pool::PooledBody;
+use wasmgate_transport::body::{self, Body};
+use wasmgate_transport::node_pool::PooledBody;
 
 /// Bytes read at once from either side.
 const CHUNK: usize = 16 * 1024;

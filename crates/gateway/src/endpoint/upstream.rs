@@ -14,10 +14,10 @@ use hyper::{Response, StatusCode};
 use wasmgate_config::HashOn;
 use wasmgate_proxy_wasm::HttpExchange;
 
-use crate::body::{self, Body, ClientBody};
 use crate::error_response;
-use crate::transport::listener::Connection;
-use crate::upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
+use wasmgate_transport::body::{self, Body, ClientBody};
+use wasmgate_transport::listener::Connection;
+use wasmgate_upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};
 
 const VIA: &str = "1.1 wasmgate";
 
@@ -66,7 +66,7 @@ pub(crate) fn outbound_head(
 /// An upstream's answer as the client gets it: hop-by-hop fields removed,
 /// `Via` added.
 pub(crate) fn answer(
-    response: Response<crate::transport::node_pool::PooledBody>,
+    response: Response<wasmgate_transport::node_pool::PooledBody>,
 ) -> Response<Body> {
     let (mut parts, body) = response.into_parts();
     prepare_downstream_headers(&mut parts.headers);
@@ -309,7 +309,7 @@ pub(crate) fn exchange_hash_key(
 /// when no node could be reached.
 pub(crate) fn upstream_error_response(error: UpstreamError) -> Response<Body> {
     let (status, kind) = status_and_kind(&error);
-    crate::body::full_response(error_response::simple(status, kind, error.to_string()))
+    wasmgate_transport::body::full_response(error_response::simple(status, kind, error.to_string()))
 }
 
 /// The answer's status and the error's kind (`upstream_tls`, ...), which

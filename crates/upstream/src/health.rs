@@ -12,7 +12,7 @@ use hyper::{HeaderMap, Method};
 use wasmgate_config::ActiveCheck;
 
 use super::{build_request, interval_of, next_tick, Node, RequestHead, Upstream};
-use crate::body;
+use wasmgate_transport::body;
 
 impl Upstream {
     /// Passive health: consecutive failures eject a node for a while.

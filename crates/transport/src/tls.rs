@@ -23,8 +23,8 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 use sha2::{Digest, Sha256};
+use wasmgate_base::tls::TlsInfo;
 use wasmgate_config::{CertificateConfig, ClientAuth, TlsListener, UnknownSni};
-use wasmgate_proxy_wasm::TlsInfo;
 
 /// What a TLS listener accepts with: the gateway's current configuration
 /// for it, and how long a handshake may take.
@@ -86,7 +86,7 @@ fn load_certificate(config: &CertificateConfig, base: &Path) -> Result<LoadedCer
     certified.keys_match().map_err(|e| {
         format!("{key_from} is not the key of {chain_from} ({e}): the certificate and the key do not match")
     })?;
-    let facts = super::x509::Facts::of(leaf).map_err(|e| format!("{chain_from}: {e}"))?;
+    let facts = crate::x509::Facts::of(leaf).map_err(|e| format!("{chain_from}: {e}"))?;
     let names: Vec<String> = if config.snis.is_empty() {
         facts.dns_names.clone()
     } else {
@@ -254,14 +254,7 @@ pub fn server_config(
             let pem =
                 std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             policy.update(&pem);
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert =
-                    cert.map_err(|e| format!("{}: not PEM certificates: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: unusable CA certificate: {e}", path.display()))?;
-            }
+            let roots = wasmgate_base::tls::roots_from_pem(&pem, &path.display().to_string())?;
             let verifier = WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
                 Arc::new(rustls::crypto::ring::default_provider()),
@@ -337,7 +330,7 @@ pub fn connection_info(connection: &rustls::ServerConnection) -> TlsInfo {
     let peer = connection
         .peer_certificates()
         .and_then(|chain| chain.first())
-        .and_then(|leaf| super::x509::Facts::of(leaf).ok());
+        .and_then(|leaf| crate::x509::Facts::of(leaf).ok());
     TlsInfo {
         version,
         sni: connection.server_name().map(str::to_string),
@@ -369,14 +362,14 @@ pub const REASONS: [&str; 7] = [
     "other",
 ];
 
-pub(crate) fn count_handshake(connection: &rustls::ServerConnection) {
+pub fn count_handshake(connection: &rustls::ServerConnection) {
     let resumed = connection.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     HANDSHAKES[usize::from(resumed)].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Counts a failed handshake under the reason `error` shows (a timeout is
 /// `None`).
-pub(crate) fn count_failure(error: Option<&std::io::Error>) -> &'static str {
+pub fn count_failure(error: Option<&std::io::Error>) -> &'static str {
     let reason = match error {
         None => "timeout",
         Some(error) => reason(error),
@@ -406,7 +399,7 @@ fn reason(error: &std::io::Error) -> &'static str {
             "no_shared_cipher"
         }
         Error::PeerIncompatible(_) => "protocol_version",
-        Error::General(message) if message == super::tls_accept::NO_CERTIFICATE => "unknown_sni",
+        Error::General(message) if message == crate::tls_accept::NO_CERTIFICATE => "unknown_sni",
         Error::NoCertificatesPresented | Error::InvalidCertificate(_) => "client_certificate",
         Error::PeerMisbehaved(PeerMisbehaved::SelectedUnofferedApplicationProtocol) => "other",
         Error::AlertReceived(AlertDescription::ProtocolVersion) => "protocol_version",

@@ -12,11 +12,12 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use wasmgate_base::tls::{public_roots, roots_from_pem};
 use wasmgate_config::{UpstreamProtocol, UpstreamTls};
 
 /// How one node's connections are encrypted.
 #[derive(Clone)]
-pub(crate) struct UpstreamTlsClient {
+pub struct UpstreamTlsClient {
     pub connector: tokio_rustls::TlsConnector,
     pub server_name: ServerName<'static>,
 }
@@ -25,14 +26,14 @@ pub(crate) struct UpstreamTlsClient {
 /// spoke no TLS, ...): told apart from other connection failures.
 #[derive(Debug, thiserror::Error)]
 #[error("TLS with {node} failed: {message}")]
-pub(crate) struct UpstreamTlsError {
+pub struct UpstreamTlsError {
     pub node: String,
     pub message: String,
 }
 
 /// What an upstream's connections offer by ALPN: for its requests (as its
 /// `protocol` says), and for upgrades (always HTTP/1.1).
-pub(crate) fn alpn(protocol: UpstreamProtocol) -> Vec<Vec<u8>> {
+pub fn alpn(protocol: UpstreamProtocol) -> Vec<Vec<u8>> {
     match protocol {
         UpstreamProtocol::Http1 | UpstreamProtocol::H2c => vec![b"http/1.1".to_vec()],
         UpstreamProtocol::H2 => vec![b"h2".to_vec()],
@@ -42,7 +43,7 @@ pub(crate) fn alpn(protocol: UpstreamProtocol) -> Vec<Vec<u8>> {
 
 /// The client settings of an upstream (files relative to `base`), offering
 /// `alpn`.
-pub(crate) fn client_config(
+pub fn client_config(
     tls: &UpstreamTls,
     base: &Path,
     alpn: Vec<Vec<u8>>,
@@ -52,31 +53,16 @@ pub(crate) fn client_config(
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS versions: {e}"))?;
     let builder = if tls.verify {
-        let mut roots = rustls::RootCertStore::empty();
-        let (pem, source) = match (&tls.ca_file, &tls.ca_pem) {
+        let roots = match (&tls.ca_file, &tls.ca_pem) {
             (Some(file), _) => {
                 let path = resolve(base, file);
                 let pem = std::fs::read(&path)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                (Some(pem), path.display().to_string())
+                roots_from_pem(&pem, &path.display().to_string())?
             }
-            (None, Some(text)) => (Some(text.as_bytes().to_vec()), "ca_pem".to_string()),
-            (None, None) => (None, String::new()),
+            (None, Some(text)) => roots_from_pem(text.as_bytes(), "ca_pem")?,
+            (None, None) => public_roots(),
         };
-        match pem {
-            Some(pem) => {
-                for cert in CertificateDer::pem_slice_iter(&pem) {
-                    let cert = cert.map_err(|e| format!("{source}: not PEM certificates: {e}"))?;
-                    roots
-                        .add(cert)
-                        .map_err(|e| format!("{source}: unusable CA certificate: {e}"))?;
-                }
-                if roots.is_empty() {
-                    return Err(format!("{source}: no CA certificate in it"));
-                }
-            }
-            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        }
         builder.with_root_certificates(roots)
     } else {
         tracing::warn!("an upstream's TLS certificates are not verified (`verify: false`): anyone between the gateway and it can read and change its traffic");
@@ -105,7 +91,7 @@ pub(crate) fn client_config(
 }
 
 /// The TLS of node `address` (`host:port`) of an upstream with `config`.
-pub(crate) fn for_node(
+pub fn for_node(
     config: &Arc<ClientConfig>,
     tls: &UpstreamTls,
     address: &str,

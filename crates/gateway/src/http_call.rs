@@ -19,21 +19,15 @@ use wasmgate_proxy_wasm::{
     HttpStreamFuture, HttpStreamRequest, HttpStreamResponse, StreamBody, StreamPart,
 };
 
-use crate::body::BoxError;
-use crate::transport::node_pool::PooledBody;
+use wasmgate_transport::body::BoxError;
+use wasmgate_transport::node_pool::PooledBody;
 
-use super::{OutboundBody, RequestHead, Upstream};
+use wasmgate_upstream::{OutboundBody, RequestHead, Upstream};
 
 /// `proxy_http_call` through the gateway's upstreams.
 #[derive(Debug)]
 pub(crate) struct UpstreamCaller {
     pub(crate) upstreams: Arc<HashMap<String, Arc<Upstream>>>,
-}
-
-impl std::fmt::Debug for Upstream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Upstream({})", self.name)
-    }
 }
 
 impl HttpCaller for UpstreamCaller {
@@ -68,7 +62,7 @@ impl HttpCaller for UpstreamCaller {
         Box::pin(async move {
             let upstream = upstream.ok_or("unknown upstream")?;
             let head = request_head(&request.headers)?;
-            let body = crate::body::boxed(SentBody(request.body));
+            let body = wasmgate_transport::body::boxed(SentBody(request.body));
             let response = upstream
                 .send(head, OutboundBody::Streaming(body), None)
                 .await

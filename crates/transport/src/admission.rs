@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 /// Why the gateway closed a connection its client kept.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum CloseReason {
+pub enum CloseReason {
     /// HTTP/2 with no open stream for the idle timeout.
     IdleTimeout = 0,
     /// Its client canceled most of its streams (rapid reset).
@@ -28,7 +28,7 @@ pub struct ListenerCounters {
 }
 
 /// A connection counted as open until dropped.
-pub(crate) struct Admitted(Arc<ListenerCounters>);
+pub struct Admitted(Arc<ListenerCounters>);
 
 impl Drop for Admitted {
     fn drop(&mut self) {
@@ -40,7 +40,7 @@ impl Drop for Admitted {
 
 impl ListenerCounters {
     /// Counts a new connection in, or refuses it (`None`) at the cap.
-    pub(crate) fn admit(self: &Arc<Self>) -> Option<Admitted> {
+    pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let max = self.max.load(Ordering::Relaxed);
         if self.open.fetch_add(1, Ordering::AcqRel) >= max {
             self.open.fetch_sub(1, Ordering::AcqRel);
@@ -50,12 +50,12 @@ impl ListenerCounters {
         Some(Admitted(self.clone()))
     }
 
-    pub(crate) fn closed(&self, reason: CloseReason) {
+    pub fn closed(&self, reason: CloseReason) {
         self.closed[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Returns once no connection of this listener is open.
-    pub(crate) async fn drained(&self) {
+    pub async fn drained(&self) {
         loop {
             let drained = self.drained.notified();
             if self.open.load(Ordering::Acquire) == 0 {
@@ -70,7 +70,7 @@ static LISTENERS: Mutex<Vec<Arc<ListenerCounters>>> = Mutex::new(Vec::new());
 
 /// The counters of the listener at `address`, capped at `max` open
 /// connections (registered on first use; a later call sets the cap).
-pub(crate) fn listener(address: &str, max: usize) -> Arc<ListenerCounters> {
+pub fn listener(address: &str, max: usize) -> Arc<ListenerCounters> {
     let mut listeners = LISTENERS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(found) = listeners.iter().find(|l| l.address == address) {
         found.max.store(max, Ordering::Relaxed);

@@ -39,9 +39,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use wasmgate_config::UpstreamProtocol;
 
 use crate::body::{Body, BoxError};
-use crate::transport::connector::CountedConnector;
-use crate::transport::held_writes::HeldWrites;
-use crate::transport::tls_client::{UpstreamTlsClient, UpstreamTlsError};
+use crate::connector::CountedConnector;
+use crate::held_writes::HeldWrites;
+use crate::tls_client::{UpstreamTlsClient, UpstreamTlsError};
 
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may
 /// go unanswered before the connection counts as dead (a node that vanished
@@ -49,7 +49,7 @@ use crate::transport::tls_client::{UpstreamTlsClient, UpstreamTlsError};
 const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(crate) struct NodePool {
+pub struct NodePool {
     /// `http://<node address>/`: what the connector resolves and dials
     /// (None: the address is not `host:port`, and every request fails).
     target: Option<Uri>,
@@ -82,7 +82,7 @@ enum Connected {
 }
 
 /// TLS settings of a node: for its requests, and for its upgrades.
-pub(crate) struct NodeTls {
+pub struct NodeTls {
     pub requests: UpstreamTlsClient,
     pub upgrades: UpstreamTlsClient,
 }
@@ -93,7 +93,7 @@ struct IdleConnection {
 }
 
 impl NodePool {
-    pub(crate) fn new(
+    pub fn new(
         address: &str,
         connector: CountedConnector,
         protocol: UpstreamProtocol,
@@ -124,7 +124,7 @@ impl NodePool {
     /// or a new one; the response's body returns an HTTP/1.1 connection
     /// when read to its end (dropping it early closes the connection
     /// instead).
-    pub(crate) async fn send(
+    pub async fn send(
         self: &Arc<Self>,
         request: Request<Body>,
     ) -> Result<Response<PooledBody>, BoxError> {
@@ -150,7 +150,7 @@ impl NodePool {
     /// Sends an upgrade request (`Connection: upgrade`) on a new HTTP/1.1
     /// connection of its own; after a `101`, `hyper::upgrade::on` of the
     /// response gives the connection, which never returns to the pool.
-    pub(crate) async fn send_upgrade(
+    pub async fn send_upgrade(
         &self,
         request: Request<Body>,
     ) -> Result<Response<Incoming>, BoxError> {
@@ -395,7 +395,7 @@ impl NodePool {
 
     /// Closes the connections idle for longer than `idle_timeout` (those
     /// no request has come for since, which `keep` does not reach).
-    pub(crate) fn close_expired(&self) {
+    pub fn close_expired(&self) {
         let now = Instant::now();
         self.idle
             .lock()
@@ -429,7 +429,7 @@ pub struct PooledBody {
 impl PooledBody {
     /// The body of a response whose connection is not the pool's (an
     /// upgrade's, an HTTP/2 stream's).
-    pub(crate) fn unpooled(inner: Incoming) -> PooledBody {
+    pub fn unpooled(inner: Incoming) -> PooledBody {
         PooledBody { inner, lease: None }
     }
 

@@ -1,14 +1,15 @@
-//! Upstreams: weighted nodes and how a request reaches one. Sending is
-//! here (a node picked by [`balance`], its pooled connections in
-//! `transport::node_pool`, another node tried after a failure); which nodes
-//! are in rotation is [`health`]'s (active probes, passive ejection).
+//! Upstreams (Envoy's clusters): weighted nodes and how a request reaches
+//! one. Sending is here (a node picked by `balance`, its pooled
+//! connections in `wasmgate_transport::node_pool`, another node tried
+//! after a failure); which nodes are in rotation is `health`'s (active
+//! probes, passive ejection). Filters' HTTP calls reach these upstreams
+//! through the gateway's `http_call.rs`, which is the only part that knows
+//! the filter ABI.
 
 mod balance;
 mod health;
-mod http_call;
 
 pub use balance::hash;
-pub(crate) use http_call::UpstreamCaller;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -20,13 +21,13 @@ use hyper::http::uri::PathAndQuery;
 use hyper::{HeaderMap, Method, Request, Response, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use wasmgate_runtime::LatencyHistogram;
+use wasmgate_base::histogram::LatencyHistogram;
 
-use crate::body::{self, Body, ClientBodyError};
-use crate::transport::connector::CountedConnector;
-use crate::transport::node_pool::{NodePool, NodeTls, PooledBody};
-use crate::transport::tls_client::{self, UpstreamTlsError};
 use wasmgate_config::{Balance, HashOn, PassiveCheck, UpstreamConfig, UpstreamProtocol};
+use wasmgate_transport::body::{self, Body, ClientBodyError};
+use wasmgate_transport::connector::CountedConnector;
+use wasmgate_transport::node_pool::{NodePool, NodeTls, PooledBody};
+use wasmgate_transport::tls_client::{self, UpstreamTlsError};
 
 /// Idle keep-alive connections per node, and how long one may stay idle.
 const MAX_IDLE_PER_NODE: usize = 256;
@@ -143,6 +144,12 @@ fn cluster_name(config: &UpstreamConfig) -> String {
     format!("outbound|{port}||{}", config.name)
 }
 
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Upstream({})", self.name)
+    }
+}
+
 impl Upstream {
     /// The upstream of `config` (its TLS files relative to `base`); fails
     /// when its TLS settings do not load.
@@ -162,7 +169,7 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
         connector.set_nodelay(true);
-        let gauges: crate::transport::connector::ConnectionGauges = Arc::new(
+        let gauges: wasmgate_transport::connector::ConnectionGauges = Arc::new(
             config
                 .nodes
                 .iter()

@@ -17,16 +17,16 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 /// Open connections, by node address (`host:port`, as in the request URI).
-pub(crate) type ConnectionGauges = Arc<HashMap<String, Arc<AtomicU64>>>;
+pub type ConnectionGauges = Arc<HashMap<String, Arc<AtomicU64>>>;
 
 #[derive(Clone)]
-pub(crate) struct CountedConnector {
+pub struct CountedConnector {
     inner: HttpConnector,
     gauges: ConnectionGauges,
 }
 
 impl CountedConnector {
-    pub(crate) fn new(inner: HttpConnector, gauges: ConnectionGauges) -> Self {
+    pub fn new(inner: HttpConnector, gauges: ConnectionGauges) -> Self {
         CountedConnector { inner, gauges }
     }
 }
@@ -60,7 +60,7 @@ impl tower_service::Service<Uri> for CountedConnector {
 }
 
 /// A connection that counts in its node's gauge while it is open.
-pub(crate) struct CountedConnection {
+pub struct CountedConnection {
     io: TokioIo<TcpStream>,
     gauge: Option<Arc<AtomicU64>>,
 }

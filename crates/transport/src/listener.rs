@@ -23,12 +23,12 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
-use super::admission;
-use super::stream_watch::{self, StreamWatch};
-use super::tls::TlsAcceptorConfig;
+use crate::admission;
 use crate::body::Body;
-use crate::transport::head_deadline::HeadDeadline;
-use wasmgate_proxy_wasm::TlsInfo;
+use crate::head_deadline::HeadDeadline;
+use crate::stream_watch::{self, StreamWatch};
+use crate::tls::TlsAcceptorConfig;
+use wasmgate_base::tls::TlsInfo;
 
 /// Answers requests. One handler serves every connection of a listener.
 pub trait Handler: Send + Sync + 'static {
@@ -224,12 +224,12 @@ async fn serve_listener<H: Handler>(
         let header_read_timeout = config.header_read_timeout;
         tokio::spawn(async move {
             let _admitted = admitted;
-            let handshake = super::tls_accept::handshake(stream, acceptor.server);
+            let handshake = crate::tls_accept::handshake(stream, acceptor.server);
             let stream = match tokio::time::timeout(acceptor.handshake_timeout, handshake).await {
                 Ok(Ok(stream)) => stream,
                 failed => {
                     let error = failed.ok().and_then(Result::err);
-                    let reason = super::tls::count_failure(error.as_ref());
+                    let reason = crate::tls::count_failure(error.as_ref());
                     tracing::debug!(%peer, reason, error = ?error, "TLS handshake failed");
                     return;
                 }
@@ -239,14 +239,14 @@ async fn serve_listener<H: Handler>(
             {
                 // Resumption state is kept per listener and policy, so this
                 // does not happen; if it ever did, no request is served.
-                super::tls::count_failure(Some(&std::io::Error::other(
+                crate::tls::count_failure(Some(&std::io::Error::other(
                     rustls::Error::NoCertificatesPresented,
                 )));
                 tracing::warn!(%peer, "a TLS session without a client certificate on a listener that requires one: closed");
                 return;
             }
-            super::tls::count_handshake(stream.get_ref().1);
-            let info = super::tls::connection_info(stream.get_ref().1);
+            crate::tls::count_handshake(stream.get_ref().1);
+            let info = crate::tls::connection_info(stream.get_ref().1);
             // The protocol ALPN chose is the connection's: no guessing from
             // its first bytes (a client that said `h2` and sends something
             // else gets an HTTP/2 connection error, as RFC 9113 wants). An

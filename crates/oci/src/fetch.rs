@@ -5,16 +5,15 @@
 //! needs the module's `sha256`, checked before the copy is kept, so a
 //! changed or tampered file at the URL is refused, not run; any module with
 //! a `sha256` is checked against it when loaded (`plugins.rs`). An
-//! `oci://` reference is pulled from its registry by `wasmgate-oci` into
-//! the same directory (its `sha256`, the image's digest or the module's, is
-//! checked there).
+//! `oci://` reference is pulled from its registry (`pull.rs`) into the same
+//! directory (its `sha256`, the image's digest or the module's, is checked
+//! there). Here, not in the gateway, so that every way a module reaches
+//! this node is one crate's concern.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
 use sha2::{Digest, Sha256};
 
 use wasmgate_config::PluginConfig;
@@ -22,16 +21,18 @@ use wasmgate_config::PluginConfig;
 /// Largest module fetched (a Go plugin is a few MiB).
 const MAX_MODULE_BYTES: usize = 256 << 20;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// As plugins' own outbound requests (`wasmgate_services::outbound_http`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Whether `p`'s module is given by URL.
-pub(crate) fn is_url(p: &PluginConfig) -> bool {
+pub fn is_url(p: &PluginConfig) -> bool {
     p.wasm
         .to_str()
         .is_some_and(|w| w.starts_with("http://") || w.starts_with("https://"))
 }
 
 /// Where a module was found.
-pub(crate) struct ModuleFile {
+pub struct ModuleFile {
     pub path: PathBuf,
     /// An `oci://` module: the image it was pulled from, pinned to its
     /// digest (its `sha256` was checked by the pull).
@@ -40,16 +41,15 @@ pub(crate) struct ModuleFile {
 
 /// The local file `p`'s module is read from, fetching it first if it is a
 /// URL, pulling it if it is in an OCI registry.
-pub(crate) async fn module_file(
+pub async fn module_file(
     p: &PluginConfig,
     base: &Path,
     cache_dir: Option<&Path>,
 ) -> Result<ModuleFile> {
     if p.is_oci() {
-        let reference = wasmgate_oci::OciReference::parse(&p.wasm.to_string_lossy())?;
+        let reference = crate::OciReference::parse(&p.wasm.to_string_lossy())?;
         let settings = pull_settings(p, base)?;
-        let pulled =
-            wasmgate_oci::pull(&reference, &settings, pulled_plugins_dir(cache_dir)?).await?;
+        let pulled = crate::pull(&reference, &settings, pulled_plugins_dir(cache_dir)?).await?;
         tracing::info!(
             plugin = %p.name,
             image = %pulled.pinned,
@@ -67,7 +67,7 @@ pub(crate) async fn module_file(
 }
 
 /// How `p`'s registry is reached, from its `pull` and `registry` settings.
-pub(crate) fn pull_settings(p: &PluginConfig, base: &Path) -> Result<wasmgate_oci::PullSettings> {
+pub fn pull_settings(p: &PluginConfig, base: &Path) -> Result<crate::PullSettings> {
     let registry = p.registry.clone().unwrap_or_default();
     let from_env = |name: &str| {
         std::env::var(name).with_context(|| {
@@ -85,16 +85,14 @@ pub(crate) fn pull_settings(p: &PluginConfig, base: &Path) -> Result<wasmgate_oc
         (None, None) => None,
     };
     let credentials = match (registry.username, password, token) {
-        (Some(username), Some(password), _) => {
-            wasmgate_oci::Credentials::Basic { username, password }
-        }
-        (_, _, Some(token)) => wasmgate_oci::Credentials::Token(token),
-        _ => wasmgate_oci::Credentials::FromDockerConfig,
+        (Some(username), Some(password), _) => crate::Credentials::Basic { username, password },
+        (_, _, Some(token)) => crate::Credentials::Token(token),
+        _ => crate::Credentials::FromDockerConfig,
     };
-    Ok(wasmgate_oci::PullSettings {
+    Ok(crate::PullSettings {
         policy: p.pull.map(|policy| match policy {
-            wasmgate_config::PullPolicy::IfNotPresent => wasmgate_oci::PullPolicy::IfNotPresent,
-            wasmgate_config::PullPolicy::Always => wasmgate_oci::PullPolicy::Always,
+            wasmgate_config::PullPolicy::IfNotPresent => crate::PullPolicy::IfNotPresent,
+            wasmgate_config::PullPolicy::Always => crate::PullPolicy::Always,
         }),
         credentials,
         plain_http: registry.plain_http,
@@ -102,10 +100,10 @@ pub(crate) fn pull_settings(p: &PluginConfig, base: &Path) -> Result<wasmgate_oc
         expected_sha256: p.sha256.clone(),
         max_bytes: registry
             .max_mb
-            .map_or(wasmgate_oci::DEFAULT_MAX_BYTES, |mib| mib << 20),
+            .map_or(crate::DEFAULT_MAX_BYTES, |mib| mib << 20),
         timeout: registry
             .timeout_ms
-            .map_or(wasmgate_oci::DEFAULT_TIMEOUT, Duration::from_millis),
+            .map_or(crate::DEFAULT_TIMEOUT, Duration::from_millis),
     })
 }
 
@@ -128,7 +126,8 @@ pub fn pulled_plugins_dir(cache_dir: Option<&Path>) -> Result<PathBuf> {
 
 async fn url_or_path(p: &PluginConfig, base: &Path, cache_dir: Option<&Path>) -> Result<PathBuf> {
     if !is_url(p) {
-        let path = crate::gateway::plugin_path(base, p);
+        // `join` keeps an absolute path as it is.
+        let path = base.join(&p.wasm);
         if p.wasm.is_relative() && !path.exists() {
             // Say where a relative path led: it is the configuration's
             // directory, not the one wasmgate was started in.
@@ -173,19 +172,33 @@ fn file_has_hash(file: &Path, expected: &str) -> bool {
     std::fs::read(file).is_ok_and(|bytes| hex::encode(Sha256::digest(&bytes)) == expected)
 }
 
-async fn fetch(url: &str) -> Result<Bytes> {
-    let uri: hyper::Uri = url.parse().context("not a URL")?;
+async fn fetch(url: &str) -> Result<Vec<u8>> {
+    // The roots plugins' own requests trust (wasmgate_base::tls), no
+    // redirects followed: a URL names the module's one place.
+    let tls = wasmgate_base::tls::client_config(None)?;
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured((*tls).clone())
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .context("building the HTTP client")?;
     let exchange = async {
-        // The client plugins' own requests go out with (the same timeouts, TLS roots).
-        let response = wasmgate_services::outbound_http::client().get(uri).await?;
+        let mut response = client.get(url).send().await?;
         if !response.status().is_success() {
             bail!("answered {}", response.status());
         }
-        let body = Limited::new(response.into_body(), MAX_MODULE_BYTES)
-            .collect()
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| anyhow::anyhow!("reading the body: {e}"))?;
-        Ok(body.to_bytes())
+            .map_err(|e| anyhow::anyhow!("reading the body: {e}"))?
+        {
+            if bytes.len() + chunk.len() > MAX_MODULE_BYTES {
+                bail!("reading the body: longer than {MAX_MODULE_BYTES} bytes");
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     };
     tokio::time::timeout(FETCH_TIMEOUT, exchange)
         .await

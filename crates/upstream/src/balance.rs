@@ -117,7 +117,7 @@ pub fn hash(value: &impl Hash) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::Upstream;
+    use crate::Upstream;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use wasmgate_config::{Balance, HashOn, HealthCheckConfig, NodeConfig, UpstreamConfig};

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use hyper::body::Frame;
 use hyper_util::server::graceful::GracefulConnection;
 
-use super::admission::{CloseReason, ListenerCounters};
+use crate::admission::{CloseReason, ListenerCounters};
 use crate::body::{Body, BoxError};
 
 /// Canceled streams a connection may have before the half rule applies.
