@@ -57,9 +57,11 @@ pub fn client() -> &'static HttpsClient {
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
         http.set_nodelay(true);
         http.enforce_http(false);
+        // The roots every TLS client of wasmgate trusts (wasmgate_base::tls).
+        let tls = wasmgate_base::tls::client_config(None)
+            .expect("the ring provider supports the default protocol versions");
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .expect("the ring provider supports the default protocol versions")
+            .with_tls_config((*tls).clone())
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
