@@ -462,7 +462,8 @@ fn add_stream_control(linker: &mut Linker<FilterState>) -> Result<()> {
         MODULE,
         "proxy_set_effective_context",
         |c: Ctx, context: u32| -> i32 {
-            if context == crate::plugin::ROOT_CONTEXT_ID || c.data().stream_context == Some(context)
+            if context == crate::instance::ROOT_CONTEXT_ID
+                || c.data().stream_context == Some(context)
             {
                 OK
             } else {

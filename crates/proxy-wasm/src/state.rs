@@ -11,10 +11,10 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use crate::abi::{MapType, StreamType};
 use crate::callout::Callout;
 use crate::exchange::{HttpExchange, TraceIds};
+use crate::filter_shared::FilterShared;
 use crate::grpc_stream::SendQueue;
 use crate::headers::Headers;
 use crate::http_call::HttpCallResponse;
-use crate::plugin::FilterShared;
 use crate::redis_call::RedisInit;
 
 /// Store data of one Proxy-Wasm instance.
