@@ -243,7 +243,7 @@ pub(crate) fn write_u32(
 /// asks the host for bytes re-enters a giving function before the value
 /// that called it is handed over: unbounded, a guest that always does
 /// recursed until the host ran out (with a fiber per allocation, all of the
-/// engine's pooled stacks; found by tests/host/fuzz_host.rs). SDK allocators
+/// engine's pooled stacks; found by tests/host/fuzz_host/). SDK allocators
 /// never call the host.
 const MAX_WAITING_VALUES: usize = 4;
 

@@ -376,7 +376,7 @@ impl FilterStream {
     ) -> Result<Flow, FilterError> {
         // Without a bound, a filter that answers each call's response with
         // another call (or ticks forever) held the request and its instance
-        // for good (found by tests/host/fuzz_host.rs).
+        // for good (found by tests/host/fuzz_host/).
         let limit = max_pause(self.plugin.shared.config.timeout);
         let deadline = Instant::now() + limit;
         loop {
