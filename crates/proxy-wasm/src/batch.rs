@@ -17,7 +17,7 @@ use anyhow::Result;
 use wasmgate_runtime::Runtime;
 use wasmtime::{Extern, Instance, Module, Store, TypedFunc};
 
-use crate::plugin::Exports;
+use crate::exports::Exports;
 use crate::state::FilterState;
 
 /// Imports the five callbacks (with the ABI's signatures) and calls them in

@@ -11,13 +11,18 @@
 pub mod abi;
 mod batch;
 mod callout;
+mod config;
+mod error;
 mod exchange;
+mod exports;
+mod filter_shared;
 mod giving;
 mod grpc_call;
 mod grpc_stream;
 pub mod headers;
 pub mod host_env;
 pub mod http_call;
+mod instance;
 pub mod limits;
 pub mod pairs;
 mod plugin;
@@ -29,6 +34,8 @@ mod state;
 mod stream;
 
 pub use abi::{AbiVersion, Action};
+pub use config::FilterConfig;
+pub use error::FilterError;
 pub use exchange::{HttpExchange, LocalResponse, RequestInfo, TlsInfo, TraceIds};
 pub use headers::Headers;
 pub use http_call::{
@@ -36,6 +43,6 @@ pub use http_call::{
     HttpStreamRequest, HttpStreamResponse, StreamBody, StreamPart,
 };
 pub use limits::HostLimits;
-pub use plugin::{FilterConfig, FilterError, FilterPlugin};
+pub use plugin::FilterPlugin;
 pub use stream::{FilterStream, Flow};
 pub use wasmgate_runtime::{PoolConfig, Runtime, RuntimeConfig};

@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::plugin::FilterShared;
+use crate::filter_shared::FilterShared;
 
 /// The caps, with the defaults `limits.proxy_wasm` documents.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,7 +16,7 @@
 //!   refused, timed out). The framework then resumes or answers the stream
 //!   it paused (`proxy_set_effective_context` + `proxy_continue_stream`).
 //!
-//! The host functions are in `host_env.rs`; this module holds what a call
+//! The host functions are in `host_env/redis.rs`; this module holds what a call
 //! carries and how it is sent, through the services crate (the same pools
 //! Extism plugins use).
 

@@ -11,8 +11,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::callout::CallsInFlight;
+use crate::error::FilterError;
 use crate::exchange::HttpExchange;
-use crate::plugin::{FilterError, FilterInstance, FilterPlugin, ROOT_CONTEXT_ID};
+use crate::instance::{FilterInstance, ROOT_CONTEXT_ID};
+use crate::plugin::FilterPlugin;
 use crate::shared::shared;
 
 /// How long a crashed root instance waits before it is replaced.

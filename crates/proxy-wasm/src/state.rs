@@ -11,10 +11,10 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use crate::abi::{MapType, StreamType};
 use crate::callout::Callout;
 use crate::exchange::{HttpExchange, TraceIds};
+use crate::filter_shared::FilterShared;
 use crate::grpc_stream::SendQueue;
 use crate::headers::Headers;
 use crate::http_call::HttpCallResponse;
-use crate::plugin::FilterShared;
 use crate::redis_call::RedisInit;
 
 /// Store data of one Proxy-Wasm instance.
@@ -243,7 +243,7 @@ pub(crate) fn write_u32(
 /// asks the host for bytes re-enters a giving function before the value
 /// that called it is handed over: unbounded, a guest that always does
 /// recursed until the host ran out (with a fiber per allocation, all of the
-/// engine's pooled stacks; found by tests/host/fuzz_host.rs). SDK allocators
+/// engine's pooled stacks; found by tests/host/fuzz_host/). SDK allocators
 /// never call the host.
 const MAX_WAITING_VALUES: usize = 4;
 

@@ -16,11 +16,11 @@ use wasmtime::Store;
 
 use crate::abi::{Action, StreamType, HEADERS_STOP_ITERATION};
 use crate::callout::CallsInFlight;
+use crate::error::FilterError;
 use crate::exchange::HttpExchange;
-use crate::plugin::{
-    Callback, ExportCall, Exports, FilterError, FilterInstance, FilterPlugin, PickExport,
-    ROOT_CONTEXT_ID,
-};
+use crate::exports::{Callback, ExportCall, Exports, PickExport};
+use crate::instance::{FilterInstance, ROOT_CONTEXT_ID};
+use crate::plugin::FilterPlugin;
 use crate::state::FilterState;
 
 /// What the host does after a stream callback (and any pause) is over.
@@ -376,7 +376,7 @@ impl FilterStream {
     ) -> Result<Flow, FilterError> {
         // Without a bound, a filter that answers each call's response with
         // another call (or ticks forever) held the request and its instance
-        // for good (found by tests/host/fuzz_host.rs).
+        // for good (found by tests/host/fuzz_host/).
         let limit = max_pause(self.plugin.shared.config.timeout);
         let deadline = Instant::now() + limit;
         loop {

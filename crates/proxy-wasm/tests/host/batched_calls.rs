@@ -13,25 +13,24 @@ use wasmgate_proxy_wasm::{
     FilterConfig, FilterError, FilterPlugin, HttpExchange, Runtime, RuntimeConfig,
 };
 
-use crate::common::{filter_from_wat, headers_then_finish, pairs};
+use crate::common::{bump_allocator, filter_from_wat, headers_then_finish, pairs};
 
 /// Appends a letter per stream callback to a trace, checks every argument
 /// (a wrong one traps), and publishes the trace as the property `trace` in
 /// `proxy_on_delete`. The plugin configuration's size picks a fault:
 /// 1 traps in `proxy_on_done`, 2 spins in `proxy_on_delete`.
-const MODULE: &str = r#"(module
+const MODULE: &str = concat!(
+    r#"(module
   (import "env" "proxy_set_property" (func $set_property (param i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
-  (global $bump (mut i32) (i32.const 4096))
+  "#,
+    bump_allocator!(4096),
+    r#"
   (global $len (mut i32) (i32.const 0))
   (global $stream (mut i32) (i32.const 0))
   (global $mode (mut i32) (i32.const 0))
   (data (i32.const 1024) "trace")
   (func (export "proxy_abi_version_0_2_1"))
-  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32) (local $p i32)
-    (local.set $p (global.get $bump))
-    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
-    (local.get $p))
   (func $record (param $letter i32)
     (i32.store8 (i32.add (i32.const 256) (global.get $len)) (local.get $letter))
     (global.set $len (i32.add (global.get $len) (i32.const 1))))
@@ -65,7 +64,8 @@ const MODULE: &str = r#"(module
     (if (i32.eq (global.get $mode) (i32.const 2)) (then (loop $spin (br $spin))))
     (call $record (i32.const 120))
     (drop (call $set_property (i32.const 1024) (i32.const 5) (i32.const 256) (global.get $len))))
-)"#;
+)"#
+);
 
 /// The module with `proxy_on_done` (batched) or without it (the host makes
 /// the calls one by one).

@@ -4,22 +4,21 @@
 
 use wasmgate_proxy_wasm::{FilterConfig, FilterError, FilterPlugin, Runtime, RuntimeConfig};
 
-use crate::common::{filter_from_wat, headers_then_finish};
+use crate::common::{bump_allocator, filter_from_wat, headers_then_finish};
 
 /// The plugin configuration's size picks the attack made in
 /// `proxy_on_request_headers`: 1 a key pointer past the end of memory,
 /// 2 a header map whose pair count exceeds its bytes, 0 none.
-const MODULE: &str = r#"(module
+const MODULE: &str = concat!(
+    r#"(module
   (import "env" "proxy_get_header_map_value" (func $get (param i32 i32 i32 i32 i32) (result i32)))
   (import "env" "proxy_set_header_map_pairs" (func $set_pairs (param i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
-  (global $bump (mut i32) (i32.const 1024))
+  "#,
+    bump_allocator!(1024),
+    r#"
   (global $mode (mut i32) (i32.const 0))
   (func (export "proxy_abi_version_0_2_1"))
-  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32) (local $p i32)
-    (local.set $p (global.get $bump))
-    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
-    (local.get $p))
   (func (export "proxy_on_context_create") (param i32 i32))
   (func (export "proxy_on_configure") (param i32) (param $size i32) (result i32)
     (global.set $mode (local.get $size))
@@ -32,7 +31,8 @@ const MODULE: &str = r#"(module
         (i32.store (i32.const 0) (i32.const 1000000))
         (drop (call $set_pairs (i32.const 0) (i32.const 0) (i32.const 12)))))
     (i32.const 0))
-)"#;
+)"#
+);
 
 async fn plugin(rt: &Runtime, conf: &str) -> std::sync::Arc<FilterPlugin> {
     let config = FilterConfig {

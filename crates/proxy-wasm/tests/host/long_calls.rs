@@ -11,21 +11,22 @@ use wasmgate_proxy_wasm::{
 };
 use wasmgate_runtime::slow_lane;
 
+use crate::common::bump_allocator;
+
 /// `proxy_on_request_headers` counts to the number in the plugin
 /// configuration's first 8 bytes (little-endian; 0 with none) and then adds
 /// header `x-counted: yes`.
-const MODULE: &str = r#"(module
+const MODULE: &str = concat!(
+    r#"(module
   (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
   (import "env" "proxy_get_buffer_bytes" (func $get_buffer (param i32 i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
+  "#,
+    bump_allocator!(1024),
+    r#"
   (data (i32.const 16) "x-countedyes")
-  (global $bump (mut i32) (i32.const 1024))
   (global $count (mut i64) (i64.const 0))
   (func (export "proxy_abi_version_0_2_1"))
-  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32) (local $p i32)
-    (local.set $p (global.get $bump))
-    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
-    (local.get $p))
   (func (export "proxy_on_context_create") (param i32 i32))
   (func (export "proxy_on_configure") (param i32) (param $size i32) (result i32)
     (if (i32.ge_u (local.get $size) (i32.const 8))
@@ -41,7 +42,8 @@ const MODULE: &str = r#"(module
       (br $next)))
     (drop (call $add (i32.const 0) (i32.const 16) (i32.const 9) (i32.const 25) (i32.const 3)))
     (i32.const 0))
-)"#;
+)"#
+);
 
 async fn counting_filter(rt: &Runtime, count: u64, timeout: Duration) -> Arc<FilterPlugin> {
     let config = FilterConfig {

@@ -7,16 +7,17 @@ use std::time::Duration;
 
 use wasmgate_proxy_wasm::{FilterConfig, FilterPlugin, Runtime, RuntimeConfig};
 
+use crate::common::bump_allocator;
+
 /// `proxy_on_vm_start` counts to 300 million (a few hundred milliseconds)
 /// before it says yes.
-const SLOW_START: &str = r#"(module
+const SLOW_START: &str = concat!(
+    r#"(module
   (memory (export "memory") 1)
-  (global $bump (mut i32) (i32.const 1024))
+  "#,
+    bump_allocator!(1024),
+    r#"
   (func (export "proxy_abi_version_0_2_1"))
-  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32) (local $p i32)
-    (local.set $p (global.get $bump))
-    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
-    (local.get $p))
   (func (export "proxy_on_context_create") (param i32 i32))
   (func (export "proxy_on_vm_start") (param i32 i32) (result i32) (local $i i64)
     (loop $count
@@ -24,7 +25,8 @@ const SLOW_START: &str = r#"(module
       (br_if $count (i64.lt_u (local.get $i) (i64.const 300000000))))
     (i32.const 1))
   (func (export "proxy_on_configure") (param i32 i32) (result i32) (i32.const 1))
-)"#;
+)"#
+);
 
 async fn start(startup_timeout: Option<Duration>) -> Result<(), String> {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();

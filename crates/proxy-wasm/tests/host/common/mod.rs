@@ -8,6 +8,27 @@ use wasmgate_proxy_wasm::{
     FilterConfig, FilterError, FilterPlugin, Headers, HttpExchange, Runtime,
 };
 
+/// WAT of the allocator most hand-written filters need: a bump allocator,
+/// exported as `proxy_on_memory_allocate`, that hands out memory from
+/// `$start` up and never frees it (a test's streams are few). It is a global
+/// and a function, so it goes after the module's imports (WAT wants them
+/// before any definition), spliced in with `concat!`:
+/// `concat!(r#"(module (memory (export "memory") 1) "#, bump_allocator!(1024), r#" ...)"#)`.
+macro_rules! bump_allocator {
+    ($start:literal) => {
+        concat!(
+            r#"(global $bump (mut i32) (i32.const "#,
+            $start,
+            r#"))
+  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32) (local $p i32)
+    (local.set $p (global.get $bump))
+    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
+    (local.get $p))"#
+        )
+    };
+}
+pub(crate) use bump_allocator;
+
 /// Loads a hand-written module (WAT) with `config`; the tests' modules are
 /// meant to load, so failing to is the test's failure.
 pub async fn filter_from_wat(rt: &Runtime, wat: &str, config: FilterConfig) -> Arc<FilterPlugin> {
