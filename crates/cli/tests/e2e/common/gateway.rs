@@ -321,3 +321,29 @@ fn raw_get(port: u16, path: &str) -> String {
     let _ = stream.read_to_end(&mut answer);
     String::from_utf8_lossy(&answer).into_owned()
 }
+
+/// A filter that traps on `/crash` (in a function of its own, which a
+/// backtrace names) and otherwise adds `x-fragile: ok`.
+pub const FRAGILE: &str = r#"(module
+  (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
+  (import "env" "proxy_get_header_map_value" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (global $heap (mut i32) (i32.const 4096))
+  (data (i32.const 0) ":path")
+  (data (i32.const 16) "x-fragile")
+  (data (i32.const 32) "ok")
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param i32) (result i32)
+    (local $p i32) (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get 0))) (local.get $p))
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (drop (call $get (i32.const 0) (i32.const 0) (i32.const 5) (i32.const 64) (i32.const 68)))
+    ;; "/crash" is 6 bytes starting with "/c"
+    (if (i32.and (i32.eq (i32.load (i32.const 68)) (i32.const 6))
+                 (i32.eq (i32.load8_u (i32.add (i32.load (i32.const 64)) (i32.const 1))) (i32.const 99)))
+      (then (call $explode_on_purpose)))
+    (drop (call $add (i32.const 0) (i32.const 16) (i32.const 9) (i32.const 32) (i32.const 2)))
+    (i32.const 0))
+  (func $explode_on_purpose unreachable)
+)"#;
