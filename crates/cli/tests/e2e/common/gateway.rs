@@ -290,6 +290,32 @@ pub async fn until_metric(
     }
 }
 
+/// Waits until the number in header `name` of the answers to `GET url` has
+/// grown by `by` from its first value, and returns how far it went; panics
+/// if it has not within `within`. For counts a plugin keeps on its own (a
+/// root context's ticks): the wait ends as soon as they have moved.
+pub async fn until_header_grows(
+    c: &HttpClient,
+    url: &str,
+    name: &str,
+    by: u64,
+    within: Duration,
+) -> (u64, u64) {
+    let started = Instant::now();
+    let first = get(c, url).await.number(name);
+    loop {
+        let now = get(c, url).await.number(name);
+        if now >= first + by {
+            return (first, now);
+        }
+        assert!(
+            started.elapsed() < within,
+            "{name} went from {first} to {now} in {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until the gateway has applied configuration generation `n`.
 pub async fn until_generation(c: &HttpClient, gw: &GatewayProc, n: u64) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(20);

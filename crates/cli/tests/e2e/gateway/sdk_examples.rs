@@ -5,7 +5,9 @@
 //! shared data.
 
 use crate::common::client;
-use crate::common::gateway::{get, send, with_upstream, GatewayProc};
+use crate::common::gateway::{
+    get, metric, send, until_header_grows, until_metric, with_upstream, GatewayProc,
+};
 use crate::common::upstream::Upstream;
 use std::time::{Duration, Instant};
 
@@ -198,6 +200,7 @@ async fn json_validation_gateway() -> (Upstream, GatewayProc) {
         "backend",
         r#"
 listen: "{listen}"
+admin: "{admin}"
 plugins:
   - {name: rust_json, wasm: "{wasm:json_validation}"}
   - {name: go_json, wasm: "{wasm:go_json_validation}"}
@@ -255,23 +258,32 @@ async fn json_validation_rust_and_go() {
 /// body (the gateway holds the head back until the filters let body through).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_a_filter_refuses_never_reaches_the_upstream() {
+    use std::io::{Read, Write};
     let (up, gw) = json_validation_gateway().await;
-    let port = gw.port;
-    for path in ["/rust", "/go"] {
+    let sent_to_backend = format!(
+        r#"wasmgate_upstream_node_requests_total{{upstream="backend",node="{}"}}"#,
+        up.address()
+    );
+    let c = client();
+    for (path, route, plugin) in [("/rust", "rust", "rust_json"), ("/go", "go", "go_json")] {
+        let calls =
+            format!(r#"wasmgate_plugin_call_seconds_count{{plugin="{plugin}",route="{route}"}}"#);
+        let before = metric(&c, &gw, &calls).await;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: 8\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        // The filter has had the head (its call count moved): a gateway that
+        // sent heads on at once would have sent this one by now, so it
+        // would be counted as sent to the node below, and heard upstream.
+        until_metric(&c, &gw, &calls, |n| n > before).await;
+        stream.write_all(b"not json").unwrap();
         let answer = tokio::task::spawn_blocking(move || {
-            use std::io::{Read, Write};
-            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-            stream
-                .set_read_timeout(Some(Duration::from_secs(10)))
-                .unwrap();
-            let head = format!(
-                "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-                 Content-Length: 8\r\nConnection: close\r\n\r\n"
-            );
-            stream.write_all(head.as_bytes()).unwrap();
-            // Long enough for a head sent on at once to reach the upstream.
-            std::thread::sleep(Duration::from_millis(300));
-            stream.write_all(b"not json").unwrap();
             let mut answer = String::new();
             let _ = stream.read_to_string(&mut answer);
             answer
@@ -279,6 +291,8 @@ async fn a_body_a_filter_refuses_never_reaches_the_upstream() {
         .await
         .unwrap();
         assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
+        let sent = metric(&c, &gw, &sent_to_backend).await;
+        assert_eq!(sent, 0.0, "{path}: the refused request was sent upstream");
         assert_eq!(
             up.hits(),
             0,
@@ -289,7 +303,7 @@ async fn a_body_a_filter_refuses_never_reaches_the_upstream() {
     // response's header maps go on as they came (not rebuilt from the ABI's
     // pairs), repeated headers in their order, hop-by-hop ones removed.
     let reply = send(
-        &client(),
+        &c,
         "POST",
         &gw.url("/go"),
         &[
@@ -344,13 +358,9 @@ routes:
     .await;
     let c = client();
     // Ticks: the root context's 50 ms timer keeps counting.
-    let first = get(&c, &gw.url("/tick")).await.number("x-ticks");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let later = get(&c, &gw.url("/tick")).await.number("x-ticks");
-    assert!(
-        later >= first + 5,
-        "ticks went from {first} to {later} in 500 ms"
-    );
+    // Five more ticks of a 50 ms timer take 250 ms: 2 s is room for a busy
+    // machine, and too short for a timer that fires at a tenth of its rate.
+    until_header_grows(&c, &gw.url("/tick"), "x-ticks", 5, Duration::from_secs(2)).await;
 
     // Queue: every request enqueues its path; the root context drains it.
     for i in 0..5 {
