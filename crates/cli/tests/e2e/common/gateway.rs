@@ -334,18 +334,9 @@ pub async fn until_generation(c: &HttpClient, gw: &GatewayProc, n: u64) -> serde
 /// The whole answer (head and body) to a plain `GET path` on 127.0.0.1:port,
 /// or "" if the connection fails: for waits outside an async runtime.
 fn raw_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return String::new();
-    }
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer).into_owned()
+    let answer = super::raw_exchange(port, request.as_bytes(), Duration::from_secs(5));
+    String::from_utf8_lossy(&answer.unwrap_or_default()).into_owned()
 }
 
 /// A filter that traps on `/crash` (in a function of its own, which a

@@ -285,3 +285,17 @@ pub fn wait_for_log(logs: impl Fn() -> String, needle: &str) -> String {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// HTTP over a bare TCP connection, for what a client library would not
+/// send (a stalled head, broken framing, plain text to a TLS port): writes
+/// `request` to 127.0.0.1:`port` and reads until the server closes or
+/// `within` passes. None if the connection or the write fails.
+pub fn raw_exchange(port: u16, request: &[u8], within: Duration) -> Option<Vec<u8>> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(within)).ok()?;
+    stream.write_all(request).ok()?;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    Some(answer)
+}

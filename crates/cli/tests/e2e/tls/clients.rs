@@ -2,9 +2,9 @@
 //! else is served, and client certificates verified when the listener asks.
 
 use super::failures;
-use crate::common::client;
 use crate::common::gateway::{send, until_generation, GatewayProc};
 use crate::common::tls::{certificate, curl, s_client};
+use crate::common::{client, raw_exchange};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -69,15 +69,8 @@ routes:
     );
 
     // Plain HTTP on the TLS port: an alert, then the connection closes.
-    let mut plain = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    plain
-        .write_all(b"GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n")
-        .unwrap();
-    plain
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut answer = Vec::new();
-    let _ = plain.read_to_end(&mut answer);
+    let plain = b"GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n";
+    let answer = raw_exchange(port, plain, Duration::from_secs(10)).unwrap();
     assert_eq!(
         answer.first(),
         Some(&0x15),
