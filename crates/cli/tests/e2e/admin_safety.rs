@@ -101,7 +101,7 @@ async fn foreign_host_and_origin_are_refused_on_every_endpoint_and_method() {
                 r.status,
                 r.text()
             );
-            assert!(r.headers.get("access-control-allow-origin").is_none());
+            assert!(r.header("access-control-allow-origin").is_none());
         }
     }
     // Nothing changed, nothing reloaded.
@@ -238,10 +238,10 @@ async fn only_listed_origins_and_hosts_are_let_in_with_cors() {
     )
     .await;
     assert!(refused_by(&r, "origin"));
-    assert!(r.headers.get("access-control-allow-origin").is_none());
+    assert!(r.header("access-control-allow-origin").is_none());
     // Same origin: no CORS headers needed or sent.
     let r = call(&c, &gw, "GET", "/routes/home", &[], "").await;
-    assert!(r.headers.get("access-control-allow-origin").is_none());
+    assert!(r.header("access-control-allow-origin").is_none());
     // A listed name passes the Host check; another does not.
     let r = call(
         &c,

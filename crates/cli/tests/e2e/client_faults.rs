@@ -3,24 +3,16 @@
 //! status (or a closed connection) in bounded time, and none of it counts
 //! against the upstream's health.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::common::client;
 use crate::common::gateway::{get, with_upstream};
+use crate::common::{client, raw_exchange};
 
 /// Writes `request` and reads until the gateway closes or 10 s pass;
 /// returns what came back and how long it took.
 fn exchange(port: u16, request: &[u8]) -> (String, Duration) {
     let started = Instant::now();
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream.write_all(request).unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
+    let answer = raw_exchange(port, request, Duration::from_secs(10)).expect("connecting");
     (
         String::from_utf8_lossy(&answer).into_owned(),
         started.elapsed(),

@@ -68,7 +68,7 @@ async fn serve_contract(lang: &str) {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.text(), format!("hello from {lang} component"));
     assert_eq!(
-        reply.headers.get("content-type").unwrap(),
+        reply.header("content-type").unwrap(),
         "text/plain",
         "the guest's own header"
     );

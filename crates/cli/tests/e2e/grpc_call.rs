@@ -13,6 +13,7 @@ fn config(grpc: &str, conf: &str) -> String {
     format!(
         r#"
 listen: "{{listen}}"
+admin: "{{admin}}"
 plugins:
   - {{name: caller, wasm: "{{wasm:grpc_call}}"}}
 upstreams:
@@ -28,10 +29,9 @@ routes:
 async fn call(c: &HttpClient, gw: &GatewayProc, headers: &[(&str, &str)]) -> (u16, String, String) {
     let reply = send(c, "GET", &gw.url("/"), headers, "").await;
     let grpc_status = reply
-        .headers
-        .get("x-grpc-status")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
+        .header("x-grpc-status")
+        .unwrap_or_default()
+        .to_string();
     (reply.status, grpc_status, reply.text())
 }
 
@@ -213,20 +213,47 @@ async fn a_stream_to_an_upstream_that_is_down_closes_unavailable() {
     assert!(reply.text().contains("ParseFailure"), "{}", reply.text());
 }
 
+/// How many guest calls plugin `caller` has made, its routes' and its root
+/// context's (ticks included) together.
+async fn guest_calls(c: &HttpClient, gw: &GatewayProc) -> f64 {
+    let metrics = send(c, "GET", &gw.admin_url("/metrics"), &[], "").await;
+    let series = r#"wasmgate_plugin_call_seconds_count{plugin="caller","#;
+    (metrics.text().lines())
+        .filter(|line| line.starts_with(series))
+        .map(|line| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_root_context_keeps_a_stream_open_and_hears_on_it() {
     let peer = Peer::serve("grpc_peer.py", &[]);
     let gw = GatewayProc::start(&config(&peer.address(), "'echo root-stream'"));
     let c = client();
-    // The root opens the stream on its first tick; its echo comes back
-    // while the stream stays open (no close is heard).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let heard = loop {
+    let heard = || async {
         let reply = send(&c, "GET", &gw.url("/"), &[("x-grpc-root", "yes")], "").await;
-        if !reply.text().is_empty() || std::time::Instant::now() > deadline {
-            break reply.text();
+        reply.text()
+    };
+    // The root opens the stream on its first tick; its echo comes back.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let first = loop {
+        let text = heard().await;
+        if !text.is_empty() || std::time::Instant::now() > deadline {
+            break text;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
-    assert_eq!(heard, "message from-root\n", "{}", gw.logs());
+    assert_eq!(first, "message from-root\n", "{}", gw.logs());
+    // The stream stays open (no close is heard) while the root lives on:
+    // 25 more of its 20 ms ticks, each a guest call (and no request made
+    // meanwhile), are time for a stream the gateway ended to say so.
+    let before = guest_calls(&c, &gw).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while guest_calls(&c, &gw).await < before + 25.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the root stopped ticking"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(heard().await, "message from-root\n", "{}", gw.logs());
 }

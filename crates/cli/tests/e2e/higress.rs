@@ -9,10 +9,6 @@ use crate::common::upstream::Upstream;
 use crate::common::{client, HttpClient, Reply};
 use wasmgate_testkit::RedisServer;
 
-fn header(r: &Reply, name: &str) -> Option<String> {
-    r.headers.get(name).map(|v| v.to_str().unwrap().to_string())
-}
-
 async fn get(c: &HttpClient, gw: &GatewayProc, path: &str, headers: &[(&str, &str)]) -> Reply {
     send(c, "GET", &gw.url(path), headers, "").await
 }
@@ -49,7 +45,10 @@ routes:
     for expected in 1..=3 {
         let r = get(&c, &gw, "/counted", &[]).await;
         assert_eq!(r.status, 200, "{}", r.text());
-        assert_eq!(header(&r, "x-redis-count"), Some(expected.to_string()));
+        assert_eq!(
+            r.header("x-redis-count"),
+            Some(expected.to_string().as_str())
+        );
     }
     // The filter's key is in the real Redis.
     let key = format!("hits:127.0.0.1:{}", gw.port);
@@ -59,18 +58,14 @@ routes:
     );
     for (user, expected) in [("ada", "1"), ("bob", "1"), ("ada", "2")] {
         let r = get(&c, &gw, "/user", &[("x-user", user)]).await;
-        assert_eq!(
-            header(&r, "x-redis-count").as_deref(),
-            Some(expected),
-            "{user}"
-        );
+        assert_eq!(r.header("x-redis-count"), Some(expected), "{user}");
     }
     // A filter without the grant cannot reach the service: proxy_redis_call
     // answers BadArgument, the framework reports it, the request goes on.
     let r = get(&c, &gw, "/ungranted", &[]).await;
     assert_eq!(r.status, 200);
-    assert!(header(&r, "x-redis-count").is_none());
-    let error = header(&r, "x-redis-error").unwrap();
+    assert!(r.header("x-redis-count").is_none());
+    let error = r.header("x-redis-error").unwrap();
     assert!(error.contains("bad argument"), "{error}");
 
     // Redis down: the filter gets status 1 (no reply) and fails open, at once.
@@ -79,7 +74,7 @@ routes:
     let r = get(&c, &gw, "/counted", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(
-        header(&r, "x-redis-error").as_deref(),
+        r.header("x-redis-error"),
         Some("cannot connect to redis cluster")
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(2));
@@ -88,7 +83,7 @@ routes:
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let r = get(&c, &gw, "/counted", &[]).await;
-        if header(&r, "x-redis-count").is_some() {
+        if r.header("x-redis-count").is_some() {
             break;
         }
         assert!(
@@ -141,10 +136,10 @@ routes:
         backend.address()
     ));
     let c = client();
-    let tag = |r: &Reply| header(r, "x-rule-tag").unwrap_or_default();
+    let tag = |r: &Reply| r.header("x-rule-tag").unwrap_or_default().to_string();
     let r = get(&c, &gw, "/orders/1", &[]).await;
     assert_eq!(tag(&r), "orders-route");
-    assert_eq!(header(&r, "x-rule-count").as_deref(), Some("1"));
+    assert_eq!(r.header("x-rule-count"), Some("1"));
     let r = get(&c, &gw, "/anything", &[("host", "shop.example.com")]).await;
     assert_eq!(tag(&r), "example-domain");
     let r = get(&c, &gw, "/proxied", &[]).await;
@@ -153,7 +148,7 @@ routes:
     let r = get(&c, &gw, "/anything", &[]).await;
     assert_eq!(tag(&r), "global");
     let r = get(&c, &gw, "/orders/2", &[]).await;
-    assert_eq!(header(&r, "x-rule-count").as_deref(), Some("2"));
+    assert_eq!(r.header("x-rule-count"), Some("2"));
     assert_eq!(
         redis.command(&["GET", &format!("o:127.0.0.1:{}", gw.port)]),
         wasmgate_testkit::RedisReply::Bulk(b"2".to_vec())
@@ -183,9 +178,9 @@ routes:
         let r = get(&c, &gw, "/", &[("x-api-key", "k1")]).await;
         statuses.push(r.status);
         if r.status == 200 {
-            assert!(header(&r, "x-ratelimit-remaining").is_some());
+            assert!(r.header("x-ratelimit-remaining").is_some());
         } else {
-            assert_eq!(header(&r, "x-ratelimit-limit").as_deref(), Some("3"));
+            assert_eq!(r.header("x-ratelimit-limit"), Some("3"));
         }
     }
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
@@ -214,8 +209,8 @@ routes:
     for _ in 0..7 {
         let reply = get(&c, &gw, "/", &[]).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
-        counts.push(header(&reply, "x-vm-requests").unwrap());
-        let memory: u64 = header(&reply, "x-vm-memory").unwrap().parse().unwrap();
+        counts.push(reply.header("x-vm-requests").unwrap().to_string());
+        let memory: u64 = reply.header("x-vm-memory").unwrap().parse().unwrap();
         assert!(memory >= 1 << 20, "plugin_vm_memory {memory}");
     }
     // The framework asks on every third request; each ask replaces the VM.

@@ -223,6 +223,26 @@ async fn sigterm_finishes_in_flight_requests() {
     assert!(status.success(), "{status}");
 }
 
+/// An Extism plugin that counts its calls in a global of its instance (as
+/// any module's own state is kept) and answers the count, `1` to `9`.
+const CALLS: &str = r#"(module
+  (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+  (import "extism:host/env" "store_u8" (func $store_u8 (param i64 i32)))
+  (import "extism:host/env" "output_set" (func $output_set (param i64 i64)))
+  (memory (export "memory") 1)
+  (global $calls (mut i32) (i32.const 0))
+  (func (export "calls") (result i32)
+    (local $at i64)
+    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (local.set $at (call $alloc (i64.const 1)))
+    (call $store_u8 (local.get $at) (i32.add (i32.const 48) (global.get $calls)))
+    (call $output_set (local.get $at) (i64.const 1))
+    (i32.const 0))
+)"#;
+
+/// `--isolation` promises a fresh instance for every request, nothing shared
+/// between requests: a module's own state starts anew each time. The same
+/// plugin on one reused instance shows what sharing looks like.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolation_mode_serves_correctly() {
     let server = Server::start(&[plugin("hello").to_str().unwrap(), "hello", "--isolation"]);
@@ -231,6 +251,28 @@ async fn isolation_mode_serves_correctly() {
         let reply = post(&c, &server.url("/"), format!("n{i}")).await;
         assert_eq!(reply.text(), format!(r#"{{"message":"Hello n{i}"}}"#));
     }
+
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls.wat");
+    std::fs::write(&calls, CALLS).unwrap();
+    let calls = calls.to_str().unwrap();
+    let counts = |server: Server| async move {
+        let mut counts = String::new();
+        for _ in 0..5 {
+            let reply = post(&client(), &server.url("/"), "").await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            counts += &reply.text();
+        }
+        counts
+    };
+    let reused = Server::start(&[calls, "calls", "--pool-size", "1"]);
+    assert_eq!(counts(reused).await, "12345", "one instance, reused");
+    let isolated = Server::start(&[calls, "calls", "--pool-size", "1", "--isolation"]);
+    assert_eq!(
+        counts(isolated).await,
+        "11111",
+        "a fresh instance each time"
+    );
 }
 
 #[test]

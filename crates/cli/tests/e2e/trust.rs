@@ -384,7 +384,7 @@ routes:
 async fn a_filters_crash_report_stays_in_the_log_unless_the_operator_asks() {
     let dir = tempfile::tempdir().unwrap();
     let fragile = dir.path().join("fragile.wat");
-    std::fs::write(&fragile, crate::gateway::FRAGILE).unwrap();
+    std::fs::write(&fragile, crate::common::gateway::FRAGILE).unwrap();
     for details in [false, true] {
         let gw = GatewayProc::start(&format!(
             r#"

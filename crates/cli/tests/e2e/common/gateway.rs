@@ -290,6 +290,32 @@ pub async fn until_metric(
     }
 }
 
+/// Waits until the number in header `name` of the answers to `GET url` has
+/// grown by `by` from its first value, and returns how far it went; panics
+/// if it has not within `within`. For counts a plugin keeps on its own (a
+/// root context's ticks): the wait ends as soon as they have moved.
+pub async fn until_header_grows(
+    c: &HttpClient,
+    url: &str,
+    name: &str,
+    by: u64,
+    within: Duration,
+) -> (u64, u64) {
+    let started = Instant::now();
+    let first = get(c, url).await.number(name);
+    loop {
+        let now = get(c, url).await.number(name);
+        if now >= first + by {
+            return (first, now);
+        }
+        assert!(
+            started.elapsed() < within,
+            "{name} went from {first} to {now} in {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until the gateway has applied configuration generation `n`.
 pub async fn until_generation(c: &HttpClient, gw: &GatewayProc, n: u64) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -308,16 +334,33 @@ pub async fn until_generation(c: &HttpClient, gw: &GatewayProc, n: u64) -> serde
 /// The whole answer (head and body) to a plain `GET path` on 127.0.0.1:port,
 /// or "" if the connection fails: for waits outside an async runtime.
 fn raw_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return String::new();
-    }
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer).into_owned()
+    let answer = super::raw_exchange(port, request.as_bytes(), Duration::from_secs(5));
+    String::from_utf8_lossy(&answer.unwrap_or_default()).into_owned()
 }
+
+/// A filter that traps on `/crash` (in a function of its own, which a
+/// backtrace names) and otherwise adds `x-fragile: ok`.
+pub const FRAGILE: &str = r#"(module
+  (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
+  (import "env" "proxy_get_header_map_value" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (global $heap (mut i32) (i32.const 4096))
+  (data (i32.const 0) ":path")
+  (data (i32.const 16) "x-fragile")
+  (data (i32.const 32) "ok")
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param i32) (result i32)
+    (local $p i32) (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get 0))) (local.get $p))
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (drop (call $get (i32.const 0) (i32.const 0) (i32.const 5) (i32.const 64) (i32.const 68)))
+    ;; "/crash" is 6 bytes starting with "/c"
+    (if (i32.and (i32.eq (i32.load (i32.const 68)) (i32.const 6))
+                 (i32.eq (i32.load8_u (i32.add (i32.load (i32.const 64)) (i32.const 1))) (i32.const 99)))
+      (then (call $explode_on_purpose)))
+    (drop (call $add (i32.const 0) (i32.const 16) (i32.const 9) (i32.const 32) (i32.const 2)))
+    (i32.const 0))
+  (func $explode_on_purpose unreachable)
+)"#;

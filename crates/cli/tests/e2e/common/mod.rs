@@ -172,6 +172,15 @@ impl Reply {
         self.headers.get(name).map(|v| v.to_str().unwrap())
     }
 
+    /// Header `name` as a number; panics when it is missing or is not one.
+    pub fn number(&self, name: &str) -> u64 {
+        let value = self.header(name);
+        let value = value.unwrap_or_else(|| panic!("no {name} header"));
+        value
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}: {value:?}: {e}"))
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
@@ -259,4 +268,34 @@ pub fn log_lines(
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until `logs()` contains `needle` (log lines may come after the reply).
+pub fn wait_for_log(logs: impl Fn() -> String, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = logs();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no log line with {needle:?} in:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// HTTP over a bare TCP connection, for what a client library would not
+/// send (a stalled head, broken framing, plain text to a TLS port): writes
+/// `request` to 127.0.0.1:`port` and reads until the server closes or
+/// `within` passes. None if the connection or the write fails.
+pub fn raw_exchange(port: u16, request: &[u8], within: Duration) -> Option<Vec<u8>> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(within)).ok()?;
+    stream.write_all(request).ok()?;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    Some(answer)
 }
