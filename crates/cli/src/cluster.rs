@@ -1,16 +1,17 @@
-//! `wasmgate run` on a node whose configuration is in etcd, and `wasmgate
-//! config push` (docs/cluster.md).
+//! `wasmgate config push` (docs/cluster.md), and the start of `wasmgate
+//! run` on a node whose configuration is in etcd, which is
+//! `wasmgate_cluster::start` (as a Kubernetes node's is
+//! `wasmgate_kubernetes::start`).
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use wasmgate_cluster::access::EtcdAccess;
-use wasmgate_cluster::EtcdStore;
 use wasmgate_config::GatewayConfig;
-use wasmgate_gateway::{Gateway, LiveGateway};
-use wasmgate_runtime::Runtime;
+
+/// `wasmgate run`'s start of a node in etcd mode (`gateway.rs` calls it).
+pub use wasmgate_cluster::start;
 
 #[derive(Subcommand)]
 pub enum ConfigCommand {
@@ -164,55 +165,4 @@ fn inline_certificates(config: &mut GatewayConfig, base: &std::path::Path) -> Re
         }
     }
     Ok(())
-}
-
-/// A node's own file, in etcd mode, holds only the node's settings.
-pub fn check_node_file(config: &GatewayConfig) -> Result<(), String> {
-    let held: Vec<&str> = [
-        ("routes", config.routes.is_empty()),
-        ("upstreams", config.upstreams.is_empty()),
-        ("plugins", config.plugins.is_empty()),
-        ("services", config.services.is_empty()),
-        ("certificates", config.certificates.is_empty()),
-        ("global_plugins", config.global_plugins.is_empty()),
-    ]
-    .into_iter()
-    .filter(|(_, empty)| !empty)
-    .map(|(section, _)| section)
-    .collect();
-    if held.is_empty() {
-        return Ok(());
-    }
-    Err(format!(
-        "this node's configuration comes from etcd (`config.etcd`), so its file holds only the node's own settings; move {} to etcd with `wasmgate config push`",
-        held.join(", ")
-    ))
-}
-
-/// Starts a node in etcd mode: it answers 503 (and `/readyz` 503) until the
-/// configuration arrives from etcd (or its cache file), then serves it and
-/// follows every change; it registers itself for `GET /cluster`.
-pub async fn start(
-    node: GatewayConfig,
-    file: &std::path::Path,
-    runtime: Runtime,
-) -> Result<Arc<LiveGateway>, String> {
-    check_node_file(&node)?;
-    // Nothing to serve until etcd (or the cache file) gives a configuration:
-    // the node answers 503 with the reason meanwhile (`set_waiting`).
-    let gateway = Gateway::build(node.clone(), file, &runtime, None)
-        .await
-        .map_err(|e| e.to_string())?;
-    let live = Arc::new(LiveGateway::new(gateway, file, runtime));
-    live.set_waiting(&format!(
-        "waiting for etcd ({}; docs/cluster.md)",
-        node.config
-            .as_ref()
-            .map_or(String::new(), |c| c.etcd.join(", "))
-    ));
-    let store = EtcdStore::new(node, file, &live).map_err(|e| format!("{e:#}"))?;
-    live.set_store(store.clone());
-    tokio::spawn(store.clone().run());
-    tokio::spawn(wasmgate_cluster::nodes::register(store));
-    Ok(live)
 }

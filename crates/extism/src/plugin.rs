@@ -1,9 +1,8 @@
 //! A loaded Extism plugin: its compiled modules, its shared state (config,
-//! vars, limits) and its pool of instances. [`Plugin::call`] is the whole life
-//! of a call.
+//! vars, limits: `PluginShared`, in `state.rs`) and its pool of instances.
+//! [`Plugin::call`] is the whole life of a call.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ use crate::host_function::HostFunction;
 use crate::http::{AllowedHosts, DEFAULT_MAX_RESPONSE_BYTES};
 use crate::kernel::{self, Kernel};
 use crate::manifest::{Manifest, MAIN_MODULE};
-use crate::state::ExtismState;
+use crate::state::{ExtismState, PluginShared};
 
 /// Default var store size, as in the reference runtime.
 const DEFAULT_MAX_VAR_BYTES: u64 = 1024 * 1024;
@@ -45,25 +44,6 @@ pub struct PluginOptions {
     /// (refused by default; inline `data` never may: see
     /// [`PrecompiledPolicy`]).
     pub precompiled: PrecompiledPolicy,
-}
-
-/// What every instance of a plugin shares.
-pub(crate) struct PluginShared {
-    pub name: Arc<str>,
-    pub config: BTreeMap<String, String>,
-    /// Vars belong to the plugin, not to one instance, so every pooled
-    /// instance sees the same values (as a single reference-runtime plugin would).
-    pub vars: Mutex<BTreeMap<String, Vec<u8>>>,
-    pub max_var_bytes: u64,
-    pub allowed_hosts: AllowedHosts,
-    pub max_http_response_bytes: u64,
-    pub allowed_paths: BTreeMap<String, PathBuf>,
-    pub memory_limit: Option<u64>,
-    pub extism_memory_limit: u64,
-    pub timeout: Option<Duration>,
-    pub needs_wasi: bool,
-    pub stats: Arc<PluginStats>,
-    pub services: wasmgate_services::Grants,
 }
 
 /// A module of the manifest with, for each of its imports, where a new

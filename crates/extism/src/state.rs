@@ -1,15 +1,38 @@
-//! What each instance's store holds.
+//! What each instance's store holds ([`ExtismState`]), and what every
+//! instance of a plugin shares through it ([`PluginShared`]: config, vars,
+//! limits, grants), which the host functions read.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use wasmgate_runtime::limits::HasCallBudget;
-use wasmgate_runtime::{CallBudget, MemoryLimiter};
+use wasmgate_runtime::{CallBudget, MemoryLimiter, PluginStats};
 use wasmtime::Memory;
 use wasmtime_wasi::p1::WasiP1Ctx;
 
+use crate::http::AllowedHosts;
 use crate::memory::ExtismMemory;
-use crate::plugin::PluginShared;
+
+/// What every instance of a plugin shares.
+pub(crate) struct PluginShared {
+    pub name: Arc<str>,
+    pub config: BTreeMap<String, String>,
+    /// Vars belong to the plugin, not to one instance, so every pooled
+    /// instance sees the same values (as a single reference-runtime plugin would).
+    pub vars: Mutex<BTreeMap<String, Vec<u8>>>,
+    pub max_var_bytes: u64,
+    pub allowed_hosts: AllowedHosts,
+    pub max_http_response_bytes: u64,
+    pub allowed_paths: BTreeMap<String, PathBuf>,
+    pub memory_limit: Option<u64>,
+    pub extism_memory_limit: u64,
+    pub timeout: Option<Duration>,
+    pub needs_wasi: bool,
+    pub stats: Arc<PluginStats>,
+    pub services: wasmgate_services::Grants,
+}
 
 /// Store data of one Extism instance.
 pub struct ExtismState {

@@ -19,7 +19,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use wasmgate_config::UpstreamTls;
 
-use crate::translate::{Condition, Snapshot};
+use crate::model::{Condition, Snapshot};
 
 /// A policy as this node reads it.
 pub struct PolicyState {

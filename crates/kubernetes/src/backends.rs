@@ -9,8 +9,8 @@ use kube::ResourceExt;
 use wasmgate_config::{NodeConfig, UpstreamConfig, UpstreamProtocol, UpstreamTls};
 
 use crate::backend_tls::TlsPolicies;
+use crate::model::{Condition, Snapshot, GROUP};
 use crate::route_view::{BackendRef, RouteKind};
-use crate::translate::{Condition, Snapshot, GROUP};
 
 /// The nodes of one rule's backends, and what they speak.
 pub struct Backend {

@@ -9,15 +9,23 @@
 //! Kubernetes client is kube-rs; the Gateway API types are the kube-rs
 //! project's `gateway-api` crate.
 
+mod attachment;
 mod backend_tls;
 mod backends;
 mod grpcroute;
+mod hosts;
 mod httproute;
 mod leader;
 mod listeners;
+mod model;
+mod names;
+mod place;
 mod plugins;
 mod pull_secrets;
+mod ranking;
 mod route_view;
+mod rule_filters;
+mod rules;
 mod secrets;
 mod services;
 mod status;
@@ -32,9 +40,10 @@ use std::sync::Arc;
 use wasmgate_config::GatewayConfig;
 use wasmgate_gateway::{Gateway, LiveGateway};
 
+pub use model::{Snapshot, Translation};
 pub use route_view::RouteKind;
 pub use store::KubernetesStore;
-pub use translate::{translate, Snapshot, Translation};
+pub use translate::translate;
 pub use wasmplugin::WasmPlugin;
 
 /// Starts a node whose routes come from the API server: it answers 503

@@ -19,8 +19,9 @@ use kube::ResourceExt;
 use wasmgate_config::{CertificateConfig, Scheme};
 
 use crate::backends::granted;
+use crate::model::{Condition, Snapshot, GROUP};
+use crate::names::entry_name;
 use crate::route_view::RouteKind;
-use crate::translate::{entry_name, Condition, Snapshot, GROUP};
 
 /// One listener of a Gateway of ours.
 pub struct ListenerState<'a> {

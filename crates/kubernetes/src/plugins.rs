@@ -18,9 +18,10 @@ use serde_json::Value;
 use wasmgate_config::grants::NamespaceGrants;
 use wasmgate_config::{FilterRef, PluginConfig, RegistryConfig};
 
+use crate::hosts::host_matches;
+use crate::model::GROUP;
 use crate::pull_secrets::Pulls;
 use crate::route_view::RouteKind;
-use crate::translate::{host_matches, GROUP};
 use crate::wasmplugin::{FailStrategy, ImagePullPolicy, Phase, WasmPlugin, WasmPluginKind};
 
 /// What the node's file lets each namespace's WasmPlugins use
@@ -98,7 +99,7 @@ pub enum WasmBackend {
 
 /// The name a WasmPlugin's plugin has in the node's configuration.
 pub fn plugin_name(namespace: &str, name: &str) -> String {
-    crate::translate::entry_name(&format!("wp.{namespace}.{name}"))
+    crate::names::entry_name(&format!("wp.{namespace}.{name}"))
 }
 
 impl<'a> WasmPlugins<'a> {

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 
-use crate::translate::Snapshot;
+use crate::model::Snapshot;
 use crate::watches::Watches;
 
 /// How long a pass waits for newly named Secrets' first answer, so that a

@@ -20,8 +20,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
+use crate::model::{Condition, Translation, GROUP};
 use crate::route_view::RouteKind;
-use crate::translate::{Condition, Translation, GROUP};
 use crate::wasmplugin::WasmPlugin;
 
 /// What was last written, per object, without the timestamps.

@@ -30,9 +30,10 @@ use wasmgate_config::{GatewayConfig, KubernetesSource, Scheme};
 use wasmgate_gateway::config_store::{ConfigStore, EditError, StoreFuture};
 use wasmgate_gateway::LiveGateway;
 
+use crate::model::{Node, Snapshot, Translation};
 use crate::secrets::NamedSecrets;
 use crate::status::{self, Written};
-use crate::translate::{translate, Node, Snapshot, Translation};
+use crate::translate::translate;
 use crate::wasmplugin::WasmPlugin;
 use crate::watches::Watches;
 

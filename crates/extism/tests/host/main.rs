@@ -6,7 +6,7 @@
 //! path: `cargo test --release -p wasmgate-extism --test host fuzz_host::`.
 //! The tests share one process, so a test that captures log lines does so
 //! for its own thread (`tracing::subscriber::set_default`). The generated
-//! sequences (`../reference_sequences.rs`) are a binary of their own: the
+//! sequences (`../reference_sequences/`) are a binary of their own: the
 //! host's log level follows the process's subscribers, and the fuzzer's
 //! (every level) would change what the reference comparison expects.
 
