@@ -1,7 +1,6 @@
-//! `wasmgate config push` (docs/cluster.md), and the start of `wasmgate
-//! run` on a node whose configuration is in etcd, which is
-//! `wasmgate_cluster::start` (as a Kubernetes node's is
-//! `wasmgate_kubernetes::start`).
+//! `wasmgate config push` (docs/cluster.md). A node whose configuration is
+//! in etcd starts in `wasmgate_cluster::start` (`gateway.rs` calls it, as it
+//! calls `wasmgate_kubernetes::start`).
 
 use std::process::ExitCode;
 
@@ -9,9 +8,6 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use wasmgate_cluster::access::EtcdAccess;
 use wasmgate_config::GatewayConfig;
-
-/// `wasmgate run`'s start of a node in etcd mode (`gateway.rs` calls it).
-pub use wasmgate_cluster::start;
 
 #[derive(Subcommand)]
 pub enum ConfigCommand {

@@ -230,7 +230,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
         }
     } else if node.config.is_some() {
         let runtime = runtime(&args.config)?;
-        crate::cluster::start(node, &args.config.config, runtime).await
+        wasmgate_cluster::start(node, &args.config.config, runtime).await
     } else {
         build(&args.config).await.map(|(gateway, runtime)| {
             Arc::new(LiveGateway::new(gateway, &args.config.config, runtime))
