@@ -2,7 +2,7 @@
 //! (loopback by default; a bearer token is required anywhere else).
 //!
 //! - `GET /healthz`, `GET /readyz`: liveness and readiness, never behind the token.
-//! - `GET /metrics`: Prometheus text format (see `metrics.rs`).
+//! - `GET /metrics`: Prometheus text format (see `metrics/`).
 //! - `GET /status`: reload generation and last error, plugin summaries.
 //! - `GET /plugins/{name}/status`: one plugin's pools, counters and last crash.
 //! - `GET|PUT|DELETE /routes/{name}`, `/upstreams/{name}`, `/plugins/{name}`,

@@ -7,6 +7,7 @@
 //! - [`backoff`]: the exponential backoff with jitter every retry loop uses.
 //! - [`fs`]: files written whole or not at all.
 //! - [`hex`]: lower-case hexadecimal.
+//! - [`paths`]: a configuration's paths, relative to its file's directory.
 //! - [`tls`]: rustls client settings trusting Mozilla's roots or a CA file.
 //! - [`traceparent`]: the W3C Trace Context header.
 
@@ -14,6 +15,7 @@ pub mod backoff;
 pub mod fs;
 pub mod hex;
 pub mod histogram;
+pub mod paths;
 pub mod tls;
 pub mod traceparent;
 

@@ -16,7 +16,7 @@ pub fn start(enabled: bool, path: &str, format: Format, base: &Path) -> Result<(
     }
     let target = match path {
         "-" => Target::Stdout,
-        file => Target::File(base.join(file)),
+        file => Target::File(wasmgate_base::paths::resolve(base, file)),
     };
     let log = AccessLog::start(target.clone(), format)
         .with_context(|| format!("access_log: cannot open {target:?}"))?;
@@ -73,7 +73,10 @@ pub fn start_tracing(config: &wasmgate_config::TracingConfig, base: &Path) -> Re
             wasmgate_config::OtlpProtocol::Grpc => wasmgate_observe::trace::OtlpProtocol::Grpc,
             wasmgate_config::OtlpProtocol::Http => wasmgate_observe::trace::OtlpProtocol::Http,
         },
-        ca_file: config.ca_file.as_ref().map(|file| base.join(file)),
+        ca_file: config
+            .ca_file
+            .as_ref()
+            .map(|file| wasmgate_base::paths::resolve(base, file)),
         sample_ratio: config.sample_ratio,
         respect_sampled: config.respect_sampled,
         service_name: config.service_name.clone(),

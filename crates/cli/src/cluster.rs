@@ -80,11 +80,7 @@ fn push(args: PushArgs) -> Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let base = args
-        .config
-        .file()
-        .parent()
-        .unwrap_or(std::path::Path::new("."));
+    let base = wasmgate_base::paths::config_dir(args.config.file());
     if let Err(e) = inline_certificates(&mut config, base) {
         eprintln!("{}: {e}\nnothing was pushed", args.config.file().display());
         return Ok(ExitCode::FAILURE);
@@ -139,7 +135,7 @@ fn node_access(file: &std::path::Path) -> Result<(EtcdAccess, String)> {
     let Some(source) = node.config.filter(|c| !c.etcd.is_empty()) else {
         anyhow::bail!("not a node file of an etcd cluster: it has no `config.etcd`");
     };
-    let base = file.parent().unwrap_or(std::path::Path::new("."));
+    let base = wasmgate_base::paths::config_dir(file);
     let prefix = source.prefix.clone();
     Ok((EtcdAccess::new(&source, base)?, prefix))
 }
@@ -153,7 +149,7 @@ fn inline_certificates(config: &mut GatewayConfig, base: &std::path::Path) -> Re
             (&mut certificate.key, &mut certificate.key_pem),
         ] {
             if let Some(path) = file.take() {
-                let path = base.join(path);
+                let path = wasmgate_base::paths::resolve(base, path);
                 *text = Some(std::fs::read_to_string(&path).map_err(|e| {
                     format!("certificates[{i}]: cannot read {}: {e}", path.display())
                 })?);

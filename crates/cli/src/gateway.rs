@@ -204,11 +204,7 @@ async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {
     // A running node serves while a slow component compiles (`check`
     // waits for every compile).
     wasmgate_gateway::compile_components_in_background();
-    let base = args
-        .config
-        .config
-        .parent()
-        .unwrap_or(std::path::Path::new("."));
+    let base = wasmgate_base::paths::config_dir(&args.config.config);
     let log = &node.access_log;
     crate::access_log::start(
         log.enabled,

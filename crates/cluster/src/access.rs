@@ -68,7 +68,7 @@ impl EtcdAccess {
     }
 
     fn read(&self, what: &str, file: &Path) -> Result<String> {
-        let path = self.base.join(file);
+        let path = wasmgate_base::paths::resolve(&self.base, file);
         std::fs::read_to_string(&path)
             .with_context(|| format!("config.{what}: cannot read {}", path.display()))
     }

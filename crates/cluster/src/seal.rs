@@ -36,7 +36,7 @@ impl Keyring {
         for key in &encryption.keys {
             let text = match (&key.file, &key.env) {
                 (Some(file), _) => {
-                    let path = base.join(file);
+                    let path = wasmgate_base::paths::resolve(base, file);
                     std::fs::read_to_string(&path).with_context(|| {
                         format!(
                             "config.encryption key `{}`: cannot read {}",

@@ -116,7 +116,7 @@ impl EtcdStore {
                 .map(|l| l.address.clone())
                 .unwrap_or_default()
         });
-        let base = file.parent().unwrap_or(std::path::Path::new("."));
+        let base = wasmgate_base::paths::config_dir(file);
         let access = EtcdAccess::new(&source, base)?;
         Ok(Arc::new(EtcdStore {
             endpoints: source.etcd.clone(),

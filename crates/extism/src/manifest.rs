@@ -116,12 +116,10 @@ impl Manifest {
             .with_context(|| format!("reading manifest {}", path.display()))?;
         let mut manifest =
             Manifest::from_json(&text).with_context(|| format!("in {}", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
+        let base = wasmgate_base::paths::config_dir(path);
         for wasm in &mut manifest.wasm {
             if let Some(p) = &wasm.path {
-                if p.is_relative() {
-                    wasm.path = Some(base.join(p));
-                }
+                wasm.path = Some(wasmgate_base::paths::resolve(base, p));
             }
         }
         Ok(manifest)

@@ -216,13 +216,5 @@ pub struct PluginSet<'a> {
 
 /// Where a plugin's module is, for a configuration in directory `base`.
 pub(crate) fn plugin_path(base: &Path, p: &PluginConfig) -> PathBuf {
-    resolve(base, &p.wasm)
-}
-
-fn resolve(base: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        base.join(path)
-    }
+    wasmgate_base::paths::resolve(base, &p.wasm)
 }

@@ -538,14 +538,8 @@ impl LiveGateway {
     pub fn watched_files(&self) -> Vec<PathBuf> {
         let current = self.current();
         let config = current.config();
-        let base = self.file.parent().unwrap_or(Path::new("."));
-        let resolve = |f: &PathBuf| {
-            if f.is_absolute() {
-                f.clone()
-            } else {
-                base.join(f)
-            }
-        };
+        let base = wasmgate_base::paths::config_dir(&self.file);
+        let resolve = |f: &PathBuf| wasmgate_base::paths::resolve(base, f);
         let mut files = vec![self.file.clone(), self.admin_file.clone()];
         // Modules pulled from a registry change by a reload, not on disk.
         files.extend(

@@ -57,7 +57,7 @@ pub async fn start(
     let source = (node.config.as_ref())
         .and_then(|c| c.kubernetes.clone())
         .ok_or("the node's file has no `config.kubernetes` section")?;
-    let base = file.parent().unwrap_or(Path::new("."));
+    let base = wasmgate_base::paths::config_dir(file);
     let client = store::client(&source, base)
         .await
         .map_err(|e| format!("connecting to the Kubernetes API server: {e:#}"))?;

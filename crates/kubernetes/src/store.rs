@@ -103,7 +103,7 @@ pub async fn client(source: &KubernetesSource, base: &Path) -> anyhow::Result<Cl
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut config = match &source.kubeconfig {
         Some(file) => {
-            let path = base.join(file);
+            let path = wasmgate_base::paths::resolve(base, file);
             let kubeconfig = kube::config::Kubeconfig::read_from(&path)
                 .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?

@@ -55,7 +55,7 @@ impl Gateway {
             file: file.to_path_buf(),
             found: Vec::new(),
         };
-        let base = file.parent().unwrap_or(Path::new("."));
+        let base = wasmgate_base::paths::config_dir(file);
         let services = build_services(&config, previous, &mut problems);
         let (tls, certificates, listener_problems) = build_tls(&config, base, &mut problems);
         let upstreams = build_upstreams(&config, base, &mut problems);
