@@ -96,7 +96,9 @@ pub fn pull_settings(p: &PluginConfig, base: &Path) -> Result<crate::PullSetting
         }),
         credentials,
         plain_http: registry.plain_http,
-        ca_file: registry.ca_file.map(|f| base.join(f)),
+        ca_file: registry
+            .ca_file
+            .map(|f| wasmgate_base::paths::resolve(base, f)),
         expected_sha256: p.sha256.clone(),
         max_bytes: registry
             .max_mb
@@ -126,8 +128,7 @@ pub fn pulled_plugins_dir(cache_dir: Option<&Path>) -> Result<PathBuf> {
 
 async fn url_or_path(p: &PluginConfig, base: &Path, cache_dir: Option<&Path>) -> Result<PathBuf> {
     if !is_url(p) {
-        // `join` keeps an absolute path as it is.
-        let path = base.join(&p.wasm);
+        let path = wasmgate_base::paths::resolve(base, &p.wasm);
         if p.wasm.is_relative() && !path.exists() {
             // Say where a relative path led: it is the configuration's
             // directory, not the one wasmgate was started in.

@@ -129,11 +129,7 @@ fn pem_source(
 ) -> Result<(Vec<u8>, String), String> {
     match (file, inline) {
         (Some(file), _) => {
-            let path = if file.is_absolute() {
-                file.clone()
-            } else {
-                base.join(file)
-            };
+            let path = wasmgate_base::paths::resolve(base, file);
             let bytes = std::fs::read(&path).map_err(|e| {
                 format!(
                     "cannot read {}: {e} (`{what}` is resolved against the configuration's directory)",
@@ -153,13 +149,7 @@ pub fn certificate_files(configs: &[CertificateConfig], base: &Path) -> Vec<Path
         .iter()
         .flat_map(|c| [c.cert.as_ref(), c.key.as_ref()])
         .flatten()
-        .map(|f| {
-            if f.is_absolute() {
-                f.clone()
-            } else {
-                base.join(f)
-            }
-        })
+        .map(|f| wasmgate_base::paths::resolve(base, f))
         .collect()
 }
 
@@ -246,11 +236,7 @@ pub fn server_config(
                 .client_ca
                 .as_ref()
                 .ok_or("client_auth needs client_ca")?;
-            let path = if file.is_absolute() {
-                file.clone()
-            } else {
-                base.join(file)
-            };
+            let path = wasmgate_base::paths::resolve(base, file);
             let pem =
                 std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             policy.update(&pem);

@@ -12,6 +12,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use wasmgate_base::paths::resolve;
 use wasmgate_base::tls::{public_roots, roots_from_pem};
 use wasmgate_config::{UpstreamProtocol, UpstreamTls};
 
@@ -105,14 +106,6 @@ pub fn for_node(
         connector: tokio_rustls::TlsConnector::from(config.clone()),
         server_name,
     })
-}
-
-fn resolve(base: &Path, file: &Path) -> std::path::PathBuf {
-    if file.is_absolute() {
-        file.to_path_buf()
-    } else {
-        base.join(file)
-    }
 }
 
 /// `verify: false`: every certificate is accepted (signatures still checked
