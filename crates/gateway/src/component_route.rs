@@ -56,7 +56,8 @@ impl Handler for ComponentRoute {
         if declared.is_some_and(|length| length > limit as u64) {
             return body::full_response(too_large(limit));
         }
-        let host = crate::router::request_host(request.uri(), request.headers()).to_string();
+        let host =
+            wasmgate_routing::router::request_host(request.uri(), request.headers()).to_string();
         let (mut parts, body) = request.into_parts();
         let pending = match wasmgate_observe::observing() {
             true => crate::access::observe(&mut parts, &host, connection.peer).1,

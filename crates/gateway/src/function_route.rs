@@ -161,7 +161,8 @@ impl Handler for FunctionRoute {
             error_response::public(&mut response, details, crate::request_id::next);
             return response;
         }
-        let host = crate::router::request_host(request.uri(), request.headers()).to_string();
+        let host =
+            wasmgate_routing::router::request_host(request.uri(), request.headers()).to_string();
         let (mut parts, body) = request.into_parts();
         let (_, mut pending) = crate::access::observe(&mut parts, &host, connection.peer);
         let request = Request::from_parts(parts, body);

@@ -18,7 +18,7 @@ use wasmgate_services::Services;
 use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
 pub(crate) use crate::endpoint::Endpoint;
-use crate::router::{RouteIndex, RouteMatcher};
+use wasmgate_routing::router::{RouteIndex, RouteMatcher};
 use wasmgate_transport::tls::TlsAcceptorConfig;
 use wasmgate_upstream::Upstream;
 
@@ -96,14 +96,14 @@ pub(crate) struct Route {
     /// Whether its requests get access-log lines (when the node keeps a log).
     pub access_log: bool,
     /// Its own header changes, when it has any.
-    pub request_headers: Option<Box<crate::header_edits::HeaderEditor>>,
-    pub response_headers: Option<Box<crate::header_edits::HeaderEditor>>,
+    pub request_headers: Option<Box<wasmgate_routing::header_edits::HeaderEditor>>,
+    pub response_headers: Option<Box<wasmgate_routing::header_edits::HeaderEditor>>,
     /// Its own URL changes, when it has any.
-    pub rewrite: Option<Box<crate::url_rewrite::UrlRewriter>>,
+    pub rewrite: Option<Box<wasmgate_routing::url_rewrite::UrlRewriter>>,
     /// Upstreams that get copies of its requests (`mirror`).
     pub mirrors: Vec<Arc<crate::endpoint::mirror::Mirror>>,
     /// The cross-origin requests it allows, when it says.
-    pub cors: Option<Box<crate::cors::Cors>>,
+    pub cors: Option<Box<wasmgate_routing::cors::Cors>>,
 }
 
 impl Route {

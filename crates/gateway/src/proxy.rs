@@ -47,7 +47,6 @@ use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo, Tra
 use crate::access::{self, logged, Pending};
 use crate::body_pump::{channel_body, channel_body_after, BodyPump};
 use crate::chain::{Chain, ChainNotes, Direction, Stop};
-use crate::cors;
 use crate::endpoint::component;
 use crate::endpoint::mirror::{self, Mirror};
 use crate::endpoint::tunnel::{self, UpgradeRequest};
@@ -58,7 +57,8 @@ use crate::endpoint::Target;
 use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
 use crate::grpc;
-use crate::router::RouteInput;
+use wasmgate_routing::cors;
+use wasmgate_routing::router::RouteInput;
 use wasmgate_transport::body::{self, Body, ClientBody, ClientBodyError};
 use wasmgate_transport::listener::{Connection, Handler};
 use wasmgate_upstream::{OutboundBody, Upstream};
@@ -108,7 +108,7 @@ impl Gateway {
             body,
             Duration::from_millis(self.config.limits.body_read_timeout_ms),
         );
-        let host = crate::router::request_host(&parts.uri, &parts.headers).to_string();
+        let host = wasmgate_routing::router::request_host(&parts.uri, &parts.headers).to_string();
         // The trace, when the node traces, and the access-log line (with a
         // recorded trace's spans), when the node keeps one (access.rs).
         let (trace_ids, mut pending) = access::observe(&mut parts, &host, connection.peer);

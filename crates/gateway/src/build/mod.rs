@@ -19,8 +19,8 @@ use wasmgate_proxy_wasm::Runtime;
 use wasmgate_services::Services;
 
 use crate::gateway::CertificateInfo;
-use crate::router::RouteIndex;
 use crate::Gateway;
+use wasmgate_routing::router::RouteIndex;
 use wasmgate_transport::tls::{self, TlsAcceptorConfig};
 use wasmgate_upstream::Upstream;
 

@@ -18,10 +18,10 @@ use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
 use crate::endpoint::mirror::Mirror;
 use crate::gateway::{Endpoint, Route};
-use crate::header_edits::HeaderEditor;
 use crate::http_call::UpstreamCaller;
-use crate::router::RouteMatcher;
-use crate::url_rewrite::UrlRewriter;
+use wasmgate_routing::header_edits::HeaderEditor;
+use wasmgate_routing::router::RouteMatcher;
+use wasmgate_routing::url_rewrite::UrlRewriter;
 use wasmgate_upstream::Upstream;
 
 /// What a route may refer to.
@@ -89,7 +89,7 @@ pub(super) async fn build(
                         Some(Arc::new(Mirror::new(upstream, m.percent)))
                     })
                     .collect(),
-                cors: (r.cors.as_ref()).map(|c| Box::new(crate::cors::Cors::new(c))),
+                cors: (r.cors.as_ref()).map(|c| Box::new(wasmgate_routing::cors::Cors::new(c))),
             });
         }
     }

@@ -6,7 +6,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::HeaderMap;
 use wasmgate_config::HeaderEdits;
 
-pub(crate) struct HeaderEditor {
+pub struct HeaderEditor {
     remove: Vec<HeaderName>,
     set: Vec<(HeaderName, HeaderValue)>,
     add: Vec<(HeaderName, HeaderValue)>,

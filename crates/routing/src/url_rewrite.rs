@@ -9,7 +9,7 @@ use hyper::http::uri::{Authority, PathAndQuery};
 use hyper::Uri;
 use wasmgate_config::{ReplacePrefix, Rewrite};
 
-pub(crate) struct UrlRewriter {
+pub struct UrlRewriter {
     path: Option<String>,
     replace_prefix: Option<ReplacePrefix>,
     host: Option<(Authority, HeaderValue)>,
