@@ -1,6 +1,6 @@
-//! What the host-function fuzzers share (crates/extism/tests/host/fuzz_host.rs,
-//! crates/proxy-wasm/tests/host/fuzz_host.rs, crates/extism/tests/
-//! reference_sequences.rs): seeded randomness, a log subscriber that formats
+//! What the host-function fuzzers share (crates/extism/tests/host/fuzz_host/,
+//! crates/proxy-wasm/tests/host/fuzz_host/, crates/extism/tests/
+//! reference_sequences/): seeded randomness, a log subscriber that formats
 //! every event, and numbers from the environment.
 
 use std::fmt::Write as _;
