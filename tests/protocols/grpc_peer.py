@@ -13,13 +13,16 @@ so nothing is generated at build time.
       ServerStream  `N` answers N messages `0`..`N-1`.
       ClientStream  the number of messages and bytes received, as JSON.
       Bidi          every message back as it comes (ping-pong).
+      Greet         a bidi stream where the server speaks first: `hello`
+                    before it reads anything, then every message back.
 
   grpc_peer.py client TARGET SCENARIO [ARG] [authority=HOST] [ca=CA_FILE]
       Calls through TARGET (host:port), with HOST as the calls' authority
       (what routes match), over TLS trusting CA_FILE when given; prints one
       JSON object; exits 1 when a check fails.
-      all        the four call kinds, a status with its message, trailing
-                 metadata, metadata sent, a client deadline;
+      all        the four call kinds, a stream the server opens (Greet),
+                 a status with its message, trailing metadata, metadata
+                 sent, a client deadline;
       status     one unary call: the code and message the client got (used
                  for the gateway's own answers: no route, upstream down, ...);
       deadline MS  a unary call that sleeps longer than its timeout of MS;
@@ -66,11 +69,17 @@ def serve(port, cert=None, key=None):
         for message in requests:
             yield message
 
+    def greet(requests, context):
+        yield b"hello"
+        for message in requests:
+            yield message
+
     handler = grpc.method_handlers_generic_handler(SERVICE, {
         "Unary": grpc.unary_unary_rpc_method_handler(unary),
         "ServerStream": grpc.unary_stream_rpc_method_handler(server_stream),
         "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream),
         "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
+        "Greet": grpc.stream_stream_rpc_method_handler(greet),
     })
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     server.add_generic_rpc_handlers((handler,))
@@ -95,14 +104,14 @@ def channel(target, ca_file, authority):
     return grpc.insecure_channel(target, options)
 
 
-def bidi(call, timeout=10):
+def bidi(call, timeout=10, method="Bidi"):
     """A bidi call fed from a queue (None ends it): the queue and the replies."""
     outgoing = queue.Queue()
 
     def messages():
         while (m := outgoing.get()) is not None:
             yield m
-    return outgoing, call("stream_stream", "Bidi")(messages(), timeout=timeout)
+    return outgoing, call("stream_stream", method)(messages(), timeout=timeout)
 
 
 def client(target, scenario, rest):
@@ -131,6 +140,20 @@ def client(target, scenario, rest):
             pongs.append(next(replies).decode())
         outgoing.put(None)
         result["bidi"] = pongs
+        # The server speaks first: its greeting must come before the client
+        # has sent anything (a gateway that waits for the request's first
+        # message to open the upstream request hangs here until the deadline).
+        outgoing, replies = bidi(call, timeout=5, method="Greet")
+        try:
+            greeting = [next(replies).decode()]
+            outgoing.put(b"and you")
+            greeting.append(next(replies).decode())
+            outgoing.put(None)
+            greeting += [m.decode() for m in replies]
+        except grpc.RpcError as e:
+            outgoing.put(None)
+            greeting = [e.code().name]
+        result["server_first"] = greeting
         try:
             call("unary_unary", "Unary")(b"fail", timeout=10)
             failed.append("fail did not fail")
@@ -143,6 +166,7 @@ def client(target, scenario, rest):
             ("server_stream", result["server_stream"] == ["0", "1", "2", "3", "4"]),
             ("client_stream", result["client_stream"] == {"count": 50, "bytes": 5000}),
             ("bidi", pongs == [f"ping {i}" for i in range(5)]),
+            ("server_first", greeting == ["hello", "and you"]),
             ("fail", result.get("fail") == ["INVALID_ARGUMENT", "told to fail"]),
         ] if not ok]
     elif scenario in ("status", "deadline"):

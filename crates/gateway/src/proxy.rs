@@ -542,12 +542,20 @@ impl Gateway {
         } else {
             (Some(prepare(exchange)), None, None)
         };
-        // The receiver hears of the request once the filters have let the
-        // first of its body through (or its end): a request a filter
-        // refuses while it buffers the body (a JSON or WAF check) never
-        // reaches the upstream, not even its head.
+        // A body of declared length is being sent now: the receiver hears
+        // of the request once the filters have let the first of it through
+        // (or its end), so that a request a filter refuses while it buffers
+        // the body (a JSON or WAF check) never reaches the upstream, not
+        // even its head. A body of open length (a gRPC call, a chunked
+        // stream) may not come until the other side has spoken (a stream
+        // where the server speaks first): its head goes on as soon as the
+        // filters let the headers go, as Envoy's router sends it.
+        let head_first = ready.is_some() && open_length(&exchange.request_headers);
         let send = async {
-            let first = rx.recv().await;
+            let first = match head_first {
+                true => None,
+                false => rx.recv().await,
+            };
             let prepared = match (ready, head_later) {
                 (Some(prepared), _) => prepared,
                 (None, Some(later)) => later.await.expect("the head is sent before the body ends"),
@@ -653,4 +661,10 @@ impl Gateway {
         self.filter_response(route, chain, exchange, response, None)
             .await
     }
+}
+
+/// Whether a request's body has no declared length (no `content-length`):
+/// a stream, whose sender may wait for the answer before it sends more.
+fn open_length(headers: &Headers) -> bool {
+    headers.get(b"content-length").is_none()
 }

@@ -391,9 +391,11 @@ async fn grpc_calls_of_every_kind_pass_over_h2c_and_h2_upstreams() {
             "auto",
         ),
     ] {
-        // Unary, both streaming kinds and ping-pong bidi, statuses with
-        // their messages and trailing metadata, end to end; on a route
-        // with a filter, whose header reaches the server as metadata.
+        // Unary, both streaming kinds, ping-pong bidi and a stream where the
+        // server speaks first, statuses with their messages and trailing
+        // metadata, end to end; on a route with a filter too (whose header
+        // reaches the server as metadata): the filtered route opens the
+        // upstream request at the headers, not at the first message.
         for host in ["plain.test", "filtered.test"] {
             let run = grpc_via(&gw, host, "all", &[]).await;
             assert!(run.ok, "{what} {host}: {}", run.report);
