@@ -12,12 +12,14 @@ use tokio::sync::Semaphore;
 use wasmgate_component::ComponentPlugin;
 use wasmgate_config::{GatewayConfig, PluginConfig};
 use wasmgate_extism::Plugin;
+use wasmgate_proxy_wasm::FilterPlugin;
 use wasmgate_runtime::{LatencyHistogram, PluginStats, PoolStats};
 use wasmgate_services::Services;
 
 use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
 pub(crate) use crate::endpoint::Endpoint;
+use crate::http_call::UpstreamCaller;
 use wasmgate_routing::router::{RouteIndex, RouteMatcher};
 use wasmgate_transport::tls::TlsAcceptorConfig;
 use wasmgate_upstream::Upstream;
@@ -45,6 +47,12 @@ pub struct Gateway {
     /// The components it serves, by plugin name (what a reload that leaves
     /// one compiling serves meanwhile).
     pub(crate) components: HashMap<String, Arc<wasmgate_component::ComponentPlugin>>,
+    /// Every route's filters as started, by what makes them the same
+    /// (`build/routes.rs`): what the next build keeps instead of starting
+    /// them again.
+    pub(crate) filters: HashMap<String, StartedFilter>,
+    /// How many of those were kept from the gateway serving before it.
+    pub filters_kept: usize,
     /// The services its plugins were granted, with their pools.
     pub(crate) services: Services,
     /// What each TLS listener accepts with, by its configured address.
@@ -55,6 +63,14 @@ pub struct Gateway {
     /// lacks, with what that means for their handshakes: a cluster node
     /// may start before its certificates are written (docs/tls.md).
     pub(crate) listener_problems: Vec<(String, String)>,
+}
+
+/// A route's filter as started: the plugin and the caller its
+/// `proxy_http_call`s go through.
+#[derive(Clone)]
+pub(crate) struct StartedFilter {
+    pub plugin: Arc<FilterPlugin>,
+    pub caller: Arc<UpstreamCaller>,
 }
 
 /// What operators see of a certificate served: its names and expiry.
@@ -116,6 +132,15 @@ impl Route {
 impl Gateway {
     pub fn config(&self) -> &GatewayConfig {
         &self.config
+    }
+
+    /// Points every filter's calls at this gateway's upstreams, those kept
+    /// from earlier builds included: done as it starts serving
+    /// (`LiveGateway::swap`).
+    pub(crate) fn take_over_filter_calls(&self) {
+        for filter in self.filters.values() {
+            filter.caller.call_through(&self.upstreams);
+        }
     }
 
     /// What the TLS listener configured at `address` accepts with.

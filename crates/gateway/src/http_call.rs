@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, SizeHint};
@@ -25,18 +26,38 @@ use wasmgate_transport::node_pool::PooledBody;
 use wasmgate_upstream::{OutboundBody, RequestHead, Upstream};
 
 /// `proxy_http_call` through the gateway's upstreams.
+///
+/// A filter started by one build may serve in later ones (a reload that
+/// leaves it unchanged keeps it, `build/routes.rs`), while each build has
+/// upstreams of its own: the upstreams a caller uses are swapped to the
+/// serving gateway's when that gateway is installed, so a kept filter calls
+/// what the configuration now says, as Envoy's filters call its current
+/// clusters.
 #[derive(Debug)]
 pub(crate) struct UpstreamCaller {
-    pub(crate) upstreams: Arc<HashMap<String, Arc<Upstream>>>,
+    upstreams: ArcSwap<HashMap<String, Arc<Upstream>>>,
+}
+
+impl UpstreamCaller {
+    pub(crate) fn new(upstreams: Arc<HashMap<String, Arc<Upstream>>>) -> UpstreamCaller {
+        UpstreamCaller {
+            upstreams: ArcSwap::new(upstreams),
+        }
+    }
+
+    /// From now on, calls go to `upstreams` (the gateway being installed).
+    pub(crate) fn call_through(&self, upstreams: &Arc<HashMap<String, Arc<Upstream>>>) {
+        self.upstreams.store(upstreams.clone());
+    }
 }
 
 impl HttpCaller for UpstreamCaller {
     fn has_upstream(&self, upstream: &str) -> bool {
-        self.upstreams.contains_key(upstream)
+        self.upstreams.load().contains_key(upstream)
     }
 
     fn call(&self, request: HttpCallRequest) -> HttpCallFuture {
-        let upstream = self.upstreams.get(&request.upstream).cloned();
+        let upstream = self.upstreams.load().get(&request.upstream).cloned();
         Box::pin(async move {
             let upstream = upstream.ok_or("unknown upstream")?;
             let head = request_head(&request.headers)?;
@@ -58,7 +79,7 @@ impl HttpCaller for UpstreamCaller {
     }
 
     fn open_stream(&self, request: HttpStreamRequest) -> HttpStreamFuture {
-        let upstream = self.upstreams.get(&request.upstream).cloned();
+        let upstream = self.upstreams.load().get(&request.upstream).cloned();
         Box::pin(async move {
             let upstream = upstream.ok_or("unknown upstream")?;
             let head = request_head(&request.headers)?;

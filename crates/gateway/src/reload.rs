@@ -130,11 +130,17 @@ pub struct ReloadStatus {
     pub last_error: Option<String>,
     /// When that rejection happened (ms since the epoch).
     pub last_error_at_ms: Option<u64>,
+    /// The serving generation's filters (one per route and plugin)...
+    pub filters: usize,
+    /// ... and how many of them it kept from the generation before
+    /// instead of starting them again (`build/routes.rs`).
+    pub filters_kept: usize,
 }
 
 impl LiveGateway {
     pub fn new(gateway: Gateway, file: &Path, runtime: Runtime) -> LiveGateway {
         crate::build::plugins::warn_unimplemented_imports(&gateway);
+        let filters = gateway.filters.len();
         let live = LiveGateway {
             current: ArcSwap::from_pointee(gateway),
             file: file.to_path_buf(),
@@ -146,6 +152,8 @@ impl LiveGateway {
                 failed_reloads: 0,
                 last_error: None,
                 last_error_at_ms: None,
+                filters,
+                filters_kept: 0,
             }),
             reloading: tokio::sync::Mutex::new(()),
             seen: Mutex::new(Vec::new()),
@@ -466,6 +474,8 @@ impl LiveGateway {
 
     fn swap(&self, gateway: Gateway, trigger: &str, started: Instant, stamp: u64) -> u64 {
         crate::build::plugins::warn_unimplemented_imports(&gateway);
+        gateway.take_over_filter_calls();
+        let (filters, filters_kept) = (gateway.filters.len(), gateway.filters_kept);
         self.current.store(Arc::new(gateway));
         // Modules only the old version used go when its last request ends.
         self.runtime.forget_modules_unused_since(stamp);
@@ -475,10 +485,13 @@ impl LiveGateway {
         status.loaded_at_ms = wasmgate_base::unix_ms();
         status.last_error = None;
         status.last_error_at_ms = None;
+        (status.filters, status.filters_kept) = (filters, filters_kept);
         tracing::info!(
             trigger,
             generation = status.generation,
             took_ms = started.elapsed().as_millis() as u64,
+            filters,
+            filters_kept,
             "configuration reloaded"
         );
         status.generation

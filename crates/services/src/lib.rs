@@ -210,6 +210,15 @@ impl Grants {
         }
     }
 
+    /// Which services these are, not only their names: a service whose
+    /// configuration changes is built anew while an unchanged one is
+    /// shared, so equal addresses mean the same pools.
+    pub fn addresses(&self) -> Vec<usize> {
+        (self.services.iter())
+            .map(|s| Arc::as_ptr(s) as usize)
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.services.is_empty()
     }

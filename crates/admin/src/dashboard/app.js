@@ -322,6 +322,7 @@ function renderFacts(status) {
     ["last reload result", reload.last_error
       ? `rejected${reload.last_error_at_ms ? " at " + new Date(reload.last_error_at_ms).toLocaleString() : ""}: ${reload.last_error}`
       : "applied" + (reload.failed_reloads ? ` (${reload.failed_reloads} rejected earlier)` : "")],
+    ["filters", reload.filters === undefined ? "-" : `${reload.filters} (${reload.filters_kept} kept from the configuration before, ${reload.filters - reload.filters_kept} started)`],
     ["last admin change", status.last_change ? `${status.last_change.action}: ${status.last_change.outcome}` : "-"],
   ];
   $("facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", k), el("dd", v ?? "-")]));

@@ -35,6 +35,22 @@ pub(super) fn reload_metrics(live: &LiveGateway, out: &mut String) {
         "wasmgate_config_reload_failures_total {}",
         reload.failed_reloads
     );
+    family(
+        out,
+        "wasmgate_config_filters",
+        "gauge",
+        "The serving configuration's filters (one per route and plugin), by whether the reload that made it kept them from the configuration before (`kept`: not started again) or started them.",
+    );
+    let started = reload.filters.saturating_sub(reload.filters_kept);
+    let _ = writeln!(
+        out,
+        "wasmgate_config_filters{{origin=\"kept\"}} {}",
+        reload.filters_kept
+    );
+    let _ = writeln!(
+        out,
+        "wasmgate_config_filters{{origin=\"started\"}} {started}"
+    );
     if let Some(store) = live.store() {
         family(
             out,

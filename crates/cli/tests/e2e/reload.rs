@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::gateway::{get, send, GatewayProc};
+use crate::common::gateway::{get, metric, send, GatewayProc};
+use crate::common::upstream::Upstream;
 use crate::common::{client, plugin};
 
 fn config(answer: &str, filter_wasm: &str) -> String {
@@ -171,6 +172,82 @@ async fn config_and_plugin_changes_reload_without_failing_a_request() {
         metrics.contains("wasmgate_config_reload_failures_total 3"),
         "{metrics}"
     );
+}
+
+/// A gateway whose filter (the Rust SDK's http_auth_random) asks upstream
+/// `auth-service` (at `auth`) before each request; `answer` is another
+/// route's fixed answer and `timeout_ms` one of the filter's settings.
+fn kept_filter_config(backend: &str, auth: &str, answer: &str, timeout_ms: u32) -> String {
+    format!(
+        r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+plugins:
+  - {{name: auth, wasm: "{{wasm:http_auth_random}}", timeout_ms: {timeout_ms}}}
+upstreams:
+  - {{name: backend, nodes: [{{address: "{backend}"}}]}}
+  - {{name: auth-service, nodes: [{{address: "{auth}"}}]}}
+routes:
+  - {{name: plain, path: {{prefix: /plain}}, respond: {{status: 200, body: "{answer}"}}}}
+  - {{name: all, plugins: [{{plugin: auth, conf: {{upstream: auth-service}}}}], upstream: backend}}
+"#
+    )
+}
+
+/// A reload that leaves a filter as it was keeps it (no new instance, no
+/// new start), and the kept filter's calls go to the upstreams of the
+/// configuration now served; a reload that changes a filter's settings
+/// starts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_filter_is_kept_and_calls_the_new_upstreams() {
+    let backend = Upstream::start("backend").await;
+    let (auth1, auth2) = (
+        Upstream::start("auth-1").await,
+        Upstream::start("auth-2").await,
+    );
+    let config = |auth: &Upstream, answer: &str, timeout_ms| {
+        kept_filter_config(&backend.address(), &auth.address(), answer, timeout_ms)
+    };
+    let gw = GatewayProc::start(&config(&auth1, "v1", 1000));
+    let c = client();
+    let data = gw.url("/data");
+    let allowed = || send(&c, "GET", &data, &[("x-token", "allow")], "");
+    assert_eq!(allowed().await.status, 200);
+    assert_eq!((auth1.hits(), auth2.hits()), (1, 0));
+    let created = r#"wasmgate_plugin_instances_created_total{plugin="auth",route="all"}"#;
+    let instances = metric(&c, &gw, created).await;
+    assert!(instances >= 1.0);
+
+    // Another route changes, and where `auth-service` is: the filter is kept.
+    gw.rewrite(&config(&auth2, "v2", 1000));
+    wait_for_body(&c, &gw.url("/plain"), "v2").await;
+    let status = get(&c, &gw.admin_url("/status")).await.json();
+    assert_eq!(status["reload"]["filters"], 1, "{status}");
+    assert_eq!(status["reload"]["filters_kept"], 1, "{status}");
+    assert_eq!(
+        metric(&c, &gw, r#"wasmgate_config_filters{origin="kept"}"#).await,
+        1.0
+    );
+    assert_eq!(allowed().await.status, 200);
+    assert_eq!(
+        metric(&c, &gw, created).await,
+        instances,
+        "no instance started"
+    );
+    // Its callout went to the node the configuration names now.
+    assert_eq!((auth1.hits(), auth2.hits()), (1, 1));
+
+    // The filter's own settings change: started again.
+    gw.rewrite(&config(&auth2, "v3", 2000));
+    wait_for_body(&c, &gw.url("/plain"), "v3").await;
+    let status = get(&c, &gw.admin_url("/status")).await.json();
+    assert_eq!(status["reload"]["filters_kept"], 0, "{status}");
+    assert_eq!(
+        metric(&c, &gw, r#"wasmgate_config_filters{origin="started"}"#).await,
+        1.0
+    );
+    assert_eq!(allowed().await.status, 200);
+    assert_eq!((auth1.hits(), auth2.hits()), (1, 2));
 }
 
 async fn wait_for_failed_reloads(

@@ -61,15 +61,17 @@ impl Gateway {
         let upstreams = build_upstreams(&config, base, &mut problems);
         let mut plugins = plugins::load(&config, base, runtime, &services, &mut problems).await;
         plugins.keep_previous_while_compiling(previous);
-        let routes = routes::build(
+        let built = routes::build(
             &config,
             &plugins,
             &upstreams,
             &services,
             runtime,
+            previous,
             &mut problems,
         )
         .await;
+        let routes = built.routes;
         if !problems.found.is_empty() {
             return Err(ConfigErrors(problems.found));
         }
@@ -85,6 +87,8 @@ impl Gateway {
             components,
             unimplemented_imports: plugins.unimplemented,
             compiling: plugins.compiling,
+            filters: built.filters,
+            filters_kept: built.filters_kept,
             services,
             tls,
             certificates,

@@ -1,15 +1,24 @@
 //! The routes section: each route's filter chain (the global filters and
 //! its own, each a Proxy-Wasm plugin configured for this route, sorted by
 //! priority) and its endpoint.
+//!
+//! A filter is started (its first instance created and configured) once,
+//! and kept by every later build in which it is the same: the same module,
+//! route, configuration, limits and services. A reload that changes
+//! something else does not start it again: a heavy plugin (Higress's WAF
+//! with the OWASP rules takes close to a minute of CPU to start) costs its
+//! start only when it changes, its instances and their warm state go on
+//! serving, and its counters go on counting, as Envoy keeps a Wasm VM
+//! whose configuration a listener update leaves alone.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
 use wasmgate_base::histogram::LatencyHistogram;
 use wasmgate_config::{FilterRef, GatewayConfig, PluginConfig, RouteConfig};
-use wasmgate_proxy_wasm::{FilterPlugin, HttpCaller, Runtime};
+use wasmgate_proxy_wasm::{FilterConfig, FilterPlugin, Runtime};
 use wasmgate_services::Services;
 
 use super::plugins::{filter_config, grants, LoadedPlugin, Plugins};
@@ -17,7 +26,7 @@ use super::Problems;
 use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
 use crate::endpoint::mirror::Mirror;
-use crate::gateway::{Endpoint, Route};
+use crate::gateway::{Endpoint, Gateway, Route, StartedFilter};
 use crate::http_call::UpstreamCaller;
 use wasmgate_routing::header_edits::HeaderEditor;
 use wasmgate_routing::router::RouteMatcher;
@@ -33,7 +42,20 @@ struct Context<'a> {
     services: &'a Services,
     runtime: &'a Runtime,
     /// `proxy_http_call` through the upstreams, for every filter.
-    caller: Arc<dyn HttpCaller>,
+    caller: Arc<UpstreamCaller>,
+    /// The filters of the gateway serving now, by [`filter_key`].
+    previous: Option<&'a HashMap<String, StartedFilter>>,
+    /// This build's filters, by [`filter_key`]: started or kept.
+    started: Mutex<HashMap<String, StartedFilter>>,
+}
+
+/// What [`build`] makes.
+pub(super) struct BuiltRoutes {
+    pub routes: Vec<Route>,
+    /// Every filter of the routes, by [`filter_key`], for the next build.
+    pub filters: HashMap<String, StartedFilter>,
+    /// How many of them were kept from the gateway serving before.
+    pub filters_kept: usize,
 }
 
 /// Every route of `config`, in order; the ones with a problem are left out
@@ -44,8 +66,9 @@ pub(super) async fn build(
     upstreams: &Arc<HashMap<String, Arc<Upstream>>>,
     services: &Services,
     runtime: &Runtime,
+    previous: Option<&Gateway>,
     problems: &mut Problems,
-) -> Vec<Route> {
+) -> BuiltRoutes {
     let context = Context {
         config,
         plugins,
@@ -57,9 +80,9 @@ pub(super) async fn build(
         upstreams,
         services,
         runtime,
-        caller: Arc::new(UpstreamCaller {
-            upstreams: upstreams.clone(),
-        }),
+        caller: Arc::new(UpstreamCaller::new(upstreams.clone())),
+        previous: previous.map(|g| &g.filters),
+        started: Mutex::new(HashMap::new()),
     };
     let mut routes = Vec::with_capacity(config.routes.len());
     for (i, r) in config.routes.iter().enumerate() {
@@ -93,7 +116,15 @@ pub(super) async fn build(
             });
         }
     }
-    routes
+    let filters = context.started.into_inner().expect("started filters");
+    let filters_kept = (filters.values())
+        .filter(|f| !Arc::ptr_eq(&f.caller, &context.caller))
+        .count();
+    BuiltRoutes {
+        routes,
+        filters,
+        filters_kept,
+    }
 }
 
 /// The route's chain: the global filters, then its own, each configured
@@ -177,19 +208,45 @@ async fn build_filter(
         (context.caller.clone(), grants(settings, context.services)),
         &context.config.limits.proxy_wasm,
     );
-    match FilterPlugin::from_module(context.runtime, module, filter_config).await {
-        Ok(plugin) => Some((
-            settings.priority,
-            RouteFilter {
+    let key = (context.plugins.hashes.get(&filter.plugin))
+        .map(|sha256| filter_key(sha256, &filter_config));
+    let kept = (key.as_ref()).and_then(|key| context.previous?.get(key));
+    let started = match kept {
+        Some(kept) => kept.clone(),
+        None => match FilterPlugin::from_module(context.runtime, module, filter_config).await {
+            Ok(plugin) => StartedFilter {
                 plugin,
-                fail: settings.fail,
+                caller: context.caller.clone(),
             },
-        )),
-        Err(e) => {
-            problems.add(field.to_string(), format!("{e:#}"));
-            None
-        }
+            Err(e) => {
+                problems.add(field.to_string(), format!("{e:#}"));
+                return None;
+            }
+        },
+    };
+    let plugin = started.plugin.clone();
+    if let Some(key) = key {
+        (context.started.lock().expect("started filters")).insert(key, started);
     }
+    Some((
+        settings.priority,
+        RouteFilter {
+            plugin,
+            fail: settings.fail,
+        },
+    ))
+}
+
+/// What makes a started filter the same one in another build: its module
+/// and every setting it was started with, but where its calls go (its
+/// `UpstreamCaller` follows the serving gateway); the services it may use by
+/// identity, since a service whose configuration changes is built anew
+/// (`build_services`) while an unchanged one is shared.
+fn filter_key(module_sha256: &str, config: &FilterConfig) -> String {
+    let mut settings = config.clone();
+    settings.http_caller = None;
+    let services = config.services.addresses();
+    format!("{module_sha256} {settings:?} {services:?}")
 }
 
 /// The route's endpoint: an upstream, an Extism function, a component, a
