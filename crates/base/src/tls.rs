@@ -89,4 +89,8 @@ pub struct TlsInfo {
     pub peer_subject: Option<String>,
     pub peer_uri_sans: Vec<String>,
     pub peer_dns_sans: Vec<String>,
+    /// The client's certificate itself (DER), for the properties derived
+    /// from it when a filter asks (`connection.sha256_peer_certificate_digest`,
+    /// `connection.peer_certificate`).
+    pub peer_certificate: Option<Vec<u8>>,
 }

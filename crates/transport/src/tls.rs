@@ -313,10 +313,10 @@ pub fn connection_info(connection: &rustls::ServerConnection) -> TlsInfo {
         Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
         _ => "unknown",
     };
-    let peer = connection
+    let leaf = connection
         .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(|leaf| crate::x509::Facts::of(leaf).ok());
+        .and_then(|chain| chain.first());
+    let peer = leaf.and_then(|leaf| crate::x509::Facts::of(leaf).ok());
     TlsInfo {
         version,
         sni: connection.server_name().map(str::to_string),
@@ -328,6 +328,7 @@ pub fn connection_info(connection: &rustls::ServerConnection) -> TlsInfo {
             .as_ref()
             .map(|p| p.uri_names.clone())
             .unwrap_or_default(),
+        peer_certificate: peer.as_ref().and(leaf).map(|leaf| leaf.to_vec()),
         peer_dns_sans: peer.map(|p| p.dns_names).unwrap_or_default(),
     }
 }
