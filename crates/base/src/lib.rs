@@ -10,6 +10,7 @@
 //! - [`paths`]: a configuration's paths, relative to its file's directory.
 //! - [`tls`]: rustls client settings trusting Mozilla's roots or a CA file.
 //! - [`traceparent`]: the W3C Trace Context header.
+//! - [`upstream_facts`]: an upstream's cluster name and nodes, as filters read them.
 
 pub mod backoff;
 pub mod fs;
@@ -18,6 +19,7 @@ pub mod histogram;
 pub mod paths;
 pub mod tls;
 pub mod traceparent;
+pub mod upstream_facts;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it): the
 /// timestamps of reports, samples and registrations.

@@ -332,6 +332,11 @@ impl Chain {
         mut data: Vec<u8>,
         end_of_stream: bool,
     ) -> Result<Vec<u8>, Stop> {
+        // What `request.size` and `response.size` count: the request's bytes
+        // as they come in, the response's as they go out.
+        if direction == Direction::Request {
+            exchange.info.request_body_bytes += data.len() as u64;
+        }
         for k in 0..self.links.len() {
             let i = self.nth(direction, k);
             let started = self.clock();
@@ -366,6 +371,9 @@ impl Chain {
                     data = out;
                 }
             }
+        }
+        if direction == Direction::Response {
+            exchange.info.response_body_bytes += data.len() as u64;
         }
         Ok(data)
     }

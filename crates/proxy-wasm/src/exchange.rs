@@ -48,8 +48,24 @@ pub struct RequestInfo {
     pub destination: Option<SocketAddr>,
     /// Unique per accepted connection (`connection.id`).
     pub connection_id: u64,
-    /// The upstream the route sends to (`cluster_name`).
-    pub cluster: Option<Arc<str>>,
+    /// The upstream the route sends to (`cluster_name`, `upstream.*`).
+    pub cluster: Option<Arc<UpstreamFacts>>,
+    /// Set once the request has gone to the route's upstream (its answer,
+    /// or its failure, is in): from then on `upstream.address` names the
+    /// node, when it is known.
+    pub upstream_sent: bool,
+    /// The node that answered, when the upstream reported it (it does
+    /// while the access log or tracing is on); for an upstream of one node
+    /// that node is known without it.
+    pub upstream_node: Option<Arc<str>>,
+    /// Request body bytes received so far (`request.size` without a
+    /// `Content-Length`, `request.total_size`), and response body bytes
+    /// sent on so far (`response.size`), as the filters pass them.
+    pub request_body_bytes: u64,
+    pub response_body_bytes: u64,
+    /// Set when the stream is over and its filters' `proxy_on_log` runs:
+    /// `request.duration` exists from then on, as in Envoy.
+    pub complete: bool,
     /// The connection's TLS, if it is a TLS connection (`connection.*`).
     pub tls: Option<Arc<TlsInfo>>,
     /// The request's place in a trace, when the gateway traces requests.
@@ -70,6 +86,9 @@ pub struct TraceIds {
 /// What is known of a TLS connection (the transport's facts, read by the
 /// `connection.*` properties).
 pub use wasmgate_base::tls::TlsInfo;
+
+/// What is known of the route's upstream (`cluster_name`, `upstream.*`).
+pub use wasmgate_base::upstream_facts::UpstreamFacts;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LocalResponse {

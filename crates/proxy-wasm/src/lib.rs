@@ -36,7 +36,7 @@ mod stream;
 pub use abi::{AbiVersion, Action};
 pub use config::FilterConfig;
 pub use error::FilterError;
-pub use exchange::{HttpExchange, LocalResponse, RequestInfo, TlsInfo, TraceIds};
+pub use exchange::{HttpExchange, LocalResponse, RequestInfo, TlsInfo, TraceIds, UpstreamFacts};
 pub use headers::Headers;
 pub use http_call::{
     CallFailure, HttpCallFuture, HttpCallRequest, HttpCallResponse, HttpCaller, HttpStreamFuture,

@@ -202,6 +202,7 @@ impl FilterStream {
     /// Ends the stream: `proxy_on_log`, `proxy_on_done`, `proxy_on_delete`;
     /// the instance goes back to the pool. Calls still in flight are dropped.
     pub async fn finish(mut self, exchange: &mut Box<HttpExchange>) -> Result<(), FilterError> {
+        exchange.info.complete = true;
         let end = EndOfStream {
             exports: self.lease.instance().exports.clone(),
             context_id: self.context_id,

@@ -22,6 +22,7 @@ use hyper::{HeaderMap, Method, Request, Response, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use wasmgate_base::histogram::LatencyHistogram;
+use wasmgate_base::upstream_facts::UpstreamFacts;
 
 use wasmgate_config::{Balance, HashOn, PassiveCheck, UpstreamConfig, UpstreamProtocol};
 use wasmgate_transport::body::{self, Body, ClientBodyError};
@@ -35,11 +36,11 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct Upstream {
     pub name: Arc<str>,
-    /// What Proxy-Wasm filters read as `cluster_name`, in the form Envoy
-    /// and Higress give it (`outbound|<port>||<name>`, the port of the
-    /// first node), which Higress's `_match_service_` rules parse. Shared
-    /// with every request's exchange.
-    pub cluster_name: Arc<str>,
+    /// What Proxy-Wasm filters read of it (`cluster_name` in the form
+    /// Envoy and Higress give it, `outbound|<port>||<name>` with the port of
+    /// the first node, which Higress's `_match_service_` rules parse; its
+    /// nodes). Shared with every filtered request's exchange.
+    pub facts: Arc<UpstreamFacts>,
     nodes: Vec<Node>,
     balance: Balance,
     pub hash_on: HashOn,
@@ -134,7 +135,7 @@ pub enum UpstreamError {
     },
 }
 
-/// `outbound|<port>||<name>`: see [`Upstream::cluster_name`].
+/// `outbound|<port>||<name>`: see [`Upstream::facts`].
 fn cluster_name(config: &UpstreamConfig) -> String {
     let port = config
         .nodes
@@ -177,10 +178,16 @@ impl Upstream {
                 .collect(),
         );
         let connector = CountedConnector::new(connector, gauges.clone());
+        let addresses: Vec<Arc<str>> = config
+            .nodes
+            .iter()
+            .map(|n| n.address.as_str().into())
+            .collect();
         let nodes: Vec<Node> = config
             .nodes
             .iter()
-            .map(|n| {
+            .zip(&addresses)
+            .map(|(n, shared_address)| {
                 let tls = match &tls {
                     Some(((requests, upgrades), settings)) => Some(NodeTls {
                         requests: tls_client::for_node(requests, settings, &n.address)?,
@@ -190,7 +197,7 @@ impl Upstream {
                 };
                 Ok(Node {
                     address: n.address.clone(),
-                    shared_address: n.address.as_str().into(),
+                    shared_address: shared_address.clone(),
                     default_host: HeaderValue::from_str(&n.address).ok(),
                     pool: NodePool::new(
                         &n.address,
@@ -221,7 +228,10 @@ impl Upstream {
         };
         let upstream = Arc::new(Upstream {
             name: config.name.as_str().into(),
-            cluster_name: cluster_name(config).into(),
+            facts: Arc::new(UpstreamFacts {
+                cluster_name: cluster_name(config),
+                nodes: addresses,
+            }),
             current_weights: Mutex::new(vec![0; nodes.len()]),
             nodes,
             balance: config.balance,

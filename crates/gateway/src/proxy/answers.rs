@@ -47,7 +47,7 @@ pub(super) fn exchange_for(asked: Asked, route: &Route) -> Box<HttpExchange> {
         _ => "HTTP/1.1",
     };
     let cluster = match &route.endpoint {
-        Endpoint::Upstream(upstream) => Some(upstream.cluster_name.clone()),
+        Endpoint::Upstream(upstream) => Some(upstream.facts.clone()),
         _ => None,
     };
     // Filled in place: built whole, the exchange (about a kilobyte) would
@@ -62,6 +62,11 @@ pub(super) fn exchange_for(asked: Asked, route: &Route) -> Box<HttpExchange> {
         destination: Some(connection.local),
         connection_id: connection.id,
         cluster,
+        upstream_sent: false,
+        upstream_node: None,
+        request_body_bytes: 0,
+        response_body_bytes: 0,
+        complete: false,
         tls: connection.tls,
         trace,
     };

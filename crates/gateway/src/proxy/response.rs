@@ -4,6 +4,7 @@
 //! chain stopped before its response began.
 
 use super::*;
+use wasmgate_upstream::UpstreamServed;
 
 impl Gateway {
     /// Response headers through the chain; the body is filtered as it
@@ -17,6 +18,15 @@ impl Gateway {
         request_rest: Option<RequestPump>,
     ) -> Response<Body> {
         let (parts, body) = response.into_parts();
+        // What `upstream.address` reads: the request went to the upstream,
+        // and to which node when the upstream said (it does only while
+        // requests are observed: the extension is an allocation).
+        if let Endpoint::Upstream(_) = &route.endpoint {
+            exchange.info.upstream_sent = true;
+            if let Some(served) = parts.extensions.get::<UpstreamServed>() {
+                exchange.info.upstream_node = Some(served.node.clone());
+            }
+        }
         let mut response_headers = Headers::from_map(parts.headers);
         response_headers.push_pseudo(":status", parts.status.as_str().as_bytes().to_vec());
         exchange.response_headers = response_headers;
@@ -243,6 +253,7 @@ impl Gateway {
             body: std::mem::take(&mut exchange.response_body),
             grpc_status,
         };
+        exchange.info.response_body_bytes = replied.body.len() as u64;
         let grpc = (exchange.request_headers.get(b"content-type"))
             .is_some_and(|v| v.starts_with(b"application/grpc"));
         local_response(replied, grpc)

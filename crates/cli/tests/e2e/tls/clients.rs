@@ -5,6 +5,7 @@ use super::failures;
 use crate::common::gateway::{send, until_generation, GatewayProc};
 use crate::common::tls::{certificate, curl, s_client};
 use crate::common::{client, raw_exchange};
+use sha2::Digest;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -200,7 +201,9 @@ routes:
     path: {{prefix: /}}
     plugins:
       - plugin: props
-        conf: ["connection.mtls:bool", "connection.subject_peer_certificate", "connection.uri_san_peer_certificate"]
+        conf: ["connection.mtls:bool", "connection.subject_peer_certificate", "connection.uri_san_peer_certificate",
+               "connection.dns_san_peer_certificate", "connection.sha256_peer_certificate_digest",
+               "connection.peer_certificate"]
     respond: {{status: 200, body: "hello"}}
 "#,
             pki.ca.display(),
@@ -229,6 +232,31 @@ routes:
         ),
         "{answer}"
     );
+    // The certificate itself, as Envoy gives it: its SHA-256 (of the DER)
+    // in hex, and its PEM URL-encoded; it has no DNS name.
+    assert!(
+        answer.contains("x-property-connection.dns_san_peer_certificate: <absent>"),
+        "{answer}"
+    );
+    let property = |name: &str| {
+        let prefix = format!("x-property-connection.{name}: ");
+        answer
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {name} in {answer}"))
+            .to_string()
+    };
+    let pem = payments.cert_pem();
+    let der = pem_body(&pem);
+    let digest = sha2::Sha256::digest(&der);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(property("sha256_peer_certificate_digest"), hex);
+    let encoded = property("peer_certificate");
+    assert!(
+        encoded.starts_with("-----BEGIN%20CERTIFICATE-----%0A"),
+        "{encoded}"
+    );
+    assert_eq!(pem_body(&percent_decoded(&encoded)), der);
     for refused in [None, Some(&stranger)] {
         let answer = python_https(port, &pki.ca, refused);
         assert!(answer.starts_with("refused:"), "{answer}");
@@ -252,4 +280,36 @@ routes:
     );
     let answer = python_https(port, &pki.ca, Some(&stranger));
     assert!(answer.starts_with("refused:"), "{answer}");
+}
+
+/// The DER inside a PEM certificate.
+fn pem_body(pem: &str) -> Vec<u8> {
+    use base64::Engine;
+    let body: String = pem
+        .lines()
+        .skip_while(|line| !line.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|line| !line.starts_with("-----END"))
+        .collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .expect("base64")
+}
+
+/// `%XX` escapes undone.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+            out.push(u8::from_str_radix(hex, 16).unwrap());
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
 }

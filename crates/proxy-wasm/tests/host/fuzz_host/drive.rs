@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use wasmgate_proxy_wasm::{FilterError, FilterPlugin, Flow, Headers, HttpExchange, RequestInfo};
+use wasmgate_proxy_wasm::{
+    FilterError, FilterPlugin, Flow, Headers, HttpExchange, RequestInfo, UpstreamFacts,
+};
 use wasmgate_testkit::fuzz::Rng;
 
 use super::reports::{harvest, Report};
@@ -72,13 +74,18 @@ pub(super) fn request_info() -> RequestInfo {
         source: Some(SocketAddr::from(([127, 0, 0, 1], 40000))),
         destination: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
         connection_id: 7,
-        cluster: Some("fuzz-cluster".into()),
+        cluster: Some(Arc::new(UpstreamFacts {
+            cluster_name: "fuzz-cluster".into(),
+            nodes: vec!["127.0.0.1:9".into()],
+        })),
+        upstream_sent: true,
         tls: None,
         trace: Some(Box::new(wasmgate_proxy_wasm::TraceIds {
             trace_id: *b"0123456789abcdef",
             span_id: *b"01234567",
             sampled: true,
         })),
+        ..RequestInfo::default()
     }
 }
 
