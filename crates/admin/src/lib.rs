@@ -72,7 +72,7 @@ fn probe(live: &LiveGateway, endpoint: Endpoint) -> Reply {
         Endpoint::Readyz if !live.is_warm() => Reply::text(
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
-            "a component is still compiling (GET /status lists it)\n",
+            "a component is still compiling or a filter starting (GET /status lists it)\n",
         ),
         _ => Reply::text(StatusCode::OK, "text/plain", "ok\n"),
     }
@@ -375,8 +375,17 @@ impl Admin {
                 // before serves is `updating`; one with nothing to serve
                 // yet is `compiling` (build/background.rs).
                 let since = gateway.compiling.iter().find(|(n, _)| n == name).map(|(_, s)| s);
-                let state = if since.is_some() { "updating" } else { "ready" };
-                json!({"name": name, "kind": kind, "state": state, "compiling_since_ms": since, "sha256": gateway.plugin_hash(name), "image": gateway.plugin_image(name)})
+                // A filter left starting (on some routes): `starting` where
+                // a route has nothing to serve meanwhile, else `updating`.
+                let starting: Vec<_> = (gateway.filters_starting.iter()).filter(|s| &s.plugin == name).collect();
+                let state = match (since, starting.iter().any(|s| !s.previous_serves)) {
+                    (_, true) => "starting",
+                    (Some(_), false) => "updating",
+                    (None, false) if !starting.is_empty() => "updating",
+                    (None, false) => "ready",
+                };
+                let starting_routes: Vec<_> = starting.iter().map(|s| json!({"route": s.route, "since_ms": s.since_ms, "previous_serves": s.previous_serves})).collect();
+                json!({"name": name, "kind": kind, "state": state, "compiling_since_ms": since, "starting_routes": starting_routes, "sha256": gateway.plugin_hash(name), "image": gateway.plugin_image(name)})
             })
             .chain(
                 (gateway.compiling.iter())

@@ -53,6 +53,9 @@ pub struct Gateway {
     pub(crate) filters: HashMap<String, StartedFilter>,
     /// How many of those were kept from the gateway serving before it.
     pub filters_kept: usize,
+    /// Filters still starting in the background when it was built
+    /// (`build/background.rs`).
+    pub filters_starting: Vec<FilterStarting>,
     /// The services its plugins were granted, with their pools.
     pub(crate) services: Services,
     /// What each TLS listener accepts with, by its configured address.
@@ -71,6 +74,18 @@ pub struct Gateway {
 pub(crate) struct StartedFilter {
     pub plugin: Arc<FilterPlugin>,
     pub caller: Arc<UpstreamCaller>,
+}
+
+/// A route's filter whose start a build left running in the background.
+#[derive(Clone, Debug)]
+pub struct FilterStarting {
+    pub plugin: String,
+    pub route: String,
+    /// Since when (Unix ms).
+    pub since_ms: u64,
+    /// Whether the filter's version before serves meanwhile (else the
+    /// route answers 503 `plugin_starting`).
+    pub previous_serves: bool,
 }
 
 /// What operators see of a certificate served: its names and expiry.

@@ -33,7 +33,7 @@ pub mod stats;
 pub use build::background::enable as compile_components_in_background;
 pub use component_route::{ComponentRoute, ComponentRouteConfig};
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
-pub use gateway::Gateway;
+pub use gateway::{FilterStarting, Gateway};
 pub use reload::{LiveGateway, ReloadStatus};
 pub use wasmgate_oci::fetch::pulled_plugins_dir;
 /// The body type every handler answers with (the transport's).

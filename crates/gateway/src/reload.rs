@@ -211,16 +211,19 @@ impl LiveGateway {
     }
 
     /// Whether every component of the node's first configuration has
-    /// compiled (`build/background.rs`): `/readyz` waits for it, so an
-    /// orchestrator sends no traffic to a node that would answer some of
-    /// it 503. Once warm a node stays so: a reload that leaves a component
-    /// compiling does not take a serving node out of its load balancer.
+    /// compiled and every filter started (`build/background.rs`): `/readyz`
+    /// waits for it, so an orchestrator sends no traffic to a node that
+    /// would answer some of it 503. Once warm a node stays so: a reload
+    /// that leaves a component compiling or a filter starting does not take
+    /// a serving node out of its load balancer.
     pub fn is_warm(&self) -> bool {
         self.warm.load(Ordering::Relaxed)
-            || (self.current().compiling.is_empty() && {
-                self.warm.store(true, Ordering::Relaxed);
-                true
-            })
+            || (self.current().compiling.is_empty()
+                && self.current().filters_starting.is_empty()
+                && {
+                    self.warm.store(true, Ordering::Relaxed);
+                    true
+                })
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -287,8 +290,11 @@ impl LiveGateway {
         loop {
             crate::build::background::COMPILED.notified().await;
             let config = self.current().config().clone();
-            if let Err(e) = self.apply(config, "a component finished compiling").await {
-                tracing::error!("the reload after a component's compile failed; the node keeps serving what it had:\n{e}");
+            if let Err(e) = self
+                .apply(config, "a component's compile or a filter's start ended")
+                .await
+            {
+                tracing::error!("the reload after a component's compile or a filter's start failed; the node keeps serving what it had:\n{e}");
             }
         }
     }

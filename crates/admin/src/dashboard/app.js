@@ -242,6 +242,15 @@ const pages = {
         (sum((s) => s.stats.memory_bytes) / 1048576).toFixed(1) + " MiB",
         d.image || `sha256:${(d.sha256 || "").slice(0, 12)}`, button]);
       tr.dataset.plugin = d.name;
+      // A filter left starting in the background on some routes.
+      const starting = status.plugins[i].starting_routes || [];
+      if (starting.length) {
+        const routes = starting.map((s) => `${s.route} (${Math.round((Date.now() - s.since_ms) / 1000)} s, `
+          + (s.previous_serves ? "its version before serves" : "answers 503") + ")").join(", ");
+        tr.title = `still starting on ${routes}`;
+        tr.cells[1].textContent += ` · starting on ${routes}`;
+        tr.classList.add("warn");
+      }
       return tr;
     }));
   },

@@ -35,6 +35,17 @@ pub(super) fn plugin_metrics(gateway: &Gateway, out: &mut String) {
             *since_ms as f64 / 1000.0
         );
     }
+    let name = "wasmgate_filter_starting_since_seconds";
+    family(out, name, "gauge", "Filters still starting in the background, by plugin and route: since when (seconds since the epoch); the route is served by the filter's version before, or answers 503, until the node reloads with it.");
+    for s in &gateway.filters_starting {
+        let _ = writeln!(
+            out,
+            "{name}{{plugin=\"{}\",route=\"{}\"}} {}",
+            escape(&s.plugin),
+            escape(&s.route),
+            s.since_ms as f64 / 1000.0
+        );
+    }
     let sets = gateway.plugin_sets();
     let labels: Vec<String> = sets
         .iter()

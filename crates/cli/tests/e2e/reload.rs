@@ -297,3 +297,128 @@ async fn sighup_reloads() {
         "{status}"
     );
 }
+
+/// A filter whose `proxy_on_vm_start` spins for three seconds of wall-clock
+/// time (as a heavy plugin's start does, Higress's WAF with the OWASP rules
+/// for about a minute), then passes every request.
+const SLOW_START: &str = r#"(module
+  (import "env" "proxy_get_current_time_nanoseconds" (func $now (param i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 4096))
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param i32) (result i32)
+    (local $p i32) (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get 0))) (local.get $p))
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_vm_start") (param i32 i32) (result i32) (local $until i64)
+    (drop (call $now (i32.const 0)))
+    (local.set $until (i64.add (i64.load (i32.const 0)) (i64.const 3000000000)))
+    (loop $spin
+      (drop (call $now (i32.const 0)))
+      (br_if $spin (i64.lt_u (i64.load (i32.const 0)) (local.get $until))))
+    (i32.const 1))
+  (func (export "proxy_on_configure") (param i32 i32) (result i32) (i32.const 1))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32) (i32.const 0))
+)"#;
+
+/// The status of plugin `name` in `/status`.
+async fn plugin_status(
+    c: &crate::common::HttpClient,
+    gw: &GatewayProc,
+    name: &str,
+) -> serde_json::Value {
+    let status = get(c, &gw.admin_url("/status")).await.json();
+    let plugins = status["plugins"].as_array().unwrap().clone();
+    (plugins.into_iter())
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no plugin {name} in {status}"))
+}
+
+/// Polls until plugin `name`'s state is `want` (20 s at most).
+async fn until_plugin_state(
+    c: &crate::common::HttpClient,
+    gw: &GatewayProc,
+    name: &str,
+    want: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = plugin_status(c, gw, name).await;
+        if status["state"] == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still {status}, want {want}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A filter whose start outlasts `limits.filter_start_wait_ms` does not
+/// hold the reload: the other routes change at once, the filter's route
+/// answers 503 `plugin_starting` while it starts (or is served by the
+/// filter's version before, when there is one), and the node reloads with
+/// it when its start ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_that_starts_slowly_starts_in_the_background() {
+    let backend = Upstream::start("backend").await;
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow.wat");
+    std::fs::write(&slow, SLOW_START).unwrap();
+    let config = |answer: &str, slow_route: &str| {
+        format!(
+            r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+limits: {{filter_start_wait_ms: 300}}
+plugins:
+  - {{name: slow, wasm: "{slow}"}}
+upstreams: [{{name: backend, nodes: [{{address: "{backend}"}}]}}]
+routes:
+  - {{name: plain, path: {{prefix: /plain}}, respond: {{status: 200, body: "{answer}"}}}}
+{slow_route}"#,
+            slow = slow.display(),
+            backend = backend.address()
+        )
+    };
+    let route = |conf: &str| {
+        format!("  - {{name: slow, path: {{prefix: /slow}}, plugins: [{{plugin: slow, conf: {conf}}}], upstream: backend}}\n")
+    };
+    let gw = GatewayProc::start(&config("v1", ""));
+    let c = client();
+
+    // A new route with the slow filter: the reload is served at once.
+    gw.rewrite(&config("v2", &route("one")));
+    wait_for_body(&c, &gw.url("/plain"), "v2").await;
+    let status = plugin_status(&c, &gw, "slow").await;
+    assert_eq!(status["state"], "starting", "{status}");
+    assert_eq!(status["starting_routes"][0]["route"], "slow", "{status}");
+    let r = get(&c, &gw.url("/slow")).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["kind"], "plugin_starting");
+    assert_eq!(r.header("retry-after"), Some("2"));
+    let series = r#"wasmgate_filter_starting_since_seconds{plugin="slow",route="slow"}"#;
+    assert!(metric(&c, &gw, series).await > 0.0);
+    // A node already serving stays ready.
+    assert_eq!(get(&c, &gw.admin_url("/readyz")).await.status, 200);
+    // The start ends: the node reloads and serves the route with it.
+    until_plugin_state(&c, &gw, "slow", "ready").await;
+    let r = get(&c, &gw.url("/slow")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        gw.logs().contains("the filter's start ended"),
+        "{}",
+        gw.logs()
+    );
+
+    // A changed filter: its version before serves while the new one starts.
+    gw.rewrite(&config("v3", &route("two")));
+    wait_for_body(&c, &gw.url("/plain"), "v3").await;
+    let status = plugin_status(&c, &gw, "slow").await;
+    assert_eq!(status["state"], "updating", "{status}");
+    assert_eq!(
+        status["starting_routes"][0]["previous_serves"], true,
+        "{status}"
+    );
+    assert_eq!(get(&c, &gw.url("/slow")).await.status, 200);
+    until_plugin_state(&c, &gw, "slow", "ready").await;
+    assert_eq!(get(&c, &gw.url("/slow")).await.status, 200);
+}

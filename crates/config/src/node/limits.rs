@@ -67,6 +67,15 @@ pub struct Limits {
     /// background"). `wasmgate check` always waits.
     #[serde(default = "default_component_compile_wait_ms")]
     pub component_compile_wait_ms: u64,
+    /// The same for a Proxy-Wasm filter's start (its first instance,
+    /// `proxy_on_vm_start`, `proxy_on_configure`): a route whose new filter
+    /// has not started after this answers 503 (`plugin_starting`), or is
+    /// served by the filter's version before, until the start ends and the
+    /// node reloads (docs/gateway.md, "Filters that start in the
+    /// background"). Higress's WAF with the OWASP rules takes about a
+    /// minute; ordinary filters start in milliseconds.
+    #[serde(default = "default_filter_start_wait_ms")]
+    pub filter_start_wait_ms: u64,
 }
 
 impl Default for Limits {
@@ -86,12 +95,17 @@ impl Default for Limits {
             long_call_nice: None,
             proxy_wasm: ProxyWasmLimits::default(),
             component_compile_wait_ms: default_component_compile_wait_ms(),
+            filter_start_wait_ms: default_filter_start_wait_ms(),
         }
     }
 }
 
 fn default_component_compile_wait_ms() -> u64 {
     2_000
+}
+
+fn default_filter_start_wait_ms() -> u64 {
+    10_000
 }
 
 fn default_max_body() -> usize {

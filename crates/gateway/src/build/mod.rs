@@ -89,6 +89,7 @@ impl Gateway {
             compiling: plugins.compiling,
             filters: built.filters,
             filters_kept: built.filters_kept,
+            filters_starting: built.filters_starting,
             services,
             tls,
             certificates,

@@ -12,8 +12,9 @@
 //! whose configuration a listener update leaves alone.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use wasmgate_base::histogram::LatencyHistogram;
@@ -22,11 +23,11 @@ use wasmgate_proxy_wasm::{FilterConfig, FilterPlugin, Runtime};
 use wasmgate_services::Services;
 
 use super::plugins::{filter_config, grants, LoadedPlugin, Plugins};
-use super::Problems;
+use super::{background, Problems};
 use crate::chain::RouteFilter;
 use crate::endpoint::function::Function;
 use crate::endpoint::mirror::Mirror;
-use crate::gateway::{Endpoint, Gateway, Route, StartedFilter};
+use crate::gateway::{Endpoint, FilterStarting, Gateway, Route, StartedFilter};
 use crate::http_call::UpstreamCaller;
 use wasmgate_routing::header_edits::HeaderEditor;
 use wasmgate_routing::router::RouteMatcher;
@@ -45,8 +46,17 @@ struct Context<'a> {
     caller: Arc<UpstreamCaller>,
     /// The filters of the gateway serving now, by [`filter_key`].
     previous: Option<&'a HashMap<String, StartedFilter>>,
+    /// The gateway serving now: its routes' filters serve in place of
+    /// their new versions while those start (`background.rs`).
+    previous_routes: &'a [Route],
     /// This build's filters, by [`filter_key`]: started or kept.
     started: Mutex<HashMap<String, StartedFilter>>,
+    /// How many of them were kept from `previous`.
+    kept: AtomicUsize,
+    /// Filters left starting in the background.
+    starting: Mutex<Vec<FilterStarting>>,
+    /// How long a filter's start may hold the build (None: in full).
+    start_wait: Option<Duration>,
 }
 
 /// What [`build`] makes.
@@ -56,6 +66,8 @@ pub(super) struct BuiltRoutes {
     pub filters: HashMap<String, StartedFilter>,
     /// How many of them were kept from the gateway serving before.
     pub filters_kept: usize,
+    /// Filters still starting in the background (`background.rs`).
+    pub filters_starting: Vec<FilterStarting>,
 }
 
 /// Every route of `config`, in order; the ones with a problem are left out
@@ -82,13 +94,28 @@ pub(super) async fn build(
         runtime,
         caller: Arc::new(UpstreamCaller::new(upstreams.clone())),
         previous: previous.map(|g| &g.filters),
+        previous_routes: previous.map_or(&[], |g| &g.routes),
         started: Mutex::new(HashMap::new()),
+        kept: AtomicUsize::new(0),
+        starting: Mutex::new(Vec::new()),
+        start_wait: background::may_leave_filters()
+            .then(|| Duration::from_millis(config.limits.filter_start_wait_ms)),
     };
     let mut routes = Vec::with_capacity(config.routes.len());
     for (i, r) in config.routes.iter().enumerate() {
         let at = wasmgate_config::names::entry("routes", i, &r.name);
-        let filters = build_filters(&context, r, &at, problems).await;
-        if let Some(endpoint) = build_endpoint(&context, r, &at, problems) {
+        let mut filters = build_filters(&context, r, &at, problems).await;
+        let mut endpoint = build_endpoint(&context, r, &at, problems);
+        // A filter still starting with no version before to serve in its
+        // place: the route answers 503 until the node reloads with it.
+        let waiting = (context.starting.lock().expect("starting").iter())
+            .filter(|s| s.route == r.name && !s.previous_serves)
+            .min_by_key(|s| s.since_ms)
+            .map(|s| Endpoint::Starting(s.plugin.clone(), s.since_ms));
+        if let (Some(waiting), Some(_)) = (waiting, &endpoint) {
+            (filters, endpoint) = (Vec::new(), Some(waiting));
+        }
+        if let Some(endpoint) = endpoint {
             routes.push(Route {
                 name: r.name.as_str().into(),
                 matcher: RouteMatcher::new(r),
@@ -116,14 +143,11 @@ pub(super) async fn build(
             });
         }
     }
-    let filters = context.started.into_inner().expect("started filters");
-    let filters_kept = (filters.values())
-        .filter(|f| !Arc::ptr_eq(&f.caller, &context.caller))
-        .count();
     BuiltRoutes {
         routes,
-        filters,
-        filters_kept,
+        filters: context.started.into_inner().expect("started filters"),
+        filters_kept: context.kept.into_inner(),
+        filters_starting: context.starting.into_inner().expect("starting"),
     }
 }
 
@@ -210,19 +234,48 @@ async fn build_filter(
     );
     let key = (context.plugins.hashes.get(&filter.plugin))
         .map(|sha256| filter_key(sha256, &filter_config));
-    let kept = (key.as_ref()).and_then(|key| context.previous?.get(key));
-    let started = match kept {
-        Some(kept) => kept.clone(),
-        None => match FilterPlugin::from_module(context.runtime, module, filter_config).await {
-            Ok(plugin) => StartedFilter {
-                plugin,
-                caller: context.caller.clone(),
-            },
-            Err(e) => {
-                problems.add(field.to_string(), format!("{e:#}"));
-                return None;
+    let started = match key.as_deref().map(|key| find_started(context, key)) {
+        Some(Found::Kept(kept)) => {
+            context.kept.fetch_add(1, Ordering::Relaxed);
+            Ok(kept)
+        }
+        Some(Found::StartedLater(outcome)) => outcome,
+        Some(Found::Starting(since_ms)) => {
+            return starting_meanwhile(context, r, filter, settings, since_ms);
+        }
+        Some(Found::Nothing) | None => {
+            let (runtime, module) = (context.runtime.clone(), module.clone());
+            let caller = context.caller.clone();
+            let mut start = tokio::spawn(async move {
+                FilterPlugin::from_module(&runtime, &module, filter_config)
+                    .await
+                    .map(|plugin| StartedFilter { plugin, caller })
+                    .map_err(|e| format!("{e:#}"))
+            });
+            let waited = match (context.start_wait, &key) {
+                (Some(wait), Some(_)) => tokio::time::timeout(wait, &mut start).await.ok(),
+                _ => Some((&mut start).await),
+            };
+            match waited {
+                Some(done) => {
+                    done.unwrap_or_else(|e| Err(format!("starting the filter panicked: {e}")))
+                }
+                None => {
+                    let key = key.expect("only a keyed filter is left starting");
+                    tracing::info!(plugin = %filter.plugin, route = %r.name, "the filter is still starting: its route is served by its version before, or answers 503, until it is done, and the node reloads then");
+                    let since_ms =
+                        background::start_later(filter.plugin.clone(), r.name.clone(), key, start);
+                    return starting_meanwhile(context, r, filter, settings, since_ms);
+                }
             }
-        },
+        }
+    };
+    let started = match started {
+        Ok(started) => started,
+        Err(e) => {
+            problems.add(field.to_string(), e);
+            return None;
+        }
     };
     let plugin = started.plugin.clone();
     if let Some(key) = key {
@@ -235,6 +288,57 @@ async fn build_filter(
             fail: settings.fail,
         },
     ))
+}
+
+/// Where a filter of this build comes from, other than a start of its own.
+enum Found {
+    /// The serving gateway's, unchanged.
+    Kept(StartedFilter),
+    /// A start a build left running ended: its outcome.
+    StartedLater(Result<StartedFilter, String>),
+    /// A start a build left is still running, since then (Unix ms).
+    Starting(u64),
+    Nothing,
+}
+
+fn find_started(context: &Context<'_>, key: &str) -> Found {
+    if let Some(kept) = context.previous.and_then(|p| p.get(key)) {
+        return Found::Kept(kept.clone());
+    }
+    if let Some(outcome) = background::take_started(key) {
+        return Found::StartedLater(outcome);
+    }
+    match background::filter_starting_since(key) {
+        Some(since_ms) => Found::Starting(since_ms),
+        None => Found::Nothing,
+    }
+}
+
+/// A filter left starting: recorded, and in its place the version the
+/// serving gateway has on this route, if it has one.
+fn starting_meanwhile(
+    context: &Context<'_>,
+    r: &RouteConfig,
+    filter: &FilterRef,
+    settings: &PluginConfig,
+    since_ms: u64,
+) -> Option<(i32, RouteFilter)> {
+    let before = (context.previous_routes.iter())
+        .find(|route| *route.name == *r.name)
+        .and_then(|route| {
+            (route.filters.iter()).find(|f| f.plugin.name() == filter.plugin.as_str())
+        })
+        .map(|f| f.plugin.clone());
+    (context.starting.lock().expect("starting")).push(FilterStarting {
+        plugin: filter.plugin.clone(),
+        route: r.name.clone(),
+        since_ms,
+        previous_serves: before.is_some(),
+    });
+    before.map(|plugin| {
+        let fail = settings.fail;
+        (settings.priority, RouteFilter { plugin, fail })
+    })
 }
 
 /// What makes a started filter the same one in another build: its module
