@@ -26,7 +26,7 @@ use wasmgate_observe::trace::{new_span_id, ChildSpan, KeyValue, RequestTrace, Sp
 
 use crate::chain::ChainNotes;
 use crate::endpoint::function::FunctionServed;
-use crate::grpc::GatewayAnswer;
+use wasmgate_answers::grpc::GatewayAnswer;
 use wasmgate_services::calls::CallLog;
 use wasmgate_transport::body::{self, Body, BoxError};
 use wasmgate_upstream::UpstreamServed;
@@ -128,7 +128,8 @@ impl Pending {
             service_calls: trace.as_ref().map(|_| Arc::default()),
             trace,
             // gRPC is HTTP/2 only: other requests skip the header lookup.
-            grpc: parts.version == hyper::Version::HTTP_2 && crate::grpc::is_grpc(&parts.headers),
+            grpc: parts.version == hyper::Version::HTTP_2
+                && wasmgate_answers::grpc::is_grpc(&parts.headers),
         }))
     }
 
@@ -191,7 +192,7 @@ impl Pending {
             if answer.kind != "local" {
                 self.entry.error = Some(answer.kind.clone());
             }
-            if self.grpc && !crate::grpc::is_grpc(response.headers()) {
+            if self.grpc && !wasmgate_answers::grpc::is_grpc(response.headers()) {
                 self.entry.status = 200; // made a gRPC status (grpc::answer)
             }
         }

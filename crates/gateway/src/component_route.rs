@@ -80,13 +80,13 @@ impl Handler for ComponentRoute {
             Some(scope) => scope.run(Box::pin(call)).await,
             None => call.await,
         };
-        crate::error_response::public(&mut response, details, || request_id);
+        wasmgate_answers::error_response::public(&mut response, details, || request_id);
         logged(pending, response)
     }
 }
 
 fn too_large(limit: usize) -> Response<Full<Bytes>> {
-    crate::error_response::simple(
+    wasmgate_answers::error_response::simple(
         StatusCode::PAYLOAD_TOO_LARGE,
         "body_too_large",
         format!("request body exceeds the limit of {limit} bytes"),

@@ -11,7 +11,7 @@ use hyper::{Request, Response, StatusCode};
 use wasmgate_extism::Plugin;
 
 use crate::access::{logged, Pending};
-use crate::error_response;
+use wasmgate_answers::error_response;
 use wasmgate_transport::body::{self, Body};
 use wasmgate_transport::listener::{Connection, Handler};
 

@@ -20,10 +20,8 @@ mod chain;
 mod component_route;
 pub mod config_store;
 mod endpoint;
-pub mod error_response;
 mod function_route;
 mod gateway;
-mod grpc;
 mod http_call;
 mod proxy;
 pub mod reload;
@@ -35,6 +33,8 @@ pub use component_route::{ComponentRoute, ComponentRouteConfig};
 pub use function_route::{FunctionRoute, FunctionRouteConfig};
 pub use gateway::{FilterStarting, Gateway};
 pub use reload::{LiveGateway, ReloadStatus};
+/// The gateway's own answers (a crate of their own).
+pub use wasmgate_answers::error_response;
 pub use wasmgate_oci::fetch::pulled_plugins_dir;
 /// The body type every handler answers with (the transport's).
 pub use wasmgate_transport::body;

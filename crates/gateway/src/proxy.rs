@@ -54,9 +54,9 @@ use crate::endpoint::upstream::{
     self, exchange_hash_key, path_and_query, request_authority, upstream_head,
 };
 use crate::endpoint::Target;
-use crate::error_response;
 use crate::gateway::{Endpoint, Gateway, Route};
-use crate::grpc;
+use wasmgate_answers::error_response;
+use wasmgate_answers::grpc;
 use wasmgate_routing::cors;
 use wasmgate_routing::router::RouteInput;
 use wasmgate_transport::body::{self, Body, ClientBody, ClientBodyError};

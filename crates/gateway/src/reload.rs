@@ -626,7 +626,7 @@ impl LiveGateway {
     /// cache file's path, a build error) is the operator's: the log and
     /// `/status` say it, not the answer to every client.
     fn not_ready(&self) -> Response<Body> {
-        let mut response = crate::error_response::simple(
+        let mut response = wasmgate_answers::error_response::simple(
             hyper::StatusCode::SERVICE_UNAVAILABLE,
             "no_configuration",
             "this node has no configuration to serve yet",

@@ -10,7 +10,7 @@ use hyper::{Request, Response, StatusCode};
 use wasmgate_component::{ComponentError, ComponentPlugin, Scheme};
 
 use crate::endpoint::upstream::{path_and_query, prepare_upstream_headers, request_authority};
-use crate::error_response;
+use wasmgate_answers::error_response;
 use wasmgate_transport::body::{self, Body};
 use wasmgate_transport::listener::Connection;
 use wasmgate_upstream::{OutboundBody, RequestHead};

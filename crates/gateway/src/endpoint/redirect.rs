@@ -46,7 +46,7 @@ pub(crate) fn answer(redirect: &Redirect, target: &Target<'_>) -> Response<Body>
             response.headers_mut().insert(LOCATION, location);
             response
         }
-        Err(_) => body::full_response(crate::error_response::simple(
+        Err(_) => body::full_response(wasmgate_answers::error_response::simple(
             StatusCode::BAD_REQUEST,
             "bad_redirect",
             "the request's host or path cannot be written into a Location header",

@@ -4,7 +4,7 @@
 use hyper::{Response, StatusCode};
 use wasmgate_config::FixedResponse;
 
-use crate::error_response;
+use wasmgate_answers::error_response;
 use wasmgate_transport::body::{self, Body};
 
 /// The route's fixed answer.

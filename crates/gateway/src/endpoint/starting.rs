@@ -6,7 +6,7 @@
 use hyper::{Response, StatusCode};
 use serde_json::json;
 
-use crate::error_response;
+use wasmgate_answers::error_response;
 use wasmgate_transport::body::{self, Body};
 
 /// How long a client is asked to wait before it tries again.

@@ -14,7 +14,7 @@ use hyper::{Response, StatusCode};
 use wasmgate_config::HashOn;
 use wasmgate_proxy_wasm::HttpExchange;
 
-use crate::error_response;
+use wasmgate_answers::error_response;
 use wasmgate_transport::body::{self, Body, ClientBody};
 use wasmgate_transport::listener::Connection;
 use wasmgate_upstream::{hash, OutboundBody, RequestHead, Upstream, UpstreamError};

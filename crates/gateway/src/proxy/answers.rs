@@ -187,7 +187,7 @@ pub(super) fn local_response(local: LocalResponse, grpc: bool) -> Response<Body>
         };
         response
             .extensions_mut()
-            .insert(crate::grpc::GatewayAnswer {
+            .insert(wasmgate_answers::grpc::GatewayAnswer {
                 kind: "local".into(),
                 message,
                 grpc_status: local.grpc_status,

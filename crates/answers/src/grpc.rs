@@ -52,14 +52,14 @@ const GRPC_MESSAGE: &str = "grpc-message";
 
 /// Whether a request is a gRPC call: its content type is `application/grpc`
 /// or `application/grpc+proto` and the like.
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+pub fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// A gRPC request's `grpc-timeout` (`<digits><H|M|S|m|u|n>`), if it has one.
-pub(crate) fn timeout(headers: &HeaderMap) -> Option<Duration> {
+pub fn timeout(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get("grpc-timeout")?.to_str().ok()?;
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
     if digits.is_empty() || digits.len() > 8 {
@@ -79,7 +79,7 @@ pub(crate) fn timeout(headers: &HeaderMap) -> Option<Duration> {
 
 /// The gateway's answer when a gRPC call's deadline passed before the
 /// upstream answered.
-pub(crate) fn deadline_exceeded(after: Duration) -> Response<Body> {
+pub fn deadline_exceeded(after: Duration) -> Response<Body> {
     status_only(
         DEADLINE_EXCEEDED,
         &format!("deadline exceeded: no answer within the call's grpc-timeout ({after:?})"),
@@ -88,7 +88,7 @@ pub(crate) fn deadline_exceeded(after: Duration) -> Response<Body> {
 
 /// `response` as a gRPC client can read it: a gateway-made answer becomes a
 /// gRPC status; an upstream's passes as it is.
-pub(crate) fn answer(response: Response<Body>) -> Response<Body> {
+pub fn answer(response: Response<Body>) -> Response<Body> {
     let Some(made) = response.extensions().get::<GatewayAnswer>() else {
         return response;
     };
@@ -153,14 +153,14 @@ fn percent_encode(message: &str) -> String {
 /// A gRPC response body that ends with `grpc-status: 4` trailers when the
 /// call's deadline passes before the upstream has finished it (a stream
 /// that would otherwise run on after the client gave up).
-pub(crate) struct DeadlineBody {
+pub struct DeadlineBody {
     inner: Body,
     deadline: Pin<Box<tokio::time::Sleep>>,
     expired: bool,
 }
 
 impl DeadlineBody {
-    pub(crate) fn wrap(inner: Body, deadline: tokio::time::Instant) -> Body {
+    pub fn wrap(inner: Body, deadline: tokio::time::Instant) -> Body {
         let body = DeadlineBody {
             inner,
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
