@@ -36,6 +36,14 @@ pub fn public_roots() -> rustls::RootCertStore {
     roots
 }
 
+/// The same Mozilla roots as whole certificates (webpki-root-certs, made
+/// from the same list as webpki-roots), for a client that takes
+/// certificates rather than a root store (oci-client's reqwest), so that
+/// it trusts what every other client trusts, not the machine's own store.
+pub fn public_root_certs() -> &'static [CertificateDer<'static>] {
+    webpki_root_certs::TLS_SERVER_ROOT_CERTS
+}
+
 /// The CA certificates of PEM text as a root store. `source` names where
 /// the text came from (a file's path, a setting) in the errors.
 pub fn roots_from_pem(pem: &[u8], source: &str) -> Result<rustls::RootCertStore, String> {
@@ -93,4 +101,26 @@ pub struct TlsInfo {
     /// from it when a filter asks (`connection.sha256_peer_certificate_digest`,
     /// `connection.peer_certificate`).
     pub peer_certificate: Option<Vec<u8>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The certificates a registry client is given and the root store every
+    /// other client gets are one list: the same subjects, as many of them.
+    #[test]
+    fn the_roots_as_certificates_are_the_roots_of_the_store() {
+        let mut from_certs = rustls::RootCertStore::empty();
+        let (added, ignored) = from_certs.add_parsable_certificates(public_root_certs().to_vec());
+        assert_eq!(ignored, 0);
+        let store = public_roots();
+        assert_eq!(added, store.len());
+        let subjects = |s: &rustls::RootCertStore| {
+            let mut v: Vec<Vec<u8>> = s.roots.iter().map(|a| a.subject.to_vec()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(subjects(&from_certs), subjects(&store));
+    }
 }

@@ -265,6 +265,15 @@ impl<'a> Registry<'a> {
             }),
             None => None,
         };
+        // The Mozilla roots every other client of wasmgate trusts
+        // (`wasmgate_base::tls`), not reqwest's platform verifier (the
+        // machine's store), and the CA file merged in.
+        config.tls_certs_only = (wasmgate_base::tls::public_root_certs().iter())
+            .map(|cert| Certificate {
+                encoding: CertificateEncoding::Der,
+                data: cert.to_vec(),
+            })
+            .collect();
         config.extra_root_certificates.extend(ca.clone());
         // A client per pull: oci-client keeps the first credentials it is
         // given per registry, and plugins may use different ones.
