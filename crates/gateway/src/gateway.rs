@@ -86,6 +86,8 @@ pub struct FilterStarting {
     /// Whether the filter's version before serves meanwhile (else the
     /// route answers 503 `plugin_starting`).
     pub previous_serves: bool,
+    /// What makes the filter the same one (`build/routes.rs`).
+    pub(crate) key: String,
 }
 
 /// What operators see of a certificate served: its names and expiry.

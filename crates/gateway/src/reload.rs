@@ -481,6 +481,7 @@ impl LiveGateway {
     fn swap(&self, gateway: Gateway, trigger: &str, started: Instant, stamp: u64) -> u64 {
         crate::build::plugins::warn_unimplemented_imports(&gateway);
         gateway.take_over_filter_calls();
+        crate::build::background::forget_started_but(&gateway.filters_starting);
         let (filters, filters_kept) = (gateway.filters.len(), gateway.filters_kept);
         self.current.store(Arc::new(gateway));
         // Modules only the old version used go when its last request ends.

@@ -102,6 +102,16 @@ pub(crate) fn take_started(key: &str) -> Option<Result<StartedFilter, String>> {
     (STARTED.lock().expect("started")).as_mut()?.remove(key)
 }
 
+/// Forgets the filters whose start ended in the background that the
+/// gateway being installed does not wait for (its configuration changed
+/// while they started): each holds a started instance, a heavy plugin's
+/// hundreds of MiB, that no build would take.
+pub(crate) fn forget_started_but(waited_for: &[crate::gateway::FilterStarting]) {
+    if let Some(started) = STARTED.lock().expect("started").as_mut() {
+        started.retain(|key, _| waited_for.iter().any(|s| &s.key == key));
+    }
+}
+
 /// Lets `start` (plugin `plugin`'s filter on `route`) run on; returns
 /// since when it runs. When it ends the node reloads, and the build finds
 /// the outcome under `key`.

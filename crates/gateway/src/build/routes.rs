@@ -241,7 +241,8 @@ async fn build_filter(
         }
         Some(Found::StartedLater(outcome)) => outcome,
         Some(Found::Starting(since_ms)) => {
-            return starting_meanwhile(context, r, filter, settings, since_ms);
+            let key = key.expect("found by its key");
+            return starting_meanwhile(context, r, filter, settings, (key, since_ms));
         }
         Some(Found::Nothing) | None => {
             let (runtime, module) = (context.runtime.clone(), module.clone());
@@ -263,9 +264,9 @@ async fn build_filter(
                 None => {
                     let key = key.expect("only a keyed filter is left starting");
                     tracing::info!(plugin = %filter.plugin, route = %r.name, "the filter is still starting: its route is served by its version before, or answers 503, until it is done, and the node reloads then");
-                    let since_ms =
-                        background::start_later(filter.plugin.clone(), r.name.clone(), key, start);
-                    return starting_meanwhile(context, r, filter, settings, since_ms);
+                    let (plugin, route) = (filter.plugin.clone(), r.name.clone());
+                    let since_ms = background::start_later(plugin, route, key.clone(), start);
+                    return starting_meanwhile(context, r, filter, settings, (key, since_ms));
                 }
             }
         }
@@ -321,7 +322,7 @@ fn starting_meanwhile(
     r: &RouteConfig,
     filter: &FilterRef,
     settings: &PluginConfig,
-    since_ms: u64,
+    (key, since_ms): (String, u64),
 ) -> Option<(i32, RouteFilter)> {
     let before = (context.previous_routes.iter())
         .find(|route| *route.name == *r.name)
@@ -334,6 +335,7 @@ fn starting_meanwhile(
         route: r.name.clone(),
         since_ms,
         previous_serves: before.is_some(),
+        key,
     });
     before.map(|plugin| {
         let fail = settings.fail;
