@@ -196,7 +196,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    tokio.block_on(serve(args, threads))
+    let served = tokio.block_on(serve(args, threads));
+    // `serve` has drained the connections and flushed the log by now. A
+    // component compile left running in the background (a blocking task:
+    // minutes for a big component on a busy machine) must not hold the
+    // exit, as dropping the runtime would: a SIGTERM is answered promptly.
+    tokio.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
 }
 
 async fn serve(args: RunArgs, threads: usize) -> Result<ExitCode> {

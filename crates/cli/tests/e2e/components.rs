@@ -461,12 +461,30 @@ async fn a_slow_component_compiles_in_the_background_while_the_rest_serves() {
             "listen: \"{{listen}}\"\nadmin: \"{{admin}}\"\nlimits: {{component_compile_wait_ms: {wait_ms}}}\nplugins:\n  - {{name: py, wasm: \"{{wasm:{component}}}\"}}\nroutes:\n  - {{name: plain, path: {{prefix: /plain}}, respond: {{body: here}}}}\n  - {{name: app, component: {{plugin: py}}}}\n"
         )
     };
-    let gw = GatewayProc::start_compiling(
+    // A node stopped while the compile runs exits at once: the compile
+    // left in the background does not hold a SIGTERM (it would for seconds
+    // to minutes). Nothing of it reaches the cache: the node below compiles
+    // from nothing.
+    let mut stopped = GatewayProc::start_compiling(
         &config("component_python", 100),
         &["--cache-dir", cache.path().to_str().unwrap()],
         &[],
     );
     let c = client();
+    let plain = get(&c, &stopped.url("/plain")).await;
+    assert_eq!(plain.status, 200);
+    let asked = Instant::now();
+    assert!(stopped.terminate().success());
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "SIGTERM waited {:?} for the compile",
+        asked.elapsed()
+    );
+    let gw = GatewayProc::start_compiling(
+        &config("component_python", 100),
+        &["--cache-dir", cache.path().to_str().unwrap()],
+        &[],
+    );
     let plain = get(&c, &gw.url("/plain")).await;
     assert_eq!((plain.status, plain.text().as_str()), (200, "here"));
     let starting = get(&c, &gw.url("/")).await;
