@@ -2,7 +2,8 @@
 """HTTP stack probe: hello servers and reverse proxies on hyper 1.x and
 Pingora 0.9 against nginx, side by side in one run. Servers (and the upstream)
 are pinned to CPU 0, wrk to CPU 1; variants are interleaved over rounds.
-Usage: bench/stack-probe/run.py [--rounds N] [--seconds S]"""
+Usage: bench/stack-probe/run.py [--rounds N] [--seconds S] [--only hello|proxy]
+(the proxy test includes wasmgate: build target/release/wasmgate first)"""
 import argparse, json, os, re, signal, socket, statistics, subprocess, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,6 +36,16 @@ def proxy_block(port):
     return (f"server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://up; "
             f"proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}")
 
+WASMGATE = os.path.join(HERE, "..", "..", "target", "release", "wasmgate")
+
+def gateway_conf(port):
+    path = os.path.join(TMP, f"gateway{port}.yaml")
+    with open(path, "w") as f:
+        f.write(f"listen: 127.0.0.1:{port}\nlimits: {{threads: 1}}\naccess_log: {{enabled: false}}\n"
+                f"upstreams: [{{name: up, nodes: [{{address: 127.0.0.1:{UPSTREAM}}}]}}]\n"
+                "routes: [{name: proxy, path: {prefix: /}, upstream: up}]\n")
+    return path
+
 PINGORA_DEFAULT = yaml("pingora-default", "")
 PINGORA_TUNED = yaml("pingora-tuned", "threads: 1\nwork_stealing: false\nupstream_keepalive_pool_size: 256\n")
 
@@ -48,6 +59,10 @@ VARIANTS = {
     "proxy": {
         "nginx": lambda p: ["nginx", "-c", nginx_conf(f"proxy{p}", proxy_block(p))],
         "hyper": lambda p: [f"{BIN}/hyper-proxy", str(p), str(UPSTREAM)],
+        # Issue 57's design step: hyper's connection API alone, the lean codec, wasmgate itself.
+        "hyper-conn": lambda p: [f"{BIN}/hyper-conn-proxy", str(p), str(UPSTREAM)],
+        "lean": lambda p: [f"{BIN}/lean-proxy", str(p), str(UPSTREAM)],
+        "wasmgate": lambda p: [WASMGATE, "run", "-c", gateway_conf(p), "--no-watch", "--log-level", "warn"],
         "pingora": lambda p: [f"{BIN}/pingora-probe", "proxy", str(p), str(UPSTREAM), "-c", PINGORA_DEFAULT],
         "pingora-tuned": lambda p: [f"{BIN}/pingora-probe", "proxy", str(p), str(UPSTREAM), "-c", PINGORA_TUNED],
     },
@@ -87,6 +102,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=6)
+    ap.add_argument("--only", default=None, help="one test: hello or proxy")
     args = ap.parse_args()
     upstream = start(["nginx", "-c", nginx_conf("upstream", hello_block(UPSTREAM))])
     wait(UPSTREAM, upstream)
@@ -94,6 +110,8 @@ def main():
     try:
         for rnd in range(args.rounds):
             for kind, servers in VARIANTS.items():
+                if args.only and kind != args.only:
+                    continue
                 for name, cmd in servers.items():
                     port += 1
                     proc = start(cmd(port))
@@ -108,11 +126,13 @@ def main():
                     results.append(row)
     finally:
         stop(upstream)
-    out = os.path.join(HERE, "..", "results", "stack-probe.json")
+    out = os.path.join(HERE, "..", "results", f"stack-probe{'-' + args.only if args.only else ''}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     json.dump(results, open(out, "w"), indent=1)
     print("\n| test | server | req/s (median) | p50 | p99 | vs nginx |\n|---|---|---|---|---|---|")
     for kind in VARIANTS:
+        if args.only and kind != args.only:
+            continue
         med = {s: statistics.median(r["rps"] for r in results if r["kind"] == kind and r["server"] == s) for s in VARIANTS[kind]}
         for s in VARIANTS[kind]:
             rows = [r for r in results if r["kind"] == kind and r["server"] == s]
