@@ -18,9 +18,9 @@ use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
-use hyper::body::{Frame, SizeHint};
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::header::{HeaderName, HeaderValue};
-use hyper::Response;
+use hyper::{Request, Response};
 use wasmgate_observe::access_log::{millis, AccessLog, Entry, FilterTime};
 use wasmgate_observe::trace::{new_span_id, ChildSpan, KeyValue, RequestTrace, SpanKind};
 
@@ -40,14 +40,14 @@ use wasmgate_upstream::UpstreamServed;
 /// copies (77,000 instructions a request, bench/instructions.sh).
 #[inline(never)]
 pub(crate) fn observe(
-    parts: &mut hyper::http::request::Parts,
+    request: &mut Request<Incoming>,
     host: &str,
     peer: SocketAddr,
 ) -> (
     Option<Box<wasmgate_proxy_wasm::TraceIds>>,
     Option<Box<Pending>>,
 ) {
-    let trace = wasmgate_observe::trace::global().map(|tracing| begin_trace(tracing, parts));
+    let trace = wasmgate_observe::trace::global().map(|tracing| begin_trace(tracing, request));
     let ids = trace.as_ref().map(|trace| {
         Box::new(wasmgate_proxy_wasm::TraceIds {
             trace_id: trace.trace_id(),
@@ -55,7 +55,7 @@ pub(crate) fn observe(
             sampled: trace.sampled(),
         })
     });
-    (ids, Pending::begin(parts, host, peer, trace))
+    (ids, Pending::begin(request, host, peer, trace))
 }
 
 /// A line (and a recorded trace) being put together. Boxed: the request's
@@ -83,7 +83,7 @@ impl Pending {
     /// What the request says about itself, if the node keeps a log or
     /// records its trace; `None` when neither.
     fn begin(
-        parts: &hyper::http::request::Parts,
+        request: &Request<Incoming>,
         host: &str,
         peer: SocketAddr,
         trace: Option<RequestTrace>,
@@ -101,8 +101,8 @@ impl Pending {
             began: Some(started),
             request_id: crate::request_id::next(),
             client: Some(peer),
-            method: method_name(&parts.method),
-            protocol: match parts.version {
+            method: method_name(request.method()),
+            protocol: match request.version() {
                 hyper::Version::HTTP_2 => "HTTP/2",
                 hyper::Version::HTTP_10 => "HTTP/1.0",
                 _ => "HTTP/1.1",
@@ -111,8 +111,8 @@ impl Pending {
         };
         if log.is_some() {
             entry.host = host.to_string();
-            entry.path = parts
-                .uri
+            entry.path = request
+                .uri()
                 .path_and_query()
                 .map_or("/", |p| p.as_str())
                 .to_string();
@@ -128,8 +128,8 @@ impl Pending {
             service_calls: trace.as_ref().map(|_| Arc::default()),
             trace,
             // gRPC is HTTP/2 only: other requests skip the header lookup.
-            grpc: parts.version == hyper::Version::HTTP_2
-                && wasmgate_answers::grpc::is_grpc(&parts.headers),
+            grpc: request.version() == hyper::Version::HTTP_2
+                && wasmgate_answers::grpc::is_grpc(request.headers()),
         }))
     }
 
@@ -452,19 +452,20 @@ const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// `traceparent` its upstream request carries in place of the client's.
 fn begin_trace(
     tracing: &'static wasmgate_observe::trace::Tracing,
-    parts: &mut hyper::http::request::Parts,
+    request: &mut Request<Incoming>,
 ) -> RequestTrace {
-    let traceparent = parts.headers.get(&TRACEPARENT).map(HeaderValue::as_bytes);
-    let tracestate = parts.headers.get(&TRACESTATE).and_then(|v| v.to_str().ok());
-    let method = parts.method.as_str();
+    let headers = request.headers();
+    let traceparent = headers.get(&TRACEPARENT).map(HeaderValue::as_bytes);
+    let tracestate = headers.get(&TRACESTATE).and_then(|v| v.to_str().ok());
+    let method = request.method().as_str();
     let mut trace = tracing.begin(traceparent, tracestate, || method.to_string());
     if trace.sampled() {
         trace.set_attribute(KeyValue::new("http.request.method", method.to_string()));
-        trace.set_attribute(KeyValue::new("url.path", parts.uri.path().to_string()));
+        trace.set_attribute(KeyValue::new("url.path", request.uri().path().to_string()));
     }
     if let Some(traceparent) = trace.upstream_traceparent() {
         if let Ok(value) = HeaderValue::from_bytes(&traceparent) {
-            parts.headers.insert(TRACEPARENT, value);
+            request.headers_mut().insert(TRACEPARENT, value);
         }
     }
     trace

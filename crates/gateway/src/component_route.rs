@@ -44,7 +44,11 @@ impl ComponentRoute {
 }
 
 impl Handler for ComponentRoute {
-    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+    async fn handle(
+        &self,
+        mut request: Request<Incoming>,
+        connection: Connection,
+    ) -> Response<Body> {
         if request.uri().path() == HEALTH_PATH {
             return Response::new(body::full(Bytes::from_static(b"ok\n")));
         }
@@ -58,11 +62,11 @@ impl Handler for ComponentRoute {
         }
         let host =
             wasmgate_routing::router::request_host(request.uri(), request.headers()).to_string();
-        let (mut parts, body) = request.into_parts();
         let pending = match wasmgate_observe::observing() {
-            true => crate::access::observe(&mut parts, &host, connection.peer).1,
+            true => crate::access::observe(&mut request, &host, connection.peer).1,
             false => None,
         };
+        let (parts, body) = request.into_parts();
         let mut body = ClientBody::new(body, BODY_IDLE_TIMEOUT);
         if let Some(pending) = &pending {
             body = body.counted_into(pending.bytes_in());

@@ -154,7 +154,11 @@ impl FunctionRoute {
 }
 
 impl Handler for FunctionRoute {
-    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+    async fn handle(
+        &self,
+        mut request: Request<Incoming>,
+        connection: Connection,
+    ) -> Response<Body> {
         let details = self.config.error_details;
         if !wasmgate_observe::observing() {
             let mut response = FunctionRoute::handle(self, request).await.map(body::boxed);
@@ -163,9 +167,7 @@ impl Handler for FunctionRoute {
         }
         let host =
             wasmgate_routing::router::request_host(request.uri(), request.headers()).to_string();
-        let (mut parts, body) = request.into_parts();
-        let (_, mut pending) = crate::access::observe(&mut parts, &host, connection.peer);
-        let request = Request::from_parts(parts, body);
+        let (_, mut pending) = crate::access::observe(&mut request, &host, connection.peer);
         let mut response = self
             .handle_noted(request, pending.as_deref_mut())
             .await

@@ -100,18 +100,19 @@ impl Gateway {
     /// Steps 1-5 above for one request.
     async fn route_request(
         &self,
-        request: Request<Incoming>,
+        mut request: Request<Incoming>,
         connection: Connection,
     ) -> Response<Body> {
+        let host =
+            wasmgate_routing::router::request_host(request.uri(), request.headers()).to_string();
+        // The trace, when the node traces, and the access-log line (with a
+        // recorded trace's spans), when the node keeps one (access.rs).
+        let (trace_ids, mut pending) = access::observe(&mut request, &host, connection.peer);
         let (mut parts, body) = request.into_parts();
         let body = ClientBody::new(
             body,
             Duration::from_millis(self.config.limits.body_read_timeout_ms),
         );
-        let host = wasmgate_routing::router::request_host(&parts.uri, &parts.headers).to_string();
-        // The trace, when the node traces, and the access-log line (with a
-        // recorded trace's spans), when the node keeps one (access.rs).
-        let (trace_ids, mut pending) = access::observe(&mut parts, &host, connection.peer);
         let body = match &pending {
             Some(pending) => body.counted_into(pending.bytes_in()),
             None => body,
