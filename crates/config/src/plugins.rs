@@ -53,6 +53,13 @@ pub struct PluginConfig {
     /// Linear memory cap per instance, in MiB.
     #[serde(default)]
     pub memory_limit_mb: Option<u64>,
+    /// Proxy-Wasm: linear memory cap while an instance starts (start code,
+    /// `proxy_on_vm_start`, `proxy_on_configure`), in MiB (default:
+    /// `memory_limit_mb`). A Wasm memory never shrinks, so once started an
+    /// instance's callbacks are held to `memory_limit_mb` or to what its
+    /// start left, whichever is more.
+    #[serde(default)]
+    pub startup_memory_limit_mb: Option<u64>,
     /// Deadline of one callback or function call, in milliseconds.
     #[serde(default)]
     pub timeout_ms: Option<u64>,

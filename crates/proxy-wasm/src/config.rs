@@ -36,7 +36,12 @@ pub struct FilterConfig {
     /// The services this plugin may reach (Redis through Higress's
     /// `proxy_redis_call`); none by default.
     pub services: wasmgate_services::Grants,
+    /// Linear memory cap of a started instance's callbacks (never below
+    /// what its start left).
     pub memory_limit: Option<usize>,
+    /// Linear memory cap while an instance starts (`memory_limit` when
+    /// `None`).
+    pub startup_memory_limit: Option<usize>,
     /// Deadline of one callback.
     pub timeout: Option<Duration>,
     /// Deadline of an instance's start-up ([`DEFAULT_STARTUP_TIMEOUT`] when

@@ -190,6 +190,7 @@ impl FilterPlugin {
         self.start(&mut store, &instance)
             .await
             .map_err(|e| self.start_failure("start-up", e))?;
+        (store.data_mut().limiter).started(self.shared.config.memory_limit);
         let mut exports = Exports::find(&mut store, &instance)?;
         exports.batched = batch::link(&mut store, &self.batch, &exports)
             .await

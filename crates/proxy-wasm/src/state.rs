@@ -78,8 +78,12 @@ pub struct FilterState {
 impl FilterState {
     pub(crate) fn new(plugin: Arc<FilterShared>, wasi: Option<WasiP1Ctx>) -> FilterState {
         FilterState {
-            limiter: MemoryLimiter::new(plugin.config.memory_limit)
-                .counted_in(plugin.stats.clone()),
+            // The start's cap; `FilterPlugin::instantiate` sets the
+            // callbacks' once the start is over.
+            limiter: MemoryLimiter::new(
+                (plugin.config.startup_memory_limit).or(plugin.config.memory_limit),
+            )
+            .counted_in(plugin.stats.clone()),
             plugin,
             exchange: Box::default(),
             guest: None,

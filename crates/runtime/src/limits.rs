@@ -71,6 +71,14 @@ impl MemoryLimiter {
         self.exempt_next_growth = false;
     }
 
+    /// Ends the start-up, which may have had a cap of its own: from now on
+    /// growth is held to `call_limit`, or to what the start left if that is
+    /// more. A Wasm memory never shrinks, so memory the start needed (a WAF
+    /// compiling its rules) is not a later call's fault; growing past it is.
+    pub fn started(&mut self, call_limit: Option<usize>) {
+        self.max_bytes = call_limit.map(|limit| limit.max(self.committed));
+    }
+
     /// True once a growth was refused; the instance should not be reused.
     pub fn exceeded(&self) -> bool {
         self.exceeded
@@ -282,4 +290,39 @@ pub fn install_epoch_policy<T: HasCallBudget + 'static>(store: &mut wasmtime::St
         }
         Ok(update)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn a_started_instance_is_held_to_the_call_cap_or_to_what_its_start_left() {
+        // The start may take 3 MiB; the calls' cap is 2 MiB.
+        let mut limiter = MemoryLimiter::new(Some(3 * MIB));
+        assert!(limiter.memory_growing(0, 3 * MIB, None).is_ok());
+        limiter.started(Some(2 * MIB));
+        assert_eq!(limiter.max_bytes(), Some(3 * MIB));
+        assert!(limiter
+            .memory_growing(3 * MIB, 3 * MIB + 65536, None)
+            .is_err());
+        assert!(limiter.exceeded());
+
+        // A start that stayed under the calls' cap leaves the calls room to grow.
+        let mut limiter = MemoryLimiter::new(Some(3 * MIB));
+        assert!(limiter.memory_growing(0, MIB, None).is_ok());
+        limiter.started(Some(2 * MIB));
+        assert_eq!(limiter.max_bytes(), Some(2 * MIB));
+        assert!(limiter.memory_growing(MIB, 2 * MIB, None).is_ok());
+        assert!(limiter
+            .memory_growing(2 * MIB, 2 * MIB + 65536, None)
+            .is_err());
+
+        // No call cap: the calls are not capped.
+        let mut limiter = MemoryLimiter::new(Some(MIB));
+        limiter.started(None);
+        assert_eq!(limiter.max_bytes(), None);
+    }
 }

@@ -422,3 +422,71 @@ routes:
     until_plugin_state(&c, &gw, "slow", "ready").await;
     assert_eq!(get(&c, &gw.url("/slow")).await.status, 200);
 }
+
+/// A filter whose start grows its memory by 40 pages (2.5 MiB, 2.56 MiB in
+/// all) and whose request callback grows it by one more page when its
+/// conf is longer than `{}`.
+const GROWING: &str = r#"(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 4096))
+  (global $grows (mut i32) (i32.const 0))
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param i32) (result i32)
+    (local $p i32) (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get 0))) (local.get $p))
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_vm_start") (param i32 i32) (result i32)
+    (drop (memory.grow (i32.const 40))) (i32.const 1))
+  (func (export "proxy_on_configure") (param i32 i32) (result i32)
+    (global.set $grows (i32.gt_u (local.get 1) (i32.const 2))) (i32.const 1))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (if (global.get $grows) (then (drop (memory.grow (i32.const 1)))))
+    (i32.const 0))
+)"#;
+
+/// `startup_memory_limit_mb` caps the start on its own: a start that needs
+/// more than `memory_limit_mb` succeeds under it, the callbacks then may
+/// not grow the memory past what the start left, and without it the same
+/// start is refused (the reload rejected, the node serving on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_has_a_memory_cap_of_its_own() {
+    let backend = Upstream::start("backend").await;
+    let dir = tempfile::tempdir().unwrap();
+    let growing = dir.path().join("growing.wat");
+    std::fs::write(&growing, GROWING).unwrap();
+    let config = |start_cap: &str| {
+        format!(
+            r#"
+listen: "{{listen}}"
+admin: "{{admin}}"
+plugins:
+  - {{name: growing, wasm: "{growing}", memory_limit_mb: 2{start_cap}}}
+upstreams: [{{name: backend, nodes: [{{address: "{backend}"}}]}}]
+routes:
+  - {{name: still, path: {{prefix: /still}}, plugins: [{{plugin: growing, conf: {{}}}}], upstream: backend}}
+  - {{name: grows, path: {{prefix: /grows}}, plugins: [{{plugin: growing, conf: {{grow: 1}}}}], upstream: backend}}
+"#,
+            growing = growing.display(),
+            backend = backend.address()
+        )
+    };
+    let gw = GatewayProc::start(&config(", startup_memory_limit_mb: 3"));
+    let c = client();
+    // Started under the start's cap; a callback that does not grow serves.
+    assert_eq!(get(&c, &gw.url("/still")).await.status, 200);
+    // A callback growing past what the start left fails (closed), and the
+    // log says why.
+    let r = get(&c, &gw.url("/grows")).await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(r.json()["error"]["kind"], "filter_failed", "{}", r.text());
+    crate::common::wait_for_log(|| gw.logs(), "memory cap exceeded");
+    assert_eq!(get(&c, &gw.url("/still")).await.status, 200);
+
+    // The same start under memory_limit_mb alone: refused, the node serves on.
+    gw.rewrite(&config(""));
+    let status = wait_for_failed_reloads(&c, &gw, 1).await;
+    let error = status["reload"]["last_error"].as_str().unwrap();
+    assert!(error.contains("memory cap exceeded"), "{status}");
+    assert!(error.contains("start-up"), "{status}");
+    assert_eq!(get(&c, &gw.url("/still")).await.status, 200);
+}

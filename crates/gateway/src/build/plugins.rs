@@ -367,6 +367,7 @@ pub(super) fn filter_config(
         http_caller: Some(caller),
         services,
         memory_limit: p.memory_limit_mb.map(|mib| (mib as usize) << 20),
+        startup_memory_limit: p.startup_memory_limit_mb.map(|mib| (mib as usize) << 20),
         timeout: Some(Duration::from_millis(p.timeout_ms.unwrap_or(1000))),
         startup_timeout: p.startup_timeout_ms.map(Duration::from_millis),
         pool: pool_config(p),
