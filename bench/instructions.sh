@@ -19,17 +19,8 @@ out=bench/results/instructions.jsonl
 mkdir -p bench/results
 : >"$out"
 
-nginx_conf() { # directory (its conf is DIR/nginx.conf), the http block's own lines
-  mkdir -p "$1"
-  cat >"$1/nginx.conf" <<EOF
-daemon off; master_process off; worker_processes 1;
-pid $1/nginx.pid; error_log $1/error.log warn;
-events { worker_connections 1024; }
-http { access_log off; keepalive_requests 1000000; client_body_temp_path $1/body;
-  proxy_temp_path $1/proxy; fastcgi_temp_path $1/f; uwsgi_temp_path $1/u; scgi_temp_path $1/s;
-  $2 }
-EOF
-}
+# shellcheck source=bench/nginx_conf.sh
+. "$root/bench/nginx_conf.sh"
 
 # The upstream of the proxy cases: one nginx process, not counted.
 UP=18451

@@ -23,17 +23,8 @@ upstream_pid=""
 trap '[ -n "$upstream_pid" ] && kill "$upstream_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 out=bench/results/design.jsonl
 : >"$out"
-nginx_conf() { # directory, the http block's own lines
-  mkdir -p "$1"
-  cat >"$1/nginx.conf" <<EOF2
-daemon off; master_process off; worker_processes 1;
-pid $1/nginx.pid; error_log $1/error.log warn;
-events { worker_connections 1024; }
-http { access_log off; keepalive_requests 1000000; client_body_temp_path $1/body;
-  proxy_temp_path $1/proxy; fastcgi_temp_path $1/f; uwsgi_temp_path $1/u; scgi_temp_path $1/s;
-  $2 }
-EOF2
-}
+# shellcheck source=bench/nginx_conf.sh
+. "$root/bench/nginx_conf.sh"
 UP=18451
 nginx_conf "$tmp/up" "server { listen 127.0.0.1:$UP; location / { return 200 \"hello from upstream\n\"; } }"
 nginx -p "$tmp/up" -e "$tmp/up/error.log" -c "$tmp/up/nginx.conf" &
