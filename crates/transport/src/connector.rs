@@ -112,3 +112,44 @@ impl hyper::rt::Write for CountedConnection {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
+
+/// tokio's I/O traits too, for the connections a request's task reads and
+/// writes itself (`http1_client.rs`) and for TLS over them.
+impl tokio::io::AsyncRead for CountedConnection {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(self.io.inner_mut()).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for CountedConnection {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(self.io.inner_mut()).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(self.io.inner_mut()).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(self.io.inner_mut()).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+impl CountedConnection {
+    /// A connection no gauge counts, for tests of what runs over one.
+    pub(crate) fn uncounted(io: TcpStream) -> CountedConnection {
+        CountedConnection {
+            io: TokioIo::new(io),
+            gauge: None,
+        }
+    }
+}

@@ -10,7 +10,9 @@
 //!   HTTP/2 connections and those whose client cancels most of its
 //!   streams, and graceful shutdown.
 //! - Outbound: [`node_pool`] keeps each upstream node's keep-alive
-//!   connections and sends requests on them; [`connector`] dials them,
+//!   connections and sends requests on them (a request without a body to
+//!   an HTTP/1.1 node through `http1_client`, in the request's own task);
+//!   [`connector`] dials them,
 //!   counting each node's open connections; [`tls_client`] encrypts them
 //!   for an upstream with `tls`; `held_writes` lets an HTTP/2
 //!   connection's HEADERS and DATA leave in one write. The `wasmgate-upstream` crate (balancing,
@@ -23,6 +25,7 @@ pub mod body;
 pub mod connector;
 mod head_deadline;
 mod held_writes;
+mod http1_client;
 pub mod listener;
 pub mod node_pool;
 mod stream_watch;

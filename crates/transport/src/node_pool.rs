@@ -21,6 +21,13 @@
 //! An upgrade request (WebSocket) gets a new HTTP/1.1 connection of its own
 //! that allows upgrades, whatever the protocol: after the node's `101` it
 //! becomes the tunnel and never returns to the pool.
+//!
+//! A request without a body to a node spoken to in HTTP/1.1 does not go
+//! through hyper's client at all: the request's own task writes it and
+//! reads the answer (`http1_client.rs`, issue 57's design step), on
+//! connections kept in a list of their own. A node that closes one of them
+//! while it is idle wakes the pool, which drops it (`IdleWatch`), as
+//! hyper's connection task notices for its own.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -41,7 +48,11 @@ use wasmgate_config::UpstreamProtocol;
 use crate::body::{Body, BoxError};
 use crate::connector::CountedConnector;
 use crate::held_writes::HeldWrites;
+use crate::http1_client::Http1Body;
 use crate::tls_client::{UpstreamTlsClient, UpstreamTlsError};
+use own::{IdleHttp1, IdleWatch, Leased};
+
+mod own;
 
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may
 /// go unanswered before the connection counts as dead (a node that vanished
@@ -66,6 +77,9 @@ pub struct NodePool {
     /// under light load a few connections stay warm and the rest age out
     /// from the front.
     idle: Mutex<Vec<IdleConnection>>,
+    /// The same for the connections requests without a body read and
+    /// write themselves (`http1_client.rs`).
+    own_idle: Mutex<Vec<IdleHttp1>>,
     /// HTTP/2: the connection every request shares while it is open.
     multiplexed: Mutex<Option<http2::SendRequest<Body>>>,
     /// Held while an HTTP/2 connection is being made, so that the requests
@@ -113,6 +127,7 @@ impl NodePool {
             tls,
             tls_http1,
             idle: Mutex::new(Vec::new()),
+            own_idle: Mutex::new(Vec::new()),
             multiplexed: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             max_idle,
@@ -128,6 +143,9 @@ impl NodePool {
         self: &Arc<Self>,
         request: Request<Body>,
     ) -> Result<Response<PooledBody>, BoxError> {
+        if self.speaks_only_http1() && request.body().is_end_stream() {
+            return self.send_own(request).await;
+        }
         match self.protocol {
             UpstreamProtocol::Http1 => self.send_http1(request, None).await,
             UpstreamProtocol::H2c | UpstreamProtocol::H2 => self.send_http2(request, None).await,
@@ -160,6 +178,16 @@ impl NodePool {
         Ok(sender.send_request(request).await?)
     }
 
+    /// Whether every connection to the node is HTTP/1.1 (`auto` in plain
+    /// TCP is: only TLS's ALPN could choose HTTP/2).
+    fn speaks_only_http1(&self) -> bool {
+        match self.protocol {
+            UpstreamProtocol::Http1 => true,
+            UpstreamProtocol::Auto => self.tls.is_none(),
+            UpstreamProtocol::H2c | UpstreamProtocol::H2 => false,
+        }
+    }
+
     /// HTTP/1.1: on `first` (a connection just made), an idle connection or
     /// a new one.
     async fn send_http1(
@@ -178,11 +206,14 @@ impl NodePool {
             match sender.try_send_request(request).await {
                 Ok(response) => {
                     let (parts, inner) = response.into_parts();
+                    let ended = inner.is_end_stream();
                     let mut body = PooledBody {
-                        inner,
-                        lease: Some((sender, self.clone())),
+                        kind: Kind::Hyper {
+                            inner,
+                            lease: Some((sender, self.clone())),
+                        },
                     };
-                    if body.inner.is_end_stream() {
+                    if ended {
                         body.give_back();
                     }
                     return Ok(Response::from_parts(parts, body));
@@ -401,6 +432,10 @@ impl NodePool {
             .lock()
             .unwrap()
             .retain(|c| now.duration_since(c.since) < self.idle_timeout && !c.sender.is_closed());
+        self.own_idle
+            .lock()
+            .unwrap()
+            .retain(|c| now.duration_since(c.since) < self.idle_timeout);
     }
 }
 
@@ -422,48 +457,101 @@ fn to_http2_form(request: &mut Request<Body>, scheme: &str, node: &str) -> Resul
 /// An upstream response's body that gives its connection back to the pool
 /// when it ends.
 pub struct PooledBody {
-    inner: Incoming,
-    lease: Option<(SendRequest<Body>, Arc<NodePool>)>,
+    kind: Kind,
+}
+
+enum Kind {
+    /// Read by hyper's connection task.
+    Hyper {
+        inner: Incoming,
+        lease: Option<(SendRequest<Body>, Arc<NodePool>)>,
+    },
+    /// Read by the polling task itself (`http1_client.rs`).
+    Own {
+        body: Http1Body,
+        watch: Arc<IdleWatch>,
+    },
 }
 
 impl PooledBody {
     /// The body of a response whose connection is not the pool's (an
     /// upgrade's, an HTTP/2 stream's).
     pub fn unpooled(inner: Incoming) -> PooledBody {
-        PooledBody { inner, lease: None }
+        PooledBody {
+            kind: Kind::Hyper { inner, lease: None },
+        }
+    }
+
+    fn own(body: Http1Body, watch: Arc<IdleWatch>) -> PooledBody {
+        PooledBody {
+            kind: Kind::Own { body, watch },
+        }
     }
 
     fn give_back(&mut self) {
-        if let Some((sender, pool)) = self.lease.take() {
-            pool.give_back(sender);
+        if let Kind::Hyper { lease, .. } = &mut self.kind {
+            if let Some((sender, pool)) = lease.take() {
+                pool.give_back(sender);
+            }
+        }
+    }
+
+    /// An own connection whose answer has ended goes back to its pool.
+    fn give_back_own(&mut self) {
+        let Kind::Own { body, watch } = &mut self.kind else {
+            return;
+        };
+        if let Some(connection) = body.take_finished() {
+            if let Some(pool) = watch.pool.upgrade() {
+                pool.keep_own(Leased {
+                    connection,
+                    watch: watch.clone(),
+                });
+            }
         }
     }
 }
 
 impl hyper::body::Body for PooledBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => self.give_back(),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.give_back(),
-            // A broken body leaves the connection unusable: dropped.
-            Poll::Ready(Some(Err(_))) => self.lease = None,
-            _ => {}
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match &mut this.kind {
+            Kind::Own { body, .. } => {
+                let polled = Pin::new(body).poll_frame(cx);
+                this.give_back_own();
+                polled
+            }
+            Kind::Hyper { inner, lease } => {
+                let polled = Pin::new(&mut *inner).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(None) => this.give_back(),
+                    Poll::Ready(Some(Ok(_))) if inner.is_end_stream() => this.give_back(),
+                    // A broken body leaves the connection unusable: dropped.
+                    Poll::Ready(Some(Err(_))) => *lease = None,
+                    _ => {}
+                }
+                polled.map(|frame| frame.map(|f| f.map_err(Into::into)))
+            }
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.kind {
+            Kind::Hyper { inner, .. } => inner.is_end_stream(),
+            Kind::Own { body, .. } => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.kind {
+            Kind::Hyper { inner, .. } => inner.size_hint(),
+            Kind::Own { body, .. } => body.size_hint(),
+        }
     }
 }
