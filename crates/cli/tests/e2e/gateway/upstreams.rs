@@ -223,3 +223,65 @@ routes:
     }
     assert_eq!(closed.load(Ordering::SeqCst), 5);
 }
+
+/// A node that closes a kept connection just as a request arrives on it
+/// (the race of every keep-alive client, made certain here: it answers the
+/// first request on each connection and closes on the second unanswered).
+/// A bodiless GET, which the gateway may send again, goes again on a new
+/// connection; a POST, which the node may have acted on, does not
+/// (docs/gateway.md, "Upstreams").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_lost_to_a_closing_connection_is_resent_only_if_idempotent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut pending = Vec::new();
+                let mut buf = [0u8; 4096];
+                for answered in [true, false] {
+                    while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => pending.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    pending.clear();
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    if answered {
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let gw = GatewayProc::start(&format!(
+        r#"
+listen: "{{listen}}"
+upstreams:
+  - {{name: closing, nodes: [{{address: "127.0.0.1:{port}"}}], retries: 0}}
+routes:
+  - {{name: all, upstream: closing}}
+"#
+    ));
+    let c = client();
+    let first = get(&c, &gw.url("/first")).await;
+    assert_eq!((first.status, first.text().as_str()), (200, "ok"));
+    let resent = get(&c, &gw.url("/resent")).await;
+    assert_eq!(resent.status, 200, "{}", resent.text());
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        3,
+        "the GET reached the node twice: on the closing connection and on a new one"
+    );
+    let post = send(&c, "POST", &gw.url("/not-resent"), &[], "").await;
+    assert_eq!(post.status, 502, "{}", post.text());
+    assert_eq!(requests.load(Ordering::SeqCst), 4, "the POST went once");
+}
