@@ -50,7 +50,7 @@ use crate::connector::CountedConnector;
 use crate::held_writes::HeldWrites;
 use crate::http1_client::Http1Body;
 use crate::tls_client::{UpstreamTlsClient, UpstreamTlsError};
-use own::{IdleHttp1, IdleWatch, Leased};
+use own::{IdleWatch, Leased};
 
 mod own;
 
@@ -76,10 +76,10 @@ pub struct NodePool {
     /// HTTP/1.1: most recently used last: requests take from the end, so
     /// under light load a few connections stay warm and the rest age out
     /// from the front.
-    idle: Mutex<Vec<IdleConnection>>,
+    idle: Mutex<Vec<Idle<SendRequest<Body>>>>,
     /// The same for the connections requests without a body read and
     /// write themselves (`http1_client.rs`).
-    own_idle: Mutex<Vec<IdleHttp1>>,
+    own_idle: Mutex<Vec<Idle<Leased>>>,
     /// HTTP/2: the connection every request shares while it is open.
     multiplexed: Mutex<Option<http2::SendRequest<Body>>>,
     /// Held while an HTTP/2 connection is being made, so that the requests
@@ -101,8 +101,9 @@ pub struct NodeTls {
     pub upgrades: UpstreamTlsClient,
 }
 
-struct IdleConnection {
-    sender: SendRequest<Body>,
+/// A connection waiting in one of a node's idle lists, and since when.
+struct Idle<C> {
+    connection: C,
     since: Instant,
 }
 
@@ -231,7 +232,7 @@ impl NodePool {
     /// The most recently used idle connection still open.
     async fn checkout(&self) -> Option<SendRequest<Body>> {
         loop {
-            let mut sender = self.idle.lock().unwrap().pop()?.sender;
+            let mut sender = self.idle.lock().unwrap().pop()?.connection;
             // Idle connections were ready when they came back, so this does
             // not wait; it fails for one the node has closed meanwhile.
             if sender.ready().await.is_ok() {
@@ -412,15 +413,25 @@ impl NodePool {
     }
 
     fn keep(&self, sender: SendRequest<Body>) {
+        self.park(&self.idle, sender);
+    }
+
+    /// Puts `connection` at the end of an idle list (most recently used
+    /// last), dropping those at the front idle for `idle_timeout` and
+    /// `connection` itself when `max_idle` already wait.
+    fn park<C>(&self, list: &Mutex<Vec<Idle<C>>>, connection: C) {
         let now = Instant::now();
-        let mut idle = self.idle.lock().unwrap();
+        let mut idle = list.lock().unwrap();
         let expired = idle
             .iter()
             .take_while(|c| now.duration_since(c.since) >= self.idle_timeout)
             .count();
         idle.drain(..expired);
         if idle.len() < self.max_idle {
-            idle.push(IdleConnection { sender, since: now });
+            idle.push(Idle {
+                connection,
+                since: now,
+            });
         }
     }
 
@@ -428,10 +439,9 @@ impl NodePool {
     /// no request has come for since, which `keep` does not reach).
     pub fn close_expired(&self) {
         let now = Instant::now();
-        self.idle
-            .lock()
-            .unwrap()
-            .retain(|c| now.duration_since(c.since) < self.idle_timeout && !c.sender.is_closed());
+        self.idle.lock().unwrap().retain(|c| {
+            now.duration_since(c.since) < self.idle_timeout && !c.connection.is_closed()
+        });
         self.own_idle
             .lock()
             .unwrap()

@@ -5,7 +5,6 @@
 
 use std::sync::{Arc, Weak};
 use std::task::{Context, Wake, Waker};
-use std::time::Instant;
 
 use hyper::{Request, Response};
 use tower_service::Service;
@@ -20,11 +19,6 @@ use crate::tls_client::UpstreamTlsError;
 pub(super) struct Leased {
     pub(super) connection: Http1Connection,
     pub(super) watch: Arc<IdleWatch>,
-}
-
-pub(super) struct IdleHttp1 {
-    pub(super) leased: Leased,
-    pub(super) since: Instant,
 }
 
 /// The waker an idle connection's socket holds: a node that closes the
@@ -88,8 +82,8 @@ impl NodePool {
         let mut unwatched = Context::from_waker(Waker::noop());
         while let Some(mut kept) = idle.pop() {
             // A close the reactor has seen but whose wake has not run yet.
-            if !kept.leased.connection.poll_idle_closed(&mut unwatched) {
-                return Some(kept.leased);
+            if !kept.connection.connection.poll_idle_closed(&mut unwatched) {
+                return Some(kept.connection);
             }
         }
         None
@@ -133,16 +127,7 @@ impl NodePool {
         {
             return;
         }
-        let now = Instant::now();
-        let mut idle = self.own_idle.lock().unwrap();
-        let expired = idle
-            .iter()
-            .take_while(|c| now.duration_since(c.since) >= self.idle_timeout)
-            .count();
-        idle.drain(..expired);
-        if idle.len() < self.max_idle {
-            idle.push(IdleHttp1 { leased, since: now });
-        }
+        self.park(&self.own_idle, leased);
     }
 
     /// A watched idle connection's socket woke: dropped if the node closed
@@ -151,13 +136,13 @@ impl NodePool {
         let mut idle = self.own_idle.lock().unwrap();
         let Some(i) = idle
             .iter()
-            .position(|c| Arc::ptr_eq(&c.leased.watch, watch))
+            .position(|c| Arc::ptr_eq(&c.connection.watch, watch))
         else {
             return;
         };
         let waker = Waker::from(watch.clone());
         if idle[i]
-            .leased
+            .connection
             .connection
             .poll_idle_closed(&mut Context::from_waker(&waker))
         {
