@@ -33,13 +33,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use endpoints::{Endpoint, Lookup};
 use wasmgate_config::ADMIN_TOKEN_ENV;
-use wasmgate_gateway::body::{self, Body};
+use wasmgate_gateway::body::{self, Body, RequestBody};
 use wasmgate_gateway::reload::AdminChange;
 use wasmgate_gateway::LiveGateway;
 use wasmgate_gateway::{Connection, Handler};
@@ -86,7 +85,7 @@ pub struct Probes {
 }
 
 impl Handler for Probes {
-    async fn handle(&self, request: Request<Incoming>, _: Connection) -> Response<Body> {
+    async fn handle(&self, request: Request<RequestBody>, _: Connection) -> Response<Body> {
         let reply = match endpoints::find(request.method(), request.uri().path()) {
             Lookup::Endpoint(endpoint, _) if endpoint.is_probe() => probe(&self.live, endpoint),
             _ => Reply::text(
@@ -165,7 +164,11 @@ impl Caller {
 }
 
 impl Handler for Admin {
-    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+    async fn handle(
+        &self,
+        request: Request<RequestBody>,
+        connection: Connection,
+    ) -> Response<Body> {
         let path = request.uri().path().to_string();
         let reply = match endpoints::find(request.method(), &path) {
             Lookup::Endpoint(endpoint, _) if endpoint.is_probe() => self.probe(endpoint),
@@ -221,7 +224,7 @@ impl Admin {
     /// to echo, or the refusal.
     fn check_caller(
         &self,
-        request: &Request<Incoming>,
+        request: &Request<RequestBody>,
         connection: &Connection,
     ) -> Result<Option<hyper::header::HeaderValue>, Reply> {
         let gateway = self.live.current();
@@ -243,7 +246,7 @@ impl Admin {
 
     async fn route(
         &self,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
         connection: Connection,
         found: Lookup,
     ) -> Reply {
@@ -268,7 +271,7 @@ impl Admin {
     /// Past the Host and Origin checks: the token, intent, then the endpoint.
     async fn authorised(
         &self,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
         connection: Connection,
         policy: &guard::Policy<'_>,
         expected_token: Option<String>,
@@ -464,7 +467,7 @@ impl Admin {
     }
 }
 
-async fn read_body(request: Request<Incoming>) -> Result<Bytes, Reply> {
+async fn read_body(request: Request<RequestBody>) -> Result<Bytes, Reply> {
     let limited = http_body_util::Limited::new(request.into_body(), MAX_ADMIN_BODY);
     match limited.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
@@ -483,7 +486,7 @@ fn expected_token(config: &wasmgate_config::GatewayConfig) -> Option<String> {
         .or_else(|| config.admin_token.clone())
 }
 
-fn token_matches(request: &Request<Incoming>, expected: &str) -> bool {
+fn token_matches(request: &Request<RequestBody>, expected: &str) -> bool {
     let given = request
         .headers()
         .get(hyper::header::AUTHORIZATION)

@@ -6,15 +6,19 @@
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::{Request, Response};
 use wasmgate_gateway::body::{self, Body};
 use wasmgate_gateway::{Connection, Handler, ListenerConfig};
+use wasmgate_transport::body::RequestBody;
 
 struct NativeHello;
 
 impl Handler for NativeHello {
-    async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
+    async fn handle(
+        &self,
+        request: Request<RequestBody>,
+        _connection: Connection,
+    ) -> Response<Body> {
         let body = request
             .into_body()
             .collect()

@@ -11,13 +11,13 @@
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use serde_json::{Map, Value};
 use wasmgate_gateway::body::{self, Body};
 use wasmgate_gateway::{Connection, Handler, ListenerConfig};
 use wasmgate_services::postgres::PgService;
 use wasmgate_services::{Service, ServiceConfig, Services};
+use wasmgate_transport::body::RequestBody;
 
 const LIST_ORDERS: &str =
     "select id, customer, total, created_at, items, note from orders where customer = $1 order by id";
@@ -36,7 +36,11 @@ impl NativeOrders {
 }
 
 impl Handler for NativeOrders {
-    async fn handle(&self, request: Request<Incoming>, _connection: Connection) -> Response<Body> {
+    async fn handle(
+        &self,
+        request: Request<RequestBody>,
+        _connection: Connection,
+    ) -> Response<Body> {
         let body = request
             .into_body()
             .collect()

@@ -18,11 +18,12 @@ use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::{Frame, SizeHint};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response};
 use wasmgate_observe::access_log::{millis, AccessLog, Entry, FilterTime};
 use wasmgate_observe::trace::{new_span_id, ChildSpan, KeyValue, RequestTrace, SpanKind};
+use wasmgate_transport::body::RequestBody;
 
 use crate::chain::ChainNotes;
 use crate::endpoint::function::FunctionServed;
@@ -40,7 +41,7 @@ use wasmgate_upstream::UpstreamServed;
 /// copies (77,000 instructions a request, bench/instructions.sh).
 #[inline(never)]
 pub(crate) fn observe(
-    request: &mut Request<Incoming>,
+    request: &mut Request<RequestBody>,
     host: &str,
     peer: SocketAddr,
 ) -> (
@@ -83,7 +84,7 @@ impl Pending {
     /// What the request says about itself, if the node keeps a log or
     /// records its trace; `None` when neither.
     fn begin(
-        request: &Request<Incoming>,
+        request: &Request<RequestBody>,
         host: &str,
         peer: SocketAddr,
         trace: Option<RequestTrace>,
@@ -452,7 +453,7 @@ const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// `traceparent` its upstream request carries in place of the client's.
 fn begin_trace(
     tracing: &'static wasmgate_observe::trace::Tracing,
-    request: &mut Request<Incoming>,
+    request: &mut Request<RequestBody>,
 ) -> RequestTrace {
     let headers = request.headers();
     let traceparent = headers.get(&TRACEPARENT).map(HeaderValue::as_bytes);

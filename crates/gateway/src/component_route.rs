@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{Full, Limited};
-use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use wasmgate_component::ComponentPlugin;
+use wasmgate_transport::body::RequestBody;
 
 use crate::access::logged;
 use crate::endpoint::component;
@@ -46,7 +46,7 @@ impl ComponentRoute {
 impl Handler for ComponentRoute {
     async fn handle(
         &self,
-        mut request: Request<Incoming>,
+        mut request: Request<RequestBody>,
         connection: Connection,
     ) -> Response<Body> {
         if request.uri().path() == HEALTH_PATH {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use wasmgate_extism::Plugin;
+use wasmgate_transport::body::RequestBody;
 
 use crate::access::{logged, Pending};
 use wasmgate_answers::error_response;
@@ -63,7 +63,7 @@ impl FunctionRoute {
         }
     }
 
-    pub async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    pub async fn handle(&self, request: Request<RequestBody>) -> Response<Full<Bytes>> {
         self.handle_noted(request, None).await
     }
 
@@ -71,7 +71,7 @@ impl FunctionRoute {
     /// the function called and the bytes of the input.
     async fn handle_noted(
         &self,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
         mut pending: Option<&mut Pending>,
     ) -> Response<Full<Bytes>> {
         if request.uri().path() == HEALTH_PATH {
@@ -156,7 +156,7 @@ impl FunctionRoute {
 impl Handler for FunctionRoute {
     async fn handle(
         &self,
-        mut request: Request<Incoming>,
+        mut request: Request<RequestBody>,
         connection: Connection,
     ) -> Response<Body> {
         let details = self.config.error_details;
@@ -183,7 +183,7 @@ impl Handler for FunctionRoute {
 
 /// The body, or why not: (status, error kind, message).
 async fn read_body(
-    body: Incoming,
+    body: RequestBody,
     limit: usize,
 ) -> Result<Bytes, (StatusCode, &'static str, String)> {
     match Limited::new(body, limit).collect().await {

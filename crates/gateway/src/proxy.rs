@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Body as _;
 use hyper::header::{self, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
@@ -43,6 +43,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use wasmgate_component::ComponentPlugin;
 use wasmgate_proxy_wasm::{Headers, HttpExchange, LocalResponse, RequestInfo, TraceIds};
+use wasmgate_transport::body::RequestBody;
 
 use crate::access::{self, logged, Pending};
 use crate::body_pump::{channel_body, channel_body_after, BodyPump};
@@ -78,7 +79,11 @@ type RequestPump = BodyPump<ClientBody>;
 const BODY_CHANNEL_FRAMES: usize = 8;
 
 impl Handler for Gateway {
-    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+    async fn handle(
+        &self,
+        request: Request<RequestBody>,
+        connection: Connection,
+    ) -> Response<Body> {
         // gRPC is HTTP/2 only: an HTTP/1.1 request skips the header lookup.
         if request.version() != hyper::Version::HTTP_2 || !grpc::is_grpc(request.headers()) {
             return self.route_request(request, connection).await;
@@ -100,7 +105,7 @@ impl Gateway {
     /// Steps 1-5 above for one request.
     async fn route_request(
         &self,
-        mut request: Request<Incoming>,
+        mut request: Request<RequestBody>,
         connection: Connection,
     ) -> Response<Body> {
         let host =

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
-use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde::Serialize;
 use wasmgate_runtime::Runtime;
+use wasmgate_transport::body::RequestBody;
 
 use crate::config_store::ConfigStore;
 pub use crate::config_store::EditError;
@@ -612,7 +612,11 @@ impl Handler for LiveGateway {
         self.current.load().tls_acceptor(address)
     }
 
-    async fn handle(&self, request: Request<Incoming>, connection: Connection) -> Response<Body> {
+    async fn handle(
+        &self,
+        request: Request<RequestBody>,
+        connection: Connection,
+    ) -> Response<Body> {
         if !self.is_ready() {
             return self.not_ready();
         }

@@ -111,7 +111,7 @@ impl hyper::body::Body for Prepended {
 /// instead of its 403 or 413.
 pub struct ClientBody {
     /// Taken only by `Drop`.
-    inner: Option<hyper::body::Incoming>,
+    inner: Option<RequestBody>,
     idle: Duration,
     /// Allocated at the first wait, re-armed after each frame.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -156,7 +156,7 @@ impl ClientBodyError {
 }
 
 impl ClientBody {
-    pub fn new(inner: hyper::body::Incoming, idle: Duration) -> ClientBody {
+    pub fn new(inner: RequestBody, idle: Duration) -> ClientBody {
         ClientBody {
             inner: Some(inner),
             idle,
@@ -173,7 +173,7 @@ impl ClientBody {
         self
     }
 
-    fn inner(&self) -> &hyper::body::Incoming {
+    fn inner(&self) -> &RequestBody {
         self.inner.as_ref().expect("taken only by drop")
     }
 }
@@ -186,6 +186,9 @@ impl Drop for ClientBody {
         if self.failed || hyper::body::Body::is_end_stream(&inner) {
             return;
         }
+        let RequestBody(Inner::Hyper(inner)) = inner else {
+            return; // the listener's own codec reads the rest itself (http1_server.rs)
+        };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(linger(inner));
         }
@@ -256,5 +259,63 @@ impl hyper::body::Body for ClientBody {
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         hyper::body::Body::size_hint(self.inner())
+    }
+}
+
+/// A request's body as a listener hands it over: read by hyper (HTTP/2,
+/// TLS, upgrades), or by the listener's own HTTP/1.1 codec
+/// (`http1_server.rs`), or none at all.
+pub struct RequestBody(Inner);
+
+enum Inner {
+    Hyper(hyper::body::Incoming),
+    Http1(crate::http1_server::Http1RequestBody),
+    Empty,
+}
+
+impl RequestBody {
+    pub(crate) fn hyper(body: hyper::body::Incoming) -> RequestBody {
+        RequestBody(Inner::Hyper(body))
+    }
+
+    pub(crate) fn http1(body: crate::http1_server::Http1RequestBody) -> RequestBody {
+        RequestBody(Inner::Http1(body))
+    }
+
+    /// A request without a body.
+    pub fn empty() -> RequestBody {
+        RequestBody(Inner::Empty)
+    }
+}
+
+impl hyper::body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        match &mut self.get_mut().0 {
+            Inner::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::Http1(body) => Pin::new(body).poll_frame(cx),
+            Inner::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            Inner::Hyper(body) => hyper::body::Body::is_end_stream(body),
+            Inner::Http1(body) => hyper::body::Body::is_end_stream(body),
+            Inner::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match &self.0 {
+            Inner::Hyper(body) => hyper::body::Body::size_hint(body),
+            Inner::Http1(body) => hyper::body::Body::size_hint(body),
+            Inner::Empty => hyper::body::SizeHint::with_exact(0),
+        }
     }
 }

@@ -34,7 +34,7 @@ use tokio::time::Sleep;
 
 use crate::stream_watch::StreamWatch;
 
-const REQUEST_TIMEOUT: &[u8] =
+pub(crate) const REQUEST_TIMEOUT: &[u8] =
     b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
 
 #[derive(Clone, Copy, Debug, PartialEq)]

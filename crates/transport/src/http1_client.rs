@@ -28,7 +28,7 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::{Frame, SizeHint};
 use hyper::ext::ReasonPhrase;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::header::HeaderMap;
 use hyper::http::response::Parts;
 use hyper::{Method, Response, StatusCode, Uri, Version};
 use smallvec::SmallVec;
@@ -36,17 +36,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::body::BoxError;
 use crate::connector::CountedConnection;
-
-/// hyper's own limits on a head it reads, kept so that nothing an upstream
-/// could send before is refused now.
-const MAX_HEAD: usize = 400 * 1024;
-const MAX_FIELDS: usize = 100;
-/// A chunk-size line (with its extensions) or a trailer section longer than
-/// this is refused: nothing legitimate comes near it.
-const MAX_CHUNK_LINE: usize = 4096;
-const MAX_TRAILERS: usize = 64 * 1024;
-/// Room made in the read buffer before each read.
-const READ_SIZE: usize = 16 * 1024;
+use crate::http1_framing::{
+    content_length, ends_chunked, header_map, keeps_alive, Chunk, Length, Place, Step, MAX_FIELDS,
+    MAX_HEAD, READ_SIZE,
+};
 
 /// A connection to a node, plain or TLS.
 pub(crate) enum Stream {
@@ -76,14 +69,6 @@ impl From<BoxError> for ExchangeError {
     fn from(error: BoxError) -> Self {
         ExchangeError::Failed(error)
     }
-}
-
-/// Where a field of a parsed head is in the read buffer.
-struct Place {
-    name: usize,
-    name_len: usize,
-    value: usize,
-    value_len: usize,
 }
 
 /// What a parse of the buffered bytes gave.
@@ -196,30 +181,14 @@ impl Http1Connection {
             Some(0) => Version::HTTP_10,
             _ => Version::HTTP_11,
         };
-        // Where each field is, as offsets: the parse borrows the buffer,
-        // which has to be split before the values can share it.
         let start = self.buffer.as_ptr() as usize;
-        let offset = |part: &[u8]| part.as_ptr() as usize - start;
         let places: SmallVec<[Place; 24]> = parsed
             .headers
             .iter()
-            .map(|field| Place {
-                name: offset(field.name.as_bytes()),
-                name_len: field.name.len(),
-                value: offset(field.value),
-                value_len: field.value.len(),
-            })
+            .map(|field| Place::of(field, start))
             .collect();
         let head = self.buffer.split_to(length).freeze();
-        let mut headers = HeaderMap::with_capacity(places.len());
-        for place in &places {
-            headers.append(
-                HeaderName::from_bytes(&head[place.name..place.name + place.name_len])?,
-                HeaderValue::from_maybe_shared(
-                    head.slice(place.value..place.value + place.value_len),
-                )?,
-            );
-        }
+        let headers = header_map(&head, &places)?;
         let mut framing = framing(method, status, &headers)?;
         if !keeps_alive(version, &headers) {
             framing.keep_alive = false;
@@ -267,114 +236,25 @@ struct Framing {
     keep_alive: bool,
 }
 
-enum Length {
-    Known(u64),
-    Chunked(Chunk),
-    UntilClose,
-    Ended,
-}
-
-/// Where a chunked body's decoding is.
-enum Chunk {
-    SizeLine,
-    Data(u64),
-    DataEnd,
-    Trailers,
-}
-
 fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Result<Framing, BoxError> {
     let bodiless = method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    if bodiless {
-        return Ok(Framing {
-            length: Length::Known(0),
-            keep_alive: true,
-        });
-    }
-    if let Some(codings) = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-    {
-        let last = codings.as_bytes().rsplit(|b| *b == b',').next();
-        let chunked = last.is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+    let (length, keep_alive) = if bodiless {
+        (Length::Known(0), true)
+    } else if let Some(chunked) = ends_chunked(headers) {
         // A body in another coding ends only when the node closes.
-        return Ok(match chunked {
-            true => Framing {
-                length: Length::Chunked(Chunk::SizeLine),
-                keep_alive: true,
-            },
-            false => Framing {
-                length: Length::UntilClose,
-                keep_alive: false,
-            },
-        });
-    }
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|b| *b == b',') {
-            let n = decimal(part.trim_ascii())
-                .ok_or("the node's answer has a Content-Length that is not a number")?;
-            if length.is_some_and(|l| l != n) {
-                return Err("the node's answer has Content-Length values that disagree".into());
-            }
-            length = Some(n);
+        match chunked {
+            true => (Length::Chunked(Chunk::SizeLine), true),
+            false => (Length::UntilClose, false),
         }
-    }
-    Ok(match length {
-        Some(n) => Framing {
-            length: Length::Known(n),
-            keep_alive: true,
-        },
-        None => Framing {
-            length: Length::UntilClose,
-            keep_alive: false,
-        },
-    })
-}
-
-/// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes it
-/// unless told to keep it.
-fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    let says = |token: &[u8]| {
-        headers.get_all(header::CONNECTION).iter().any(|value| {
-            value
-                .as_bytes()
-                .split(|b| *b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
-        })
+    } else {
+        match content_length(headers).map_err(|e| format!("the node's answer has {e}"))? {
+            Some(n) => (Length::Known(n), true),
+            None => (Length::UntilClose, false),
+        }
     };
-    match version {
-        Version::HTTP_10 => says(b"keep-alive"),
-        _ => !says(b"close"),
-    }
-}
-
-fn decimal(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 19 {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, d| match d {
-        b'0'..=b'9' => Some(n * 10 + u64::from(d - b'0')),
-        _ => None,
-    })
-}
-
-/// A chunk-size line's size (hex digits, then optional extensions).
-fn chunk_size(line: &[u8]) -> Option<u64> {
-    let digits = line
-        .split(|b| *b == b';')
-        .next()
-        .unwrap_or_default()
-        .trim_ascii();
-    if digits.is_empty() || digits.len() > 15 {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, d| {
-        let digit = (*d as char).to_digit(16)?;
-        Some(n * 16 + u64::from(digit))
-    })
+    Ok(Framing { length, keep_alive })
 }
 
 /// An answer's body, read from the connection as it is polled. When it
@@ -385,15 +265,6 @@ pub(crate) struct Http1Body {
     length: Length,
     keep_alive: bool,
     finished: Option<Http1Connection>,
-}
-
-/// What the buffered bytes gave the body.
-enum Step {
-    Frame(Frame<Bytes>),
-    /// Framing bytes consumed; look again.
-    Again,
-    NeedMore,
-    End,
 }
 
 impl Http1Body {
@@ -426,99 +297,6 @@ impl Http1Body {
             }
         }
     }
-
-    /// The next step the buffered bytes allow.
-    fn step(&mut self) -> Result<Step, BoxError> {
-        let Some(connection) = self.connection.as_mut() else {
-            return Ok(Step::End);
-        };
-        let buffer = &mut connection.buffer;
-        let step = match &mut self.length {
-            Length::Ended => Step::End,
-            Length::Known(remaining) | Length::Chunked(Chunk::Data(remaining)) => {
-                if buffer.is_empty() {
-                    return Ok(Step::NeedMore);
-                }
-                let take = buffer
-                    .len()
-                    .min(usize::try_from(*remaining).unwrap_or(usize::MAX));
-                *remaining -= take as u64;
-                let data = buffer.split_to(take).freeze();
-                match self.length {
-                    Length::Known(0) => self.finish(),
-                    Length::Chunked(Chunk::Data(0)) => {
-                        self.length = Length::Chunked(Chunk::DataEnd);
-                    }
-                    _ => {}
-                }
-                Step::Frame(Frame::data(data))
-            }
-            Length::UntilClose if buffer.is_empty() => Step::NeedMore,
-            Length::UntilClose => Step::Frame(Frame::data(buffer.split().freeze())),
-            Length::Chunked(chunk) => return decode_chunked(buffer, chunk),
-        };
-        Ok(step)
-    }
-}
-
-/// A chunked body's framing: its size lines, the CRLF after each chunk's
-/// data, and the trailer section. (The data itself is taken in `step`.)
-fn decode_chunked(buffer: &mut BytesMut, chunk: &mut Chunk) -> Result<Step, BoxError> {
-    match chunk {
-        Chunk::SizeLine => {
-            let Some(end) = buffer.iter().position(|b| *b == b'\n') else {
-                if buffer.len() > MAX_CHUNK_LINE {
-                    return Err("a chunk-size line from the node is too long".into());
-                }
-                return Ok(Step::NeedMore);
-            };
-            let line = buffer[..end]
-                .strip_suffix(b"\r")
-                .ok_or("a chunk-size line without CRLF")?;
-            let size = chunk_size(line).ok_or("a chunk size from the node is not a number")?;
-            buffer.advance(end + 1);
-            *chunk = if size == 0 {
-                Chunk::Trailers
-            } else {
-                Chunk::Data(size)
-            };
-            Ok(Step::Again)
-        }
-        Chunk::DataEnd if buffer.len() < 2 => Ok(Step::NeedMore),
-        Chunk::DataEnd => {
-            if &buffer[..2] != b"\r\n" {
-                return Err("a chunk from the node is longer than its size".into());
-            }
-            buffer.advance(2);
-            *chunk = Chunk::SizeLine;
-            Ok(Step::Again)
-        }
-        Chunk::Trailers if buffer.starts_with(b"\r\n") => {
-            buffer.advance(2);
-            Ok(Step::End)
-        }
-        Chunk::Trailers => {
-            let mut slots = [httparse::EMPTY_HEADER; MAX_FIELDS];
-            let (length, fields) = match httparse::parse_headers(buffer, &mut slots) {
-                Ok(httparse::Status::Complete(parsed)) => parsed,
-                Ok(httparse::Status::Partial) if buffer.len() > MAX_TRAILERS => {
-                    return Err("the node's trailers are too large".into())
-                }
-                Ok(httparse::Status::Partial) => return Ok(Step::NeedMore),
-                Err(e) => return Err(format!("the node's trailers are malformed: {e}").into()),
-            };
-            let mut trailers = HeaderMap::with_capacity(fields.len());
-            for field in fields.iter() {
-                trailers.append(
-                    HeaderName::from_bytes(field.name.as_bytes())?,
-                    HeaderValue::from_bytes(field.value)?,
-                );
-            }
-            buffer.advance(length);
-            Ok(Step::Frame(Frame::trailers(trailers)))
-        }
-        Chunk::Data(_) => unreachable!("chunk data is taken in Http1Body::step"),
-    }
 }
 
 impl hyper::body::Body for Http1Body {
@@ -531,7 +309,11 @@ impl hyper::body::Body for Http1Body {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         loop {
-            let step = match this.step() {
+            let step = match &mut this.connection {
+                Some(connection) => this.length.step(&mut connection.buffer),
+                None => Ok(Step::End),
+            };
+            let step = match step {
                 Ok(step) => step,
                 Err(e) => {
                     this.connection = None;
@@ -541,12 +323,11 @@ impl hyper::body::Body for Http1Body {
             };
             match step {
                 Step::Frame(frame) => {
-                    if frame.is_trailers() {
+                    if this.length.is_ended() {
                         this.finish();
                     }
                     return Poll::Ready(Some(Ok(frame)));
                 }
-                Step::Again => continue,
                 Step::End => {
                     this.finish();
                     return Poll::Ready(None);

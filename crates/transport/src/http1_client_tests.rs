@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
+use hyper::header::{self, HeaderValue};
 
 /// How the node ends the connection after its pieces.
 #[derive(Clone, Copy, PartialEq)]
@@ -280,18 +281,4 @@ async fn an_idle_connection_the_node_closes_is_noticed() {
     tokio::time::timeout(Duration::from_secs(5), noticed)
         .await
         .expect("the close woke the idle connection's watcher");
-}
-
-#[test]
-fn sizes_are_read_strictly() {
-    assert_eq!(decimal(b"0"), Some(0));
-    assert_eq!(decimal(b"1234"), Some(1234));
-    assert_eq!(decimal(b"+1"), None);
-    assert_eq!(decimal(b""), None);
-    assert_eq!(decimal(b"99999999999999999999"), None);
-    assert_eq!(chunk_size(b"1f"), Some(31));
-    assert_eq!(chunk_size(b"A;name=value"), Some(10));
-    assert_eq!(chunk_size(b"g"), None);
-    assert_eq!(chunk_size(b""), None);
-    assert_eq!(chunk_size(b"1000000000000000"), None);
 }

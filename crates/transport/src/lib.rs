@@ -4,8 +4,10 @@
 //!
 //! - Inbound: [`listener`] accepts connections on every listener (HTTP/1.1
 //!   and h2c, told apart by the preface; over TLS, [`tls`], with HTTP/2 by
-//!   ALPN, the ClientHello read first by `tls_accept`) on worker threads, with `head_deadline` guarding a new
-//!   connection's first request head, [`admission`] counting each
+//!   ALPN, the ClientHello read first by `tls_accept`) on worker threads;
+//!   plain HTTP/1.1 is read and written by `http1_server` in the
+//!   connection's task (the rest is hyper's), with `head_deadline` guarding
+//!   the first request head of a connection hyper serves, [`admission`] counting each
 //!   listener's connections against its cap, `stream_watch` closing idle
 //!   HTTP/2 connections and those whose client cancels most of its
 //!   streams, and graceful shutdown.
@@ -18,7 +20,8 @@
 //!   connection's HEADERS and DATA leave in one write. The `wasmgate-upstream` crate (balancing,
 //!   retries, health) sends through a node's pool and knows nothing else of
 //!   connections.
-//! - [`body`]: the one body type requests and responses travel in.
+//! - [`body`]: the body types requests and responses travel in;
+//!   `http1_framing` is what both HTTP/1.1 codecs share.
 
 pub mod admission;
 pub mod body;
@@ -26,6 +29,8 @@ pub mod connector;
 mod head_deadline;
 mod held_writes;
 mod http1_client;
+mod http1_framing;
+mod http1_server;
 pub mod listener;
 pub mod node_pool;
 mod stream_watch;

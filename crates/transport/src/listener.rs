@@ -24,8 +24,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::admission;
-use crate::body::Body;
+use crate::body::{Body, RequestBody};
 use crate::head_deadline::HeadDeadline;
+use crate::http1_server::Served;
 use crate::stream_watch::{self, StreamWatch};
 use crate::tls::TlsAcceptorConfig;
 use wasmgate_base::tls::TlsInfo;
@@ -34,7 +35,7 @@ use wasmgate_base::tls::TlsInfo;
 pub trait Handler: Send + Sync + 'static {
     fn handle(
         &self,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
         connection: Connection,
     ) -> impl Future<Output = Response<Body>> + Send;
 
@@ -199,16 +200,29 @@ async fn serve_listener<H: Handler>(
         let (counters, stopping) = (counters.clone(), stopping.clone());
         let streams = StreamWatch::new();
         let Some(address) = &tls else {
-            let stream =
-                HeadDeadline::new(stream, config.header_read_timeout, Some(streams.clone()));
-            let served = http
-                .serve_connection_with_upgrades(
-                    TokioIo::new(stream),
-                    service(handler.clone(), connection, streams.clone()),
-                )
-                .into_owned();
+            // HTTP/1.1 by the listener's own codec (http1_server.rs); an
+            // h2c preface or an upgrade goes on to hyper.
+            let (handler, http) = (handler.clone(), http.clone());
+            let header_read_timeout = config.header_read_timeout;
             tokio::spawn(async move {
                 let _admitted = admitted;
+                let mut stopping = stopping;
+                let served = crate::http1_server::serve(
+                    stream,
+                    &*handler,
+                    &connection,
+                    header_read_timeout,
+                    &mut stopping,
+                )
+                .await;
+                let Served::HandOff(stream) = served else {
+                    return;
+                };
+                let stream = HeadDeadline::new(stream, header_read_timeout, Some(streams.clone()));
+                let served = http.serve_connection_with_upgrades(
+                    TokioIo::new(stream),
+                    service(handler, connection, streams.clone()),
+                );
                 let served =
                     stream_watch::watched(served, streams, idle_timeout, &counters, stopping);
                 if let Err(e) = served.await {
@@ -298,6 +312,7 @@ fn service<H: Handler>(
     Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send,
 > + Clone {
     service_fn(move |request: Request<Incoming>| {
+        let request = request.map(RequestBody::hyper);
         let (handler, connection) = (handler.clone(), connection.clone());
         // HTTP/2 streams are followed (idle connections, canceled streams);
         // HTTP/1.1's one request at a time is hyper's to time.

@@ -1,0 +1,295 @@
+//! What HTTP/1.1's two sides share, for the codec of the upstream side
+//! (`http1_client.rs`) and the listener's (`http1_server.rs`): the limits
+//! on a head, a parsed head's fields turned into a header map without
+//! copying their bytes, and a body's framing (RFC 9112 section 6 and 7.1:
+//! a length, chunked with extensions and trailers, or until the connection
+//! closes) decoded from a read buffer.
+
+use bytes::{Buf, Bytes, BytesMut};
+use hyper::body::Frame;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::Version;
+
+use crate::body::BoxError;
+
+/// hyper's own limits on a head it reads, kept so that nothing a client or
+/// a node could send before is refused now.
+pub(crate) const MAX_HEAD: usize = 400 * 1024;
+pub(crate) const MAX_FIELDS: usize = 100;
+/// A chunk-size line (with its extensions) or a trailer section longer than
+/// this is refused: nothing legitimate comes near it.
+const MAX_CHUNK_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 64 * 1024;
+/// Room made in a read buffer before each read.
+pub(crate) const READ_SIZE: usize = 16 * 1024;
+
+/// Where a field of a parsed head is in the read buffer, as offsets: the
+/// parse borrows the buffer, which has to be split before the values can
+/// share its bytes.
+pub(crate) struct Place {
+    name: usize,
+    name_len: usize,
+    value: usize,
+    value_len: usize,
+}
+
+impl Place {
+    /// `field`'s place in the buffer starting at `start`.
+    pub(crate) fn of(field: &httparse::Header<'_>, start: usize) -> Place {
+        Place {
+            name: field.name.as_ptr() as usize - start,
+            name_len: field.name.len(),
+            value: field.value.as_ptr() as usize - start,
+            value_len: field.value.len(),
+        }
+    }
+}
+
+/// The fields at `places` in `head` (the head's bytes, split off the read
+/// buffer), their values sharing `head` rather than copied.
+pub(crate) fn header_map(head: &Bytes, places: &[Place]) -> Result<HeaderMap, BoxError> {
+    let mut headers = HeaderMap::with_capacity(places.len());
+    for place in places {
+        headers.append(
+            HeaderName::from_bytes(&head[place.name..place.name + place.name_len])?,
+            HeaderValue::from_maybe_shared(head.slice(place.value..place.value + place.value_len))?,
+        );
+    }
+    Ok(headers)
+}
+
+/// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes it
+/// unless told to keep it.
+pub(crate) fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    match version {
+        Version::HTTP_10 => has_token(headers, header::CONNECTION, b"keep-alive"),
+        _ => !has_token(headers, header::CONNECTION, b"close"),
+    }
+}
+
+/// Whether a comma-separated field says `token` (case-insensitively).
+pub(crate) fn has_token(headers: &HeaderMap, name: HeaderName, token: &[u8]) -> bool {
+    headers.get_all(name).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+    })
+}
+
+/// Whether the last transfer coding is `chunked`; `None` without any.
+pub(crate) fn ends_chunked(headers: &HeaderMap) -> Option<bool> {
+    let codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()?;
+    let last = codings.as_bytes().rsplit(|b| *b == b',').next();
+    Some(last.is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked")))
+}
+
+/// The Content-Length, if any; repeated values (in one field or several)
+/// must agree.
+pub(crate) fn content_length(headers: &HeaderMap) -> Result<Option<u64>, &'static str> {
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|b| *b == b',') {
+            let n = decimal(part.trim_ascii()).ok_or("a Content-Length that is not a number")?;
+            if length.is_some_and(|l| l != n) {
+                return Err("Content-Length values that disagree");
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length)
+}
+
+pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| match d {
+        b'0'..=b'9' => Some(n * 10 + u64::from(d - b'0')),
+        _ => None,
+    })
+}
+
+/// A chunk-size line's size (hex digits, then optional extensions).
+pub(crate) fn chunk_size(line: &[u8]) -> Option<u64> {
+    let digits = line
+        .split(|b| *b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    if digits.is_empty() || digits.len() > 15 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        let digit = (*d as char).to_digit(16)?;
+        Some(n * 16 + u64::from(digit))
+    })
+}
+
+/// How much of a body is left, and how it is delimited.
+#[derive(Debug)]
+pub(crate) enum Length {
+    Known(u64),
+    Chunked(Chunk),
+    UntilClose,
+    Ended,
+}
+
+/// Where a chunked body's decoding is.
+#[derive(Debug)]
+pub(crate) enum Chunk {
+    SizeLine,
+    Data(u64),
+    DataEnd,
+    Trailers,
+}
+
+/// What the buffered bytes gave a body.
+pub(crate) enum Step {
+    Frame(Frame<Bytes>),
+    NeedMore,
+    /// The body is over (the length is now [`Length::Ended`]).
+    End,
+}
+
+impl Length {
+    pub(crate) fn is_ended(&self) -> bool {
+        matches!(self, Length::Ended)
+    }
+
+    /// The next frame the bytes in `buffer` give, taking them from it. A
+    /// frame that ends the body leaves the length [`Length::Ended`].
+    pub(crate) fn step(&mut self, buffer: &mut BytesMut) -> Result<Step, BoxError> {
+        loop {
+            match self {
+                Length::Ended => return Ok(Step::End),
+                Length::Known(0) => {
+                    *self = Length::Ended;
+                    return Ok(Step::End);
+                }
+                Length::Known(remaining) | Length::Chunked(Chunk::Data(remaining)) => {
+                    if buffer.is_empty() {
+                        return Ok(Step::NeedMore);
+                    }
+                    let take = buffer
+                        .len()
+                        .min(usize::try_from(*remaining).unwrap_or(usize::MAX));
+                    *remaining -= take as u64;
+                    let data = buffer.split_to(take).freeze();
+                    match self {
+                        Length::Known(0) => *self = Length::Ended,
+                        Length::Chunked(Chunk::Data(0)) => *self = Length::Chunked(Chunk::DataEnd),
+                        _ => {}
+                    }
+                    return Ok(Step::Frame(Frame::data(data)));
+                }
+                Length::UntilClose if buffer.is_empty() => return Ok(Step::NeedMore),
+                Length::UntilClose => {
+                    return Ok(Step::Frame(Frame::data(buffer.split().freeze())));
+                }
+                Length::Chunked(chunk) => match decode_chunked(buffer, chunk)? {
+                    Decoded::Again => continue,
+                    Decoded::NeedMore => return Ok(Step::NeedMore),
+                    Decoded::End => {
+                        *self = Length::Ended;
+                        return Ok(Step::End);
+                    }
+                    Decoded::Trailers(trailers) => {
+                        *self = Length::Ended;
+                        return Ok(Step::Frame(Frame::trailers(trailers)));
+                    }
+                },
+            }
+        }
+    }
+}
+
+enum Decoded {
+    /// Framing bytes consumed; look again.
+    Again,
+    NeedMore,
+    End,
+    Trailers(HeaderMap),
+}
+
+/// A chunked body's framing: its size lines, the CRLF after each chunk's
+/// data, and the trailer section. (The data itself is taken in `step`.)
+fn decode_chunked(buffer: &mut BytesMut, chunk: &mut Chunk) -> Result<Decoded, BoxError> {
+    match chunk {
+        Chunk::SizeLine => {
+            let Some(end) = buffer.iter().position(|b| *b == b'\n') else {
+                if buffer.len() > MAX_CHUNK_LINE {
+                    return Err("a chunk-size line is too long".into());
+                }
+                return Ok(Decoded::NeedMore);
+            };
+            let line = buffer[..end]
+                .strip_suffix(b"\r")
+                .ok_or("a chunk-size line without CRLF")?;
+            let size = chunk_size(line).ok_or("a chunk size is not a number")?;
+            buffer.advance(end + 1);
+            *chunk = if size == 0 {
+                Chunk::Trailers
+            } else {
+                Chunk::Data(size)
+            };
+            Ok(Decoded::Again)
+        }
+        Chunk::DataEnd if buffer.len() < 2 => Ok(Decoded::NeedMore),
+        Chunk::DataEnd => {
+            if &buffer[..2] != b"\r\n" {
+                return Err("a chunk is longer than its size".into());
+            }
+            buffer.advance(2);
+            *chunk = Chunk::SizeLine;
+            Ok(Decoded::Again)
+        }
+        Chunk::Trailers if buffer.starts_with(b"\r\n") => {
+            buffer.advance(2);
+            Ok(Decoded::End)
+        }
+        Chunk::Trailers => {
+            let mut slots = [httparse::EMPTY_HEADER; MAX_FIELDS];
+            let (length, fields) = match httparse::parse_headers(buffer, &mut slots) {
+                Ok(httparse::Status::Complete(parsed)) => parsed,
+                Ok(httparse::Status::Partial) if buffer.len() > MAX_TRAILERS => {
+                    return Err("the trailers are too large".into())
+                }
+                Ok(httparse::Status::Partial) => return Ok(Decoded::NeedMore),
+                Err(e) => return Err(format!("the trailers are malformed: {e}").into()),
+            };
+            let mut trailers = HeaderMap::with_capacity(fields.len());
+            for field in fields.iter() {
+                trailers.append(
+                    HeaderName::from_bytes(field.name.as_bytes())?,
+                    HeaderValue::from_bytes(field.value)?,
+                );
+            }
+            buffer.advance(length);
+            Ok(Decoded::Trailers(trailers))
+        }
+        Chunk::Data(_) => unreachable!("chunk data is taken in Length::step"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_read_strictly() {
+        assert_eq!(decimal(b"0"), Some(0));
+        assert_eq!(decimal(b"1234"), Some(1234));
+        assert_eq!(decimal(b"+1"), None);
+        assert_eq!(decimal(b""), None);
+        assert_eq!(decimal(b"99999999999999999999"), None);
+        assert_eq!(chunk_size(b"1f"), Some(31));
+        assert_eq!(chunk_size(b"A;name=value"), Some(10));
+        assert_eq!(chunk_size(b"g"), None);
+        assert_eq!(chunk_size(b""), None);
+        assert_eq!(chunk_size(b"1000000000000000"), None);
+    }
+}
