@@ -37,8 +37,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use crate::body::BoxError;
 use crate::connector::CountedConnection;
 use crate::http1_framing::{
-    content_length, ends_chunked, header_map, keeps_alive, Chunk, Length, Place, Step, MAX_FIELDS,
-    MAX_HEAD, READ_SIZE,
+    header_map, Chunk, Facts, Length, Place, Step, MAX_FIELDS, MAX_HEAD, READ_SIZE,
 };
 
 /// A connection to a node, plain or TLS.
@@ -181,6 +180,16 @@ impl Http1Connection {
             Some(0) => Version::HTTP_10,
             _ => Version::HTTP_11,
         };
+        let facts = Facts::scan(
+            parsed
+                .headers
+                .iter()
+                .map(|field| (field.name.as_bytes(), field.value)),
+        );
+        let mut framing = framing(method, status, &facts)?;
+        if !facts.keeps_alive(version) {
+            framing.keep_alive = false;
+        }
         let start = self.buffer.as_ptr() as usize;
         let places: SmallVec<[Place; 24]> = parsed
             .headers
@@ -189,10 +198,6 @@ impl Http1Connection {
             .collect();
         let head = self.buffer.split_to(length).freeze();
         let headers = header_map(&head, &places)?;
-        let mut framing = framing(method, status, &headers)?;
-        if !keeps_alive(version, &headers) {
-            framing.keep_alive = false;
-        }
         let mut response = Response::new(());
         *response.status_mut() = status;
         *response.version_mut() = version;
@@ -236,20 +241,23 @@ struct Framing {
     keep_alive: bool,
 }
 
-fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Result<Framing, BoxError> {
+fn framing(method: &Method, status: StatusCode, facts: &Facts) -> Result<Framing, BoxError> {
     let bodiless = method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     let (length, keep_alive) = if bodiless {
         (Length::Known(0), true)
-    } else if let Some(chunked) = ends_chunked(headers) {
+    } else if let Some(chunked) = facts.chunked {
         // A body in another coding ends only when the node closes.
         match chunked {
             true => (Length::Chunked(Chunk::SizeLine), true),
             false => (Length::UntilClose, false),
         }
     } else {
-        match content_length(headers).map_err(|e| format!("the node's answer has {e}"))? {
+        match facts
+            .length
+            .map_err(|e| format!("the node's answer has {e}"))?
+        {
             Some(n) => (Length::Known(n), true),
             None => (Length::UntilClose, false),
         }
@@ -358,11 +366,7 @@ impl hyper::body::Body for Http1Body {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.length {
-            Length::Known(n) => SizeHint::with_exact(n),
-            Length::Ended => SizeHint::with_exact(0),
-            _ => SizeHint::default(),
-        }
+        self.length.size_hint()
     }
 }
 

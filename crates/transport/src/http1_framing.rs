@@ -6,8 +6,8 @@
 //! closes) decoded from a read buffer.
 
 use bytes::{Buf, Bytes, BytesMut};
-use hyper::body::Frame;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::body::{Frame, SizeHint};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::Version;
 
 use crate::body::BoxError;
@@ -58,47 +58,75 @@ pub(crate) fn header_map(head: &Bytes, places: &[Place]) -> Result<HeaderMap, Bo
     Ok(headers)
 }
 
-/// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes it
-/// unless told to keep it.
-pub(crate) fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    match version {
-        Version::HTTP_10 => has_token(headers, header::CONNECTION, b"keep-alive"),
-        _ => !has_token(headers, header::CONNECTION, b"close"),
+/// What a head's framing and connection handling need of its fields,
+/// found in one pass over them as they were parsed: each lookup in a header
+/// map hashes the name, and four of them cost more than the parse.
+pub(crate) struct Facts {
+    /// With a `Transfer-Encoding`: whether its last coding is `chunked`.
+    pub(crate) chunked: Option<bool>,
+    /// The `Content-Length`, or why it is unusable (not a number, values
+    /// that disagree).
+    pub(crate) length: Result<Option<u64>, &'static str>,
+    /// `Connection` says `close` / `keep-alive`.
+    close: bool,
+    keep_alive: bool,
+    /// An `Upgrade` or `Expect` field is there.
+    pub(crate) upgrade_or_expect: bool,
+}
+
+impl Facts {
+    pub(crate) fn scan<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Facts {
+        let mut facts = Facts {
+            chunked: None,
+            length: Ok(None),
+            close: false,
+            keep_alive: false,
+            upgrade_or_expect: false,
+        };
+        for (name, value) in fields {
+            if name.eq_ignore_ascii_case(b"content-length") {
+                facts.length = facts.length.and_then(|known| add_length(known, value));
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                let last = value.rsplit(|b| *b == b',').next().unwrap_or_default();
+                facts.chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                    facts.close |= token.eq_ignore_ascii_case(b"close");
+                    facts.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            } else if name.eq_ignore_ascii_case(b"upgrade") || name.eq_ignore_ascii_case(b"expect")
+            {
+                facts.upgrade_or_expect = true;
+            }
+        }
+        facts
+    }
+
+    /// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes
+    /// it unless told to keep it.
+    pub(crate) fn keeps_alive(&self, version: Version) -> bool {
+        match version {
+            Version::HTTP_10 => self.keep_alive && !self.close,
+            _ => !self.close,
+        }
+    }
+
+    /// Whether `Connection` says `close`.
+    pub(crate) fn says_close(&self) -> bool {
+        self.close
     }
 }
 
-/// Whether a comma-separated field says `token` (case-insensitively).
-pub(crate) fn has_token(headers: &HeaderMap, name: HeaderName, token: &[u8]) -> bool {
-    headers.get_all(name).iter().any(|value| {
-        value
-            .as_bytes()
-            .split(|b| *b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
-    })
-}
-
-/// Whether the last transfer coding is `chunked`; `None` without any.
-pub(crate) fn ends_chunked(headers: &HeaderMap) -> Option<bool> {
-    let codings = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()?;
-    let last = codings.as_bytes().rsplit(|b| *b == b',').next();
-    Some(last.is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked")))
-}
-
-/// The Content-Length, if any; repeated values (in one field or several)
-/// must agree.
-pub(crate) fn content_length(headers: &HeaderMap) -> Result<Option<u64>, &'static str> {
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|b| *b == b',') {
-            let n = decimal(part.trim_ascii()).ok_or("a Content-Length that is not a number")?;
-            if length.is_some_and(|l| l != n) {
-                return Err("Content-Length values that disagree");
-            }
-            length = Some(n);
+/// A `Content-Length` field's values (repeated ones must agree) after
+/// those seen before.
+fn add_length(known: Option<u64>, value: &[u8]) -> Result<Option<u64>, &'static str> {
+    let mut length = known;
+    for part in value.split(|b| *b == b',') {
+        let n = decimal(part.trim_ascii()).ok_or("a Content-Length that is not a number")?;
+        if length.is_some_and(|l| l != n) {
+            return Err("Content-Length values that disagree");
         }
+        length = Some(n);
     }
     Ok(length)
 }
@@ -158,6 +186,15 @@ pub(crate) enum Step {
 impl Length {
     pub(crate) fn is_ended(&self) -> bool {
         matches!(self, Length::Ended)
+    }
+
+    /// What a body with this much left can say of its size.
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        match self {
+            Length::Known(n) => SizeHint::with_exact(*n),
+            Length::Ended => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
     }
 
     /// The next frame the bytes in `buffer` give, taking them from it. A

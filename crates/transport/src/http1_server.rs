@@ -31,7 +31,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use hyper::header;
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Uri, Version};
 use smallvec::SmallVec;
@@ -43,8 +42,7 @@ use tokio::time::{Instant, Sleep};
 use crate::body::RequestBody;
 use crate::head_deadline::REQUEST_TIMEOUT;
 use crate::http1_framing::{
-    content_length, ends_chunked, header_map, keeps_alive, Chunk, Length, Place, Step, MAX_FIELDS,
-    MAX_HEAD, READ_SIZE,
+    header_map, Chunk, Facts, Length, Place, Step, MAX_FIELDS, MAX_HEAD, READ_SIZE,
 };
 use crate::listener::{Connection, Handler};
 
@@ -239,11 +237,13 @@ fn parse(buffer: &mut BytesMut) -> Result<Option<HeadRead>, &'static [u8]> {
     };
     let method = Method::from_bytes(parsed.method.unwrap_or_default().as_bytes())
         .map_err(|_| BAD_REQUEST)?;
-    let hyper_serves = method == Method::CONNECT
-        || parsed.headers.iter().any(|field| {
-            field.name.eq_ignore_ascii_case("upgrade") || field.name.eq_ignore_ascii_case("expect")
-        });
-    if hyper_serves {
+    let facts = Facts::scan(
+        parsed
+            .headers
+            .iter()
+            .map(|field| (field.name.as_bytes(), field.value)),
+    );
+    if method == Method::CONNECT || facts.upgrade_or_expect {
         return Ok(Some(HeadRead::HandOff));
     }
     let version = match parsed.version {
@@ -262,17 +262,17 @@ fn parse(buffer: &mut BytesMut) -> Result<Option<HeadRead>, &'static [u8]> {
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.0 + target.1))
         .map_err(|_| BAD_REQUEST)?;
     let headers = header_map(&head, &places).map_err(|_| BAD_REQUEST)?;
-    let length = match ends_chunked(&headers) {
+    let length = match facts.chunked {
         Some(_) if version == Version::HTTP_10 => return Err(BAD_REQUEST),
-        Some(_) if headers.contains_key(header::CONTENT_LENGTH) => return Err(BAD_REQUEST),
+        Some(_) if !matches!(facts.length, Ok(None)) => return Err(BAD_REQUEST),
         Some(true) => Length::Chunked(Chunk::SizeLine),
         Some(false) => return Err(BAD_REQUEST),
-        None => match content_length(&headers) {
+        None => match facts.length {
             Ok(length) => Length::Known(length.unwrap_or(0)),
             Err(_) => return Err(BAD_REQUEST),
         },
     };
-    let keep_alive = keeps_alive(version, &headers);
+    let keep_alive = facts.keeps_alive(version);
     let mut request = Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri;

@@ -126,11 +126,7 @@ impl hyper::body::Body for Http1RequestBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.length {
-            Length::Known(n) => SizeHint::with_exact(n),
-            Length::Ended => SizeHint::with_exact(0),
-            _ => SizeHint::default(),
-        }
+        self.length.size_hint()
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 
 use crate::body::{Body, BoxError};
-use crate::http1_framing::{decimal, ends_chunked, has_token};
+use crate::http1_framing::{decimal, Facts};
 
 /// Data frames up to this size are copied behind the head (one write);
 /// larger ones are written on their own.
@@ -86,7 +86,8 @@ fn head_fields(
     let bodiless = no_length || asked.head;
     let mut declared = None;
     let mut has_date = false;
-    let mut keep_alive = asked.keep_alive;
+    let mut chunked = None;
+    let mut says_close = false;
     for (name, value) in headers {
         if *name == header::CONTENT_LENGTH {
             if no_length {
@@ -95,23 +96,27 @@ fn head_fields(
             declared = decimal(value.as_bytes().trim_ascii());
         } else if *name == header::DATE {
             has_date = true;
+        } else if *name == header::TRANSFER_ENCODING || *name == header::CONNECTION {
+            let facts = Facts::scan(std::iter::once((
+                name.as_str().as_bytes(),
+                value.as_bytes(),
+            )));
+            chunked = facts.chunked.or(chunked);
+            says_close |= facts.says_close();
         }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    let says_close = has_token(headers, header::CONNECTION, b"close");
-    if says_close {
-        keep_alive = false;
-    }
+    let mut keep_alive = asked.keep_alive && !says_close;
     let encoding = if bodiless {
         let exact = body.size_hint().exact();
         if asked.head && declared.is_none() && !no_length && exact.is_some_and(|n| n > 0) {
             content_length_field(out, exact.unwrap_or_default());
         }
         Encoding::Bodiless
-    } else if let Some(chunked) = ends_chunked(headers) {
+    } else if let Some(chunked) = chunked {
         if chunked {
             Encoding::Chunked
         } else {
