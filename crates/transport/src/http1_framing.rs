@@ -72,6 +72,8 @@ pub(crate) struct Facts {
     keep_alive: bool,
     /// An `Upgrade` or `Expect` field is there.
     pub(crate) upgrade_or_expect: bool,
+    /// `TE` says `trailers`: the client takes trailer fields.
+    pub(crate) takes_trailers: bool,
 }
 
 impl Facts {
@@ -82,6 +84,7 @@ impl Facts {
             close: false,
             keep_alive: false,
             upgrade_or_expect: false,
+            takes_trailers: false,
         };
         for (name, value) in fields {
             if name.eq_ignore_ascii_case(b"content-length") {
@@ -97,6 +100,10 @@ impl Facts {
             } else if name.eq_ignore_ascii_case(b"upgrade") || name.eq_ignore_ascii_case(b"expect")
             {
                 facts.upgrade_or_expect = true;
+            } else if name.eq_ignore_ascii_case(b"te") {
+                facts.takes_trailers |= value
+                    .split(|b| *b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
             }
         }
         facts

@@ -90,6 +90,7 @@ struct Head {
     parts: Parts,
     length: Length,
     keep_alive: bool,
+    takes_trailers: bool,
 }
 
 /// Serves the HTTP/1.1 requests of a plain connection until it closes, or
@@ -135,6 +136,7 @@ pub(crate) async fn serve<H: Handler>(
             head: head.parts.method == Method::HEAD,
             version: head.parts.version,
             keep_alive: head.keep_alive,
+            takes_trailers: head.takes_trailers,
         };
         // A body takes the read side with it; it comes back when the body
         // ends or is dropped.
@@ -282,6 +284,7 @@ fn parse(buffer: &mut BytesMut) -> Result<Option<HeadRead>, &'static [u8]> {
         parts: request.into_parts().0,
         length,
         keep_alive,
+        takes_trailers: facts.takes_trailers,
     })))
 }
 

@@ -52,6 +52,22 @@ impl Handler for Echo {
                 ))))
             }
             "/ignore" => Response::new(body::full("ignored")),
+            "/trailers" => {
+                let mut trailers = hyper::HeaderMap::new();
+                trailers.insert("x-sum", "42".parse().unwrap());
+                trailers.insert("x-undeclared", "1".parse().unwrap());
+                let frames = [
+                    Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"data"))),
+                    Ok(Frame::trailers(trailers)),
+                ];
+                let mut answer = Response::new(body::boxed(StreamBody::new(
+                    futures_util::stream::iter(frames),
+                )));
+                answer
+                    .headers_mut()
+                    .insert("trailer", "x-sum".parse().unwrap());
+                answer
+            }
             "/hang" => {
                 let _flag = DropFlag(self.hang_dropped.clone());
                 std::future::pending::<()>().await;
@@ -141,6 +157,27 @@ async fn chunked_bodies_both_ways() {
         stream.ends_with("\r\n\r\n4\r\none,\r\n3\r\ntwo\r\n0\r\n\r\n"),
         "{answer}"
     );
+}
+
+#[tokio::test]
+async fn trailers_go_to_a_client_that_takes_them_and_only_those_declared() {
+    let (port, _, _) = server(Duration::from_secs(5)).await;
+    let answer = exchange(
+        port,
+        b"GET /trailers HTTP/1.1\r\nte: trailers\r\n\r\nGET /trailers HTTP/1.1\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let (taken, not_taken) = answer
+        .split_once("HTTP/1.1 200 OK")
+        .unwrap()
+        .1
+        .split_once("HTTP/1.1 200 OK")
+        .unwrap();
+    assert!(
+        taken.ends_with("4\r\ndata\r\n0\r\nx-sum: 42\r\n\r\n"),
+        "{answer}"
+    );
+    assert!(not_taken.ends_with("4\r\ndata\r\n0\r\n\r\n"), "{answer}");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use hyper::body::{Body as _, Frame};
 use hyper::ext::ReasonPhrase;
-use hyper::header::{self, HeaderMap};
+use hyper::header::{self, HeaderMap, HeaderName};
 use hyper::{Response, StatusCode, Version};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -31,6 +31,8 @@ pub(super) struct Asked {
     pub(super) version: Version,
     /// The client keeps the connection (and the server means to).
     pub(super) keep_alive: bool,
+    /// The client said `TE: trailers`.
+    pub(super) takes_trailers: bool,
 }
 
 /// How an answer's body goes on the wire.
@@ -62,12 +64,18 @@ pub(super) async fn write(
     }
     out.extend_from_slice(b"\r\n");
     let (encoding, keep_alive) = head_fields(out, &parts.headers, status, asked, &body);
+    // As hyper's server: trailers go to a client that takes them, and only
+    // the fields the answer declared in its `Trailer` field.
+    let declared = match asked.takes_trailers {
+        true => declared_trailers(&parts.headers),
+        false => Vec::new(),
+    };
     if matches!(encoding, Encoding::Bodiless) {
         drop(body);
         socket.write_all(out).await?;
         return Ok(keep_alive);
     }
-    let ended_well = write_body(socket, out, &mut body, encoding).await?;
+    let ended_well = write_body(socket, out, &mut body, encoding, &declared).await?;
     Ok(keep_alive && ended_well)
 }
 
@@ -149,6 +157,19 @@ fn head_fields(
     (encoding, keep_alive)
 }
 
+/// The field names an answer's `Trailer` field declares.
+fn declared_trailers(headers: &HeaderMap) -> Vec<HeaderName> {
+    let mut names = Vec::new();
+    for value in headers.get_all(header::TRAILER) {
+        for name in value.as_bytes().split(|b| *b == b',') {
+            if let Ok(name) = HeaderName::from_bytes(name.trim_ascii()) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
 fn content_length_field(out: &mut Vec<u8>, length: u64) {
     out.extend_from_slice(b"content-length: ");
     out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
@@ -164,6 +185,7 @@ async fn write_body(
     out: &mut Vec<u8>,
     body: &mut Body,
     mut encoding: Encoding,
+    declared: &[HeaderName],
 ) -> io::Result<bool> {
     loop {
         let frame = match frame_now(body) {
@@ -194,7 +216,7 @@ async fn write_body(
         };
         if let (Ok(trailers), Encoding::Chunked) = (frame.into_trailers(), &encoding) {
             out.extend_from_slice(b"0\r\n");
-            for (name, value) in &trailers {
+            for (name, value) in trailers.iter().filter(|(name, _)| declared.contains(name)) {
                 out.extend_from_slice(name.as_str().as_bytes());
                 out.extend_from_slice(b": ");
                 out.extend_from_slice(value.as_bytes());
