@@ -344,11 +344,11 @@ async fn a_client_that_leaves_does_not_cost_the_filter_its_instance() {
         "listen: \"{listen}\"",
         "listen: \"{listen}\"\nadmin: \"{admin}\"",
     );
-    let (_upstream, gw) = with_upstream("backend", &yaml).await;
+    let (upstream, gw) = with_upstream("backend", &yaml).await;
     let c = client();
     let waf = r#"plugin="waf",route="app""#;
     let in_use = format!("wasmgate_plugin_instances{{{waf},state=\"in_use\"}}");
-    for _ in 0..3 {
+    for left in 1..=3 {
         let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
             .await
             .unwrap();
@@ -357,6 +357,17 @@ async fn a_client_that_leaves_does_not_cost_the_filter_its_instance() {
             .await
             .unwrap();
         until_metric(&c, &gw, &in_use, |n| n == 1.0).await;
+        // The request reached the upstream: the WAF's request callbacks are
+        // over (under load they can still be running when the instance is
+        // first in use, and a client gone mid-callback is another case).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while upstream.received("/slow").len() < left {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the request never reached the upstream"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         drop(socket); // gone while the upstream takes its two seconds
         until_metric(&c, &gw, &in_use, |n| n == 0.0).await;
     }
