@@ -18,7 +18,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -340,7 +340,7 @@ where
     B: http_body::Body<Data = Bytes, Error = wasmtime_wasi_http::Error> + Send + 'static,
 {
     let timeout = shared.options.timeout;
-    let started = Instant::now();
+    let started = wasmgate_runtime::call_clock::Instant::now();
     // The lease moves with the call (to the slow lane, if it runs long) and
     // comes back with its outcome.
     let call = async move {

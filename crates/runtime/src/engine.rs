@@ -57,6 +57,7 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Runtime> {
         let (engine, pooling) = build_engine(&config)?;
         crate::ticker::start(&engine, config.epoch_tick);
+        crate::call_clock::calibrate();
         let cache = match &config.cache_dir {
             Some(dir) => Some(ModuleCache::open(dir.clone())?),
             None => None,

@@ -24,6 +24,7 @@
 //! The ABI crates build their own `Linker`s and store data on top of this.
 
 pub mod cache;
+pub mod call_clock;
 pub mod crash;
 mod engine;
 pub mod guest_log;

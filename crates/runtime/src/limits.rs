@@ -2,7 +2,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::call_clock::Instant;
 
 use crate::stats::PluginStats;
 use crate::{profiler, slow_lane};
@@ -283,7 +285,7 @@ pub fn install_epoch_policy<T: HasCallBudget + 'static>(store: &mut wasmtime::St
             && !matches!(update, UpdateDeadline::Interrupt)
             && ctx.data_mut().call_budget().sample_due()
         {
-            let started = Instant::now();
+            let started = std::time::Instant::now();
             let backtrace = wasmtime::WasmBacktrace::capture(&ctx);
             profiler::sample(ctx.data().plugin_name(), &backtrace, started);
             ctx.data_mut().call_budget().after_sample(started.elapsed());

@@ -38,7 +38,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::call_clock::Instant;
 
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
@@ -100,7 +102,10 @@ pub async fn run<T: Send + 'static>(started: Instant, mut call: GuestCall<T>) ->
     let mut cpu = Duration::ZERO;
     let first_poll = started;
     let mut polled = false;
-    let mut last_clock = None;
+    // When the last poll here ended (a plain `Instant`, not an `Option`:
+    // quanta's has no niche, and the larger future this made was copied
+    // twice on its way into the caller's, bench/instructions.py).
+    let mut last_clock = first_poll;
     let finished_here = std::future::poll_fn(|cx| {
         MOVE_REQUESTED.set(false);
         let started = match std::mem::replace(&mut polled, true) {
@@ -110,7 +115,7 @@ pub async fn run<T: Send + 'static>(started: Instant, mut call: GuestCall<T>) ->
         let poll = call.as_mut().poll(cx);
         let now = Instant::now();
         cpu += now - started;
-        last_clock = Some(now);
+        last_clock = now;
         match poll {
             Poll::Ready(output) => Poll::Ready(Some(output)),
             Poll::Pending if MOVE_REQUESTED.take() => Poll::Ready(None),
@@ -119,7 +124,7 @@ pub async fn run<T: Send + 'static>(started: Instant, mut call: GuestCall<T>) ->
     })
     .await;
     if let Some(output) = finished_here {
-        let wall = last_clock.map_or(Duration::ZERO, |end| end - first_poll);
+        let wall = last_clock - first_poll;
         return Timed { output, wall, cpu };
     }
     MOVED.fetch_add(1, Ordering::Relaxed);
@@ -156,9 +161,14 @@ async fn on_lane<T>(mut call: GuestCall<T>) -> (T, Duration) {
 }
 
 /// The calling thread's CPU time so far.
+///
+/// Read through libc's `clock_gettime` (the `cpu-time` crate), not rustix's:
+/// rustix finds the vDSO by parsing the auxiliary vector itself, which under
+/// valgrind raises a signal that callgrind 3.19 aborts on (its assertion in
+/// threads.c), and `bench/instructions.sh` counts filters under callgrind
+/// with calls that move here. glibc's path is the one valgrind knows.
 fn thread_cpu_time() -> Duration {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    cpu_time::ThreadTime::now().as_duration()
 }
 
 /// Cancels the slow-lane task when the call's caller goes away.
