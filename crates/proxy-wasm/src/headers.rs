@@ -238,7 +238,7 @@ fn classify<'a>(key: &'a [u8], value: &[u8]) -> Key<'a> {
     // here so that an invalid value is kept as the guest gave it
     // (`HeaderValue::from_bytes` would copy it to check it).
     if value.iter().all(|&b| b >= 32 && b != 127 || b == b'\t') {
-        if let Ok(name) = HeaderName::from_bytes(key) {
+        if let Ok(name) = crate::header_names::parse(key) {
             return Key::Field(name);
         }
     }

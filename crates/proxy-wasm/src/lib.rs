@@ -19,6 +19,7 @@ mod filter_shared;
 mod giving;
 mod grpc_call;
 mod grpc_stream;
+mod header_names;
 pub mod headers;
 pub mod host_env;
 pub mod http_call;
