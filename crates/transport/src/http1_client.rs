@@ -33,12 +33,14 @@ use hyper::http::response::Parts;
 use hyper::{Method, Response, StatusCode, Uri, Version};
 use smallvec::SmallVec;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::time::Instant;
 
 use crate::body::BoxError;
 use crate::connector::CountedConnection;
 use crate::http1_framing::{
     header_map, Chunk, Facts, Length, Place, Step, MAX_FIELDS, MAX_HEAD, READ_SIZE,
 };
+use crate::lazy_deadline::{self, LazyDeadline};
 
 /// A connection to a node, plain or TLS.
 pub(crate) enum Stream {
@@ -53,6 +55,9 @@ pub(crate) struct Http1Connection {
     buffer: BytesMut,
     /// The request head as it goes out (kept: its capacity serves the next).
     head: Vec<u8>,
+    /// The read timeout of the connection's exchanges, armed by the first
+    /// (lazy_deadline.rs: a timer per request cost ~1k instructions).
+    deadline: Option<LazyDeadline>,
 }
 
 /// Why an exchange failed.
@@ -62,6 +67,8 @@ pub(crate) enum ExchangeError {
     /// and an idempotent request can be sent again on another.
     NoAnswer(io::Error),
     Failed(BoxError),
+    /// No answer's head before the deadline.
+    TimedOut,
 }
 
 impl From<BoxError> for ExchangeError {
@@ -84,6 +91,7 @@ impl Http1Connection {
             stream,
             buffer: BytesMut::new(),
             head: Vec::new(),
+            deadline: None,
         }
     }
 
@@ -101,7 +109,41 @@ impl Http1Connection {
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
+        deadline: Instant,
     ) -> Result<(Parts, Http1Body), ExchangeError> {
+        let mut timer = match self.deadline.take() {
+            Some(mut timer) => {
+                timer.set(deadline);
+                timer
+            }
+            None => LazyDeadline::new(deadline),
+        };
+        let answered = lazy_deadline::within(&mut timer, self.answer_head(method, uri, headers));
+        match answered.await {
+            None => Err(ExchangeError::TimedOut),
+            Some(Err(e)) => Err(e),
+            Some(Ok((parts, framing))) => {
+                self.deadline = Some(timer);
+                Ok((parts, Http1Body::new(self, framing)))
+            }
+        }
+    }
+
+    /// Lets go of the waker of the last request's task (see
+    /// [`LazyDeadline::forget_waker`]): the connection is going idle.
+    pub(crate) fn forget_deadline_waker(&mut self) {
+        if let Some(timer) = &mut self.deadline {
+            timer.forget_waker();
+        }
+    }
+
+    /// Writes the request's head and reads the answer's.
+    async fn answer_head(
+        &mut self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<(Parts, Framing), ExchangeError> {
         write_head(&mut self.head, method, uri, headers);
         let written = async {
             self.stream.write_all(&self.head).await?;
@@ -113,9 +155,7 @@ impl Http1Connection {
             if !self.buffer.is_empty() {
                 received = true;
                 match self.parse_head(method)? {
-                    Parsed::Final(parts, framing) => {
-                        return Ok((parts, Http1Body::new(self, framing)));
-                    }
+                    Parsed::Final(parts, framing) => return Ok((parts, framing)),
                     Parsed::Interim => continue,
                     Parsed::Partial if self.buffer.len() > MAX_HEAD => {
                         let refused = format!("the node's answer head is over {MAX_HEAD} bytes");

@@ -54,6 +54,41 @@ async fn connect(port: u16) -> Http1Connection {
     Http1Connection::new(Stream::Plain(CountedConnection::uncounted(tcp)))
 }
 
+/// A deadline no test reaches.
+fn far() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(60)
+}
+
+#[tokio::test]
+async fn a_node_that_answers_too_late_is_a_timeout_and_an_answer_in_time_is_not() {
+    // The node answers its first request at once and keeps the connection:
+    // the deadline is armed by that exchange and set again for the next.
+    let answer: &'static [u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    let (port, _node) = node(vec![answer], After::KeepOpen).await;
+    let headers = HeaderMap::new();
+    let soon = || tokio::time::Instant::now() + Duration::from_millis(100);
+    let connection = connect(port).await;
+    let Ok((parts, mut body)) = connection
+        .exchange(&Method::GET, &Uri::from_static("/"), &headers, soon())
+        .await
+    else {
+        panic!("the first answer came in time");
+    };
+    assert_eq!(parts.status, StatusCode::OK);
+    while body.frame().await.is_some() {}
+    let connection = body.take_finished().expect("kept for the next exchange");
+    // The node answers no second request: 100 ms later, a timeout.
+    let started = std::time::Instant::now();
+    let uri = Uri::from_static("/");
+    let second = connection.exchange(&Method::GET, &uri, &headers, soon());
+    assert!(matches!(second.await, Err(ExchangeError::TimedOut)));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(100) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+}
+
 /// One exchange's outcome, as the gateway would see it.
 struct Outcome {
     parts: Parts,
@@ -70,7 +105,7 @@ async fn exchange(method: Method, pieces: Vec<&'static [u8]>, after: After) -> O
     let mut headers = HeaderMap::new();
     headers.insert(header::HOST, HeaderValue::from_static("example.test"));
     let uri: Uri = "/path?q=1".parse().unwrap();
-    let Ok((parts, mut body)) = connection.exchange(&method, &uri, &headers).await else {
+    let Ok((parts, mut body)) = connection.exchange(&method, &uri, &headers, far()).await else {
         panic!("no answer's head");
     };
     let (mut data, mut trailers, mut error) = (Vec::new(), None, None);
@@ -235,11 +270,12 @@ async fn a_bad_head_or_no_answer_is_an_exchange_error() {
         let headers = HeaderMap::new();
         let sent = connect(port)
             .await
-            .exchange(&Method::GET, &Uri::from_static("/"), &headers)
+            .exchange(&Method::GET, &Uri::from_static("/"), &headers, far())
             .await;
         match sent {
             Err(ExchangeError::NoAnswer(_)) => assert!(no_answer),
             Err(ExchangeError::Failed(e)) => assert!(!no_answer, "{e}"),
+            Err(ExchangeError::TimedOut) => panic!("timed out"),
             Ok(_) => panic!("a bad answer was taken"),
         }
     }
@@ -263,7 +299,7 @@ async fn an_idle_connection_the_node_closes_is_noticed() {
     let headers = HeaderMap::new();
     let Ok((_, mut body)) = connect(port)
         .await
-        .exchange(&Method::GET, &Uri::from_static("/"), &headers)
+        .exchange(&Method::GET, &Uri::from_static("/"), &headers, far())
         .await
     else {
         panic!("no answer");

@@ -37,13 +37,13 @@ use smallvec::SmallVec;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
-use tokio::time::{Instant, Sleep};
 
 use crate::body::RequestBody;
 use crate::head_deadline::REQUEST_TIMEOUT;
 use crate::http1_framing::{
     header_map, Chunk, Facts, Length, Place, Step, MAX_FIELDS, MAX_HEAD, READ_SIZE,
 };
+use crate::lazy_deadline::{self, LazyDeadline};
 use crate::listener::{Connection, Handler};
 
 mod request_body;
@@ -342,38 +342,28 @@ async fn drain(reader: &mut Reader, mut length: Length) -> bool {
 /// The header read timeout, without touching the timer wheel per request:
 /// a request only moves the deadline; the timer, when it fires early, is
 /// set again to the deadline as it is then.
+/// The header read timeout of one connection: a deadline set again for
+/// every head awaited (lazy_deadline.rs).
 struct HeadTimer {
-    sleep: Pin<Box<Sleep>>,
-    deadline: Instant,
+    deadline: LazyDeadline,
     timeout: Duration,
 }
 
 impl HeadTimer {
     fn new(timeout: Duration) -> Self {
-        let deadline = Instant::now() + timeout;
         HeadTimer {
-            sleep: Box::pin(tokio::time::sleep_until(deadline)),
-            deadline,
+            deadline: LazyDeadline::new(lazy_deadline::from_now(timeout)),
             timeout,
         }
     }
 
     /// A head is awaited from now.
     fn start(&mut self) {
-        self.deadline = Instant::now() + self.timeout;
+        self.deadline.set(lazy_deadline::from_now(self.timeout));
     }
 
     fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
-        loop {
-            if self.sleep.as_mut().poll(cx).is_pending() {
-                return false;
-            }
-            if self.sleep.deadline() >= self.deadline {
-                return true;
-            }
-            let deadline = self.deadline;
-            self.sleep.as_mut().reset(deadline);
-        }
+        self.deadline.poll_expired(cx)
     }
 }
 

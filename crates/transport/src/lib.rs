@@ -31,6 +31,7 @@ mod held_writes;
 mod http1_client;
 mod http1_framing;
 mod http1_server;
+mod lazy_deadline;
 pub mod listener;
 pub mod node_pool;
 mod stream_watch;

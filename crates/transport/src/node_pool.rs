@@ -57,6 +57,19 @@ mod own;
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may
 /// go unanswered before the connection counts as dead (a node that vanished
 /// without closing it, which no request would notice until its timeout).
+/// A node that sent no answer's head within the read timeout
+/// ([`NodePool::send`]).
+#[derive(Debug)]
+pub struct ReadTimedOut;
+
+impl std::fmt::Display for ReadTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no answer within the read timeout")
+    }
+}
+
+impl std::error::Error for ReadTimedOut {}
+
 const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -140,13 +153,28 @@ impl NodePool {
     /// or a new one; the response's body returns an HTTP/1.1 connection
     /// when read to its end (dropping it early closes the connection
     /// instead).
+    ///
+    /// No answer's head within `read_timeout` (dialing included) is a
+    /// [`ReadTimedOut`] error.
     pub async fn send(
         self: &Arc<Self>,
         request: Request<Body>,
+        read_timeout: Duration,
     ) -> Result<Response<PooledBody>, BoxError> {
+        let deadline = tokio::time::Instant::now() + read_timeout;
         if self.speaks_only_http1() && request.body().is_end_stream() {
-            return self.send_own(request).await;
+            return self.send_own(request, deadline).await;
         }
+        tokio::time::timeout_at(deadline, self.send_on_hyper(request))
+            .await
+            .unwrap_or_else(|_| Err(ReadTimedOut.into()))
+    }
+
+    /// [`NodePool::send`] on hyper's connections.
+    async fn send_on_hyper(
+        self: &Arc<Self>,
+        request: Request<Body>,
+    ) -> Result<Response<PooledBody>, BoxError> {
         match self.protocol {
             UpstreamProtocol::Http1 => self.send_http1(request, None).await,
             UpstreamProtocol::H2c | UpstreamProtocol::H2 => self.send_http2(request, None).await,

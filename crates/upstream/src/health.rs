@@ -69,8 +69,9 @@ async fn probe(node: &Node, check: &ActiveCheck) -> bool {
     let Ok(request) = build_request(&head, HeaderMap::new(), node, body::empty()) else {
         return false;
     };
+    let timeout = Duration::from_millis(check.timeout_ms);
     let exchange = async {
-        let response = node.pool.send(request).await.ok()?;
+        let response = node.pool.send(request, timeout).await.ok()?;
         let healthy = response.status().as_u16() < 500;
         // Read to the end, so the connection is kept for the next probe.
         let mut body = response.into_body();
@@ -79,7 +80,7 @@ async fn probe(node: &Node, check: &ActiveCheck) -> bool {
         }
         Some(healthy)
     };
-    let timeout = Duration::from_millis(check.timeout_ms);
+    // The body's reading too is within the check's time.
     matches!(
         tokio::time::timeout(timeout, exchange).await,
         Ok(Some(true))

@@ -27,7 +27,7 @@ use wasmgate_base::upstream_facts::UpstreamFacts;
 use wasmgate_config::{Balance, HashOn, PassiveCheck, UpstreamConfig, UpstreamProtocol};
 use wasmgate_transport::body::{self, Body, ClientBodyError};
 use wasmgate_transport::connector::CountedConnector;
-use wasmgate_transport::node_pool::{NodePool, NodeTls, PooledBody};
+use wasmgate_transport::node_pool::{NodePool, NodeTls, PooledBody, ReadTimedOut};
 use wasmgate_transport::tls_client::{self, UpstreamTlsError};
 
 /// Idle keep-alive connections per node, and how long one may stay idle.
@@ -314,20 +314,23 @@ impl Upstream {
             };
             node.waiting.fetch_add(1, Ordering::Relaxed);
             let sent_at = Instant::now();
-            let sending = async {
-                if upgrade {
-                    let response = node.pool.send_upgrade(request).await?;
-                    Ok(response.map(PooledBody::unpooled))
-                } else {
-                    node.pool.send(request).await
+            // The pool bounds a request's wait for its answer itself (a
+            // timer kept per connection, cheaper than one per request); an
+            // upgrade's own connection gets one here.
+            let answer = if upgrade {
+                let sending = node.pool.send_upgrade(request);
+                match tokio::time::timeout(self.read_timeout, sending).await {
+                    Ok(sent) => sent.map(|response| response.map(PooledBody::unpooled)),
+                    Err(_) => Err(ReadTimedOut.into()),
                 }
+            } else {
+                node.pool.send(request, self.read_timeout).await
             };
-            let answer = tokio::time::timeout(self.read_timeout, sending).await;
             node.waiting.fetch_sub(1, Ordering::Relaxed);
             let elapsed = sent_at.elapsed();
             node.latency.record(elapsed);
             match answer {
-                Ok(Ok(mut response)) => {
+                Ok(mut response) => {
                     self.report(i, !matches!(response.status().as_u16(), 502..=504));
                     if wasmgate_observe::observing() {
                         response.extensions_mut().insert(UpstreamServed {
@@ -338,7 +341,7 @@ impl Upstream {
                     }
                     return Ok(response);
                 }
-                Ok(Err(e)) => {
+                Err(e) if !e.is::<ReadTimedOut>() => {
                     if let Some(client) = ClientBodyError::find(e.as_ref()) {
                         // Not the node's fault: no health penalty, no retry.
                         return Err(UpstreamError::ClientBody {

@@ -7,9 +7,10 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Wake, Waker};
 
 use hyper::{Request, Response};
+use tokio::time::Instant;
 use tower_service::Service;
 
-use super::{NodePool, PooledBody};
+use super::{NodePool, PooledBody, ReadTimedOut};
 use crate::body::{Body, BoxError};
 use crate::http1_client::{ExchangeError, Http1Connection, Stream};
 use crate::tls_client::UpstreamTlsError;
@@ -53,15 +54,20 @@ impl NodePool {
     pub(super) async fn send_own(
         self: &Arc<Self>,
         request: Request<Body>,
+        deadline: Instant,
     ) -> Result<Response<PooledBody>, BoxError> {
         let resend = request.method().is_idempotent();
         loop {
             let (leased, reused) = match self.checkout_own() {
                 Some(leased) => (leased, true),
-                None => (self.connect_own().await?, false),
+                None => match tokio::time::timeout_at(deadline, self.connect_own()).await {
+                    Ok(dialed) => (dialed?, false),
+                    Err(_) => return Err(ReadTimedOut.into()),
+                },
             };
             let Leased { connection, watch } = leased;
-            let exchange = connection.exchange(request.method(), request.uri(), request.headers());
+            let (method, uri, headers) = (request.method(), request.uri(), request.headers());
+            let exchange = connection.exchange(method, uri, headers, deadline);
             match exchange.await {
                 Ok((parts, body)) => {
                     let mut body = PooledBody::own(body, watch);
@@ -71,6 +77,7 @@ impl NodePool {
                 Err(ExchangeError::NoAnswer(_)) if reused && resend => continue,
                 Err(ExchangeError::NoAnswer(e)) => return Err(e.into()),
                 Err(ExchangeError::Failed(e)) => return Err(e),
+                Err(ExchangeError::TimedOut) => return Err(ReadTimedOut.into()),
             }
         }
     }
@@ -120,6 +127,7 @@ impl NodePool {
     /// A connection of [`send_own`]'s whose answer has ended: kept, its
     /// socket watched for the node closing it.
     pub(super) fn keep_own(&self, mut leased: Leased) {
+        leased.connection.forget_deadline_waker();
         let waker = Waker::from(leased.watch.clone());
         if leased
             .connection
