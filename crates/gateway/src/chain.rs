@@ -25,7 +25,7 @@ use std::time::Duration;
 use quanta::Instant;
 
 use wasmgate_config::FailStrategy;
-use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange};
+use wasmgate_proxy_wasm::{FilterError, FilterPlugin, FilterStream, Flow, HttpExchange, Whole};
 
 use crate::endpoint::function::FunctionServed;
 use wasmgate_upstream::UpstreamServed;
@@ -52,6 +52,17 @@ pub enum Stop {
         status: hyper::StatusCode,
         message: String,
     },
+}
+
+/// How far [`Chain::response_whole`] took a response.
+pub enum WholeResponse {
+    /// Its headers went through; the body (given back) goes on as usual.
+    Headers(Vec<u8>),
+    /// Headers and body went through (what came out); the streams' end
+    /// is still to come (`Chain::finish`).
+    Body(Vec<u8>),
+    /// All of it, the stream's end included (what came out).
+    Ended(Vec<u8>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -376,6 +387,64 @@ impl Chain {
             exchange.info.response_body_bytes += data.len() as u64;
         }
         Ok(data)
+    }
+
+    /// Whether a whole response can go through [`Chain::response_whole`]:
+    /// the chain is one filter, still in it, whose stream has begun.
+    /// (With more filters the host must call each filter's headers
+    /// callback before any body callback, as Envoy does.)
+    pub fn takes_whole_responses(&mut self) -> bool {
+        let stopped = self.headers_stopped(Direction::Response);
+        match self.links.as_mut_slice() {
+            [Some(link)] => !stopped && link.stream.takes_whole_responses(),
+            _ => false,
+        }
+    }
+
+    /// A response whose body is all here (`data`) through the chain's one
+    /// filter, its headers, body and end callbacks in one guest call as far
+    /// as each goes on (batch.rs); where one stops, the request goes on as
+    /// after that callback alone.
+    pub async fn response_whole(
+        &mut self,
+        exchange: &mut Box<HttpExchange>,
+        data: Vec<u8>,
+    ) -> Result<WholeResponse, Stop> {
+        let started = self.clock();
+        let Some(link) = &mut self.links[0] else {
+            return Ok(WholeResponse::Headers(data));
+        };
+        let result = link.stream.on_response_whole(exchange, data).await;
+        let out = match result {
+            Ok(Whole::Headers(flow, data)) => {
+                if self.settle(0, started, Ok(flow))? == Some(Flow::Stop) {
+                    self.stopped[Direction::Response as usize] = Some(0);
+                }
+                return Ok(WholeResponse::Headers(data));
+            }
+            Ok(Whole::Ended(out)) => {
+                self.settle(0, started, Ok(Flow::Continue))?;
+                if let Some(link) = self.links[0].take() {
+                    link.stream.ended();
+                }
+                // `response.size` was counted before `proxy_on_log` (batch.rs).
+                return Ok(WholeResponse::Ended(out));
+            }
+            // The body as the filter left it (or as it came, when the
+            // headers callback failed): a fail-open filter lets it on.
+            Ok(Whole::Body(flow)) => {
+                let out = std::mem::take(&mut exchange.response_body);
+                self.settle(0, started, Ok(flow))?;
+                out
+            }
+            Err(error) => {
+                let out = std::mem::take(&mut exchange.response_body);
+                self.settle(0, started, Err(error))?;
+                out
+            }
+        };
+        exchange.info.response_body_bytes += out.len() as u64;
+        Ok(WholeResponse::Body(out))
     }
 
     /// Trailers callbacks. Headers still stopped at a filter go on first:

@@ -43,8 +43,9 @@ enum Freeze {
     #[default]
     Open,
     Frozen,
-    /// The fields as they were frozen, kept at the first edit after.
-    Copied(Box<HeaderMap>),
+    /// The fields (and pseudo-headers) as they were frozen, kept at the
+    /// first edit after.
+    Copied(Box<(HeaderMap, Vec<(Bytes, Bytes)>)>),
 }
 
 /// Where a key lives.
@@ -204,23 +205,37 @@ impl Headers {
         std::mem::take(&mut self.map)
     }
 
-    /// Marks the fields as sent: see the module's comment.
+    /// Marks the fields as sent: see the module's comment. Once: a second
+    /// call keeps what the first froze.
     pub fn freeze(&mut self) {
-        self.freeze = Freeze::Frozen;
+        if self.freeze == Freeze::Open {
+            self.freeze = Freeze::Frozen;
+        }
     }
 
     /// The fields as they were frozen (as they are, if never frozen), taken
     /// out: call it after the last callback that may read them.
     pub fn take_sent(&mut self) -> HeaderMap {
         match std::mem::take(&mut self.freeze) {
-            Freeze::Copied(map) => *map,
+            Freeze::Copied(sent) => sent.0,
             Freeze::Open | Freeze::Frozen => self.take_map(),
         }
     }
 
+    /// A pseudo-header (`:status`) as it was frozen (as it is, if never
+    /// frozen or not edited since).
+    pub fn sent_pseudo(&self, key: &[u8]) -> Option<&[u8]> {
+        let pseudo = match &self.freeze {
+            Freeze::Copied(sent) => &sent.1,
+            Freeze::Open | Freeze::Frozen => &self.pseudo,
+        };
+        find(pseudo, key).map(|(_, v)| v.as_ref())
+    }
+
     fn before_edit(&mut self) {
         if self.freeze == Freeze::Frozen {
-            self.freeze = Freeze::Copied(Box::new(self.map.clone()));
+            let sent = (self.map.clone(), self.pseudo.clone());
+            self.freeze = Freeze::Copied(Box::new(sent));
         }
     }
 
@@ -388,5 +403,21 @@ mod tests {
         assert_eq!(sent.get("x-before").unwrap(), "1");
         assert_eq!(sent.get("server").unwrap(), "up");
         assert!(sent.get("x-after").is_none());
+    }
+
+    #[test]
+    fn a_status_edited_after_the_freeze_is_seen_but_not_sent_and_a_second_freeze_keeps_the_first() {
+        let mut m = Headers::from_map(HeaderMap::new());
+        m.push_pseudo(":status", b"200".to_vec());
+        m.freeze();
+        assert_eq!(m.sent_pseudo(b":status"), Some(&b"200"[..]));
+        m.replace(b":status", b"503".to_vec());
+        m.add(b"x-late", b"1".to_vec());
+        // Frozen again (the whole-response path and the usual one both mark
+        // the headers sent): what went out stays what went out.
+        m.freeze();
+        assert_eq!(m.get(b":status"), Some(&b"503"[..]));
+        assert_eq!(m.sent_pseudo(b":status"), Some(&b"200"[..]));
+        assert!(m.take_sent().get("x-late").is_none());
     }
 }

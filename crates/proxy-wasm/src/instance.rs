@@ -11,6 +11,7 @@ use wasmgate_runtime::CrashReport;
 use wasmtime::Store;
 
 use crate::abi::MapType;
+use crate::batch::WholeStep;
 use crate::callout::{Answer, CallsInFlight};
 use crate::error::FilterError;
 use crate::exchange::HttpExchange;
@@ -84,6 +85,13 @@ impl FilterInstance {
         self.crashed |= outcome.is_err();
         let store = self.store.insert(store);
         outcome.map_err(|error| {
+            // A whole response's batched callbacks (batch.rs) report the
+            // one that failed.
+            let name = match store.data().whole_step {
+                WholeStep::Headers => name,
+                WholeStep::Body => "proxy_on_response_body",
+                WholeStep::End => "proxy_on_log",
+            };
             let timed_out = store.data().budget.timed_out();
             let mut report = CrashReport::from_error(&plugin.config.name, name, &error, timed_out);
             // A stream's callback has the request's exchange; a root

@@ -45,5 +45,5 @@ pub use http_call::{
 };
 pub use limits::HostLimits;
 pub use plugin::FilterPlugin;
-pub use stream::{FilterStream, Flow};
+pub use stream::{FilterStream, Flow, Whole};
 pub use wasmgate_runtime::{PoolConfig, Runtime, RuntimeConfig};

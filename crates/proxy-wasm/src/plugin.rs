@@ -37,7 +37,7 @@ pub struct FilterPlugin {
     /// Instantiated before each instance, for the imports it answers.
     giving: InstancePre<FilterState>,
     /// Linked to each instance's exports (`batch.rs`).
-    batch: Module,
+    batch: batch::Modules,
     abi: AbiVersion,
     pub(crate) pool: InstancePool<FilterInstance>,
     /// Tells the root-context task (if any) that the plugin is gone.
@@ -101,7 +101,7 @@ impl FilterPlugin {
             module: module.clone(),
             imports,
             giving,
-            batch: batch::module(runtime)?,
+            batch: batch::modules(runtime)?,
             abi,
             root_stop: Arc::new(Notify::new()),
         };

@@ -70,6 +70,12 @@ pub struct FilterState {
     pub(crate) registered_queues: Vec<u32>,
     /// Values handed to the guest, waiting for its allocator (see [`give`]).
     pub(crate) handovers: Vec<Handover>,
+    /// A whole response's body while its batched callbacks run (batch.rs):
+    /// the body before `go_on` puts it in place, what the filter left of it
+    /// after.
+    pub(crate) whole_body: Vec<u8>,
+    /// How far the batched callbacks of a whole response went.
+    pub(crate) whole_step: crate::batch::WholeStep,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) budget: CallBudget,
     pub(crate) wasi: Option<WasiP1Ctx>,
@@ -105,6 +111,8 @@ impl FilterState {
             last_call_status: (0, String::new()),
             registered_queues: Vec::new(),
             handovers: Vec::new(),
+            whole_body: Vec::new(),
+            whole_step: crate::batch::WholeStep::Headers,
             budget: CallBudget::new(),
             wasi,
         }

@@ -15,6 +15,7 @@ use wasmgate_runtime::Lease;
 use wasmtime::Store;
 
 use crate::abi::{Action, StreamType, HEADERS_STOP_ITERATION};
+use crate::batch::WholeStep;
 use crate::callout::CallsInFlight;
 use crate::error::FilterError;
 use crate::exchange::HttpExchange;
@@ -42,6 +43,19 @@ pub enum Flow {
     Respond,
     /// The filter closed the stream: reset it.
     Close,
+}
+
+/// What [`FilterStream::on_response_whole`] got through.
+pub enum Whole {
+    /// The headers callback's outcome (the body's callback did not run):
+    /// the body is given back, for the host to filter as usual.
+    Headers(Flow, Vec<u8>),
+    /// The body callback's outcome after the headers went on; what the
+    /// filter left of the body is in the exchange's response body.
+    Body(Flow),
+    /// Both went on and the stream's end callbacks ran: the body as the
+    /// filter left it. The stream is over ([`FilterStream::ended`]).
+    Ended(Vec<u8>),
 }
 
 pub struct FilterStream {
@@ -208,11 +222,18 @@ impl FilterStream {
             context_id: self.context_id,
         };
         self.run(exchange, "proxy_on_log", end).await?;
+        self.release();
+        Ok(())
+    }
+
+    /// The instance goes back to its pool (or is dropped, if the filter
+    /// asked for a fresh one), once the stream's end callbacks ran.
+    fn release(mut self) {
         let state = self.lease.instance().store_mut().data_mut();
         if state.rebuild_requested {
             // Dropped, not released: the pool starts a fresh one.
             tracing::debug!(plugin = %self.plugin.name(), "the filter asked for its instance to be rebuilt");
-            return Ok(());
+            return;
         }
         state.stream_context = None;
         state.dispatched_calls.clear();
@@ -223,7 +244,88 @@ impl FilterStream {
                 .retain(|token, _| !self.calls.holds(*token));
         }
         self.lease.release();
-        Ok(())
+    }
+
+    /// Whether [`FilterStream::on_response_whole`] can run: the stream has
+    /// begun and the filter has every callback it makes.
+    pub fn takes_whole_responses(&mut self) -> bool {
+        self.created
+            && (self.lease.instance().exports.batched.as_ref())
+                .is_some_and(|b| b.response_whole.is_some())
+    }
+
+    /// A response whose body came whole with its head: the response
+    /// headers callback, then the body's, then the stream's end, in one
+    /// guest call as long as each goes on (batch.rs). Where one stops,
+    /// the outcome is what the separate call would have given, and the
+    /// host carries on from there.
+    /// After [`Whole::Ended`], the stream is over: end it with
+    /// [`FilterStream::ended`].
+    pub async fn on_response_whole(
+        &mut self,
+        exchange: &mut Box<HttpExchange>,
+        body: Vec<u8>,
+    ) -> Result<Whole, FilterError> {
+        let count = exchange.response_headers.len() as u32;
+        let size = body.len() as u32;
+        self.reset_signals();
+        let state = self.lease.instance().store_mut().data_mut();
+        state.whole_body = body;
+        let call = ExportCall {
+            exports: self.lease.instance().exports.clone(),
+            pick: |e| e.batched.as_ref().and_then(|b| b.response_whole.as_ref()),
+            params: (self.context_id, count, size),
+        };
+        let outcome = self.run(exchange, "proxy_on_response_headers", call).await;
+        let state = self.lease.instance().store_mut().data_mut();
+        let step = std::mem::take(&mut state.whole_step);
+        let rest = std::mem::take(&mut state.whole_body);
+        let code = match (outcome, step) {
+            (Ok(code), _) => code,
+            // The body, wherever it was, goes back where the caller's
+            // failure handling finds it (fail open lets it through).
+            (Err(error), WholeStep::Headers) => {
+                exchange.response_body = rest;
+                return Err(error);
+            }
+            (Err(error), WholeStep::Body) => return Err(error),
+            // A failure in the end callbacks fails no request (as in
+            // `finish`): the response is whole; the instance is dropped.
+            (Err(error), WholeStep::End) => {
+                let plugin = self.plugin.name().to_string();
+                tracing::warn!(%plugin, %error, "filter failed while finishing the stream");
+                return Ok(Whole::Ended(rest));
+            }
+        };
+        let whole = match step {
+            WholeStep::Headers => {
+                let phase = Phase::headers("proxy_on_response_headers", StreamType::Response);
+                let stops_headers = code == HEADERS_STOP_ITERATION
+                    && self.plugin.abi_version().honours_stop_iteration();
+                let phase = Phase {
+                    stops_headers,
+                    ..phase
+                };
+                let action = Action::from_code(code);
+                let flow = self.after_callback(phase, action, exchange, false).await?;
+                Whole::Headers(flow, rest)
+            }
+            WholeStep::Body => {
+                let phase = Phase::body("proxy_on_response_body", StreamType::Response);
+                let action = Action::from_code(code);
+                Whole::Body(self.after_callback(phase, action, exchange, true).await?)
+            }
+            WholeStep::End => Whole::Ended(rest),
+        };
+        Ok(whole)
+    }
+
+    /// Ends a stream whose end callbacks ran in [`FilterStream::on_response_whole`]:
+    /// its instance goes back to the pool, unless one of them failed.
+    pub fn ended(mut self) {
+        if self.lease.instance().is_intact() {
+            self.release();
+        }
     }
 
     /// Ends a stream whose request went away before it ended (the client

@@ -284,13 +284,16 @@ routes:
 
     let scrape = admin(&c, &gw, "GET", "/metrics", None, "").await.text();
     let tag = r#"plugin="tag",route="api""#;
-    // Each request runs several callbacks (context create, headers both ways, log...).
+    // Each request runs several callbacks (context create, headers both ways,
+    // log...) in at least two guest calls: the request's (context create and
+    // headers) and, for these small answers, the response's (headers, body
+    // and the stream's end, batch.rs).
     let calls = metric(
         &scrape,
         &format!("wasmgate_plugin_call_seconds_count{{{tag}}}"),
     )
     .unwrap();
-    assert!(calls >= 15.0, "{calls} calls\n{scrape}");
+    assert!(calls >= 10.0, "{calls} calls\n{scrape}");
     assert!(metric(&scrape, &format!("wasmgate_plugin_memory_bytes{{{tag}}}")).unwrap() > 0.0);
     let idle = metric(
         &scrape,

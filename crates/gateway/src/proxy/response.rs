@@ -4,7 +4,10 @@
 //! chain stopped before its response began.
 
 use super::*;
+use hyper::body::Frame;
 use wasmgate_upstream::UpstreamServed;
+
+use crate::chain::WholeResponse;
 
 impl Gateway {
     /// Response headers through the chain; the body is filtered as it
@@ -31,10 +34,45 @@ impl Gateway {
         response_headers.push_pseudo(":status", parts.status.as_str().as_bytes().to_vec());
         exchange.response_headers = response_headers;
         let response_ends = body.is_end_stream();
-        if let Err(stop) = chain
-            .headers(Direction::Response, &mut exchange, response_ends)
-            .await
-        {
+        let mut body = body;
+        // A body already here whole, through a route of one filter: its
+        // callbacks in one guest call as far as they go on (batch.rs).
+        let mut headers_done = false;
+        if request_rest.is_none() && !response_ends && chain.takes_whole_responses() {
+            let (whole, rest) = whole_now(body);
+            body = rest;
+            if let Some(data) = whole {
+                match chain.response_whole(&mut exchange, data.to_vec()).await {
+                    Err(stop) => {
+                        let response =
+                            stopped(&route.name, stop, &mut exchange, self.config.error_details);
+                        chain.finish(&mut exchange).await;
+                        return response;
+                    }
+                    // The headers went through and the body waits: on as usual.
+                    Ok(WholeResponse::Headers(data)) => {
+                        body = body::prepended(Ok(Frame::data(Bytes::from(data))), body);
+                        headers_done = true;
+                    }
+                    Ok(WholeResponse::Body(out) | WholeResponse::Ended(out)) => {
+                        chain.finish(&mut exchange).await;
+                        let status = sent_status(&exchange, parts.status);
+                        let builder = Response::builder().status(status);
+                        let mut response = builder.body(body::full(out)).expect("valid parts");
+                        let mut headers = exchange.response_headers.take_sent();
+                        // Filters may change the body's length: let the framing follow.
+                        headers.remove(header::CONTENT_LENGTH);
+                        *response.headers_mut() = headers;
+                        return response;
+                    }
+                }
+            }
+        }
+        let headers = match headers_done {
+            true => Ok(()),
+            false => (chain.headers(Direction::Response, &mut exchange, response_ends)).await,
+        };
+        if let Err(stop) = headers {
             if let Some(pump) = request_rest {
                 pump.abandon();
             }
@@ -47,7 +85,7 @@ impl Gateway {
                 .filter_held_response(route, chain, exchange, parts.status, body, request_rest)
                 .await;
         }
-        let status = response_status(&exchange, parts.status);
+        let status = sent_status(&exchange, parts.status);
         let builder = Response::builder().status(status);
         // The headers are final once `on_response_headers` is over; the
         // exchange keeps them for the filters' later reads (`proxy_on_log`)
@@ -74,7 +112,6 @@ impl Gateway {
         // lets a filter still replace the response.
         // Not while the request still streams: its next frame may be what
         // the upstream waits for before it sends one.
-        let mut body = body;
         let first = match request_rest {
             None => body.frame().await,
             Some(_) => None,
@@ -177,7 +214,7 @@ impl Gateway {
                 }
             }
         }
-        let status = response_status(&exchange, status);
+        let status = sent_status(&exchange, status);
         let mut headers = exchange.response_headers.map().clone();
         // Filters may change the body's length: let the framing follow.
         headers.remove(header::CONTENT_LENGTH);
@@ -261,8 +298,10 @@ impl Gateway {
 }
 
 /// The status the filters left in `:status`, else `status`.
-fn response_status(exchange: &HttpExchange, status: StatusCode) -> StatusCode {
-    (exchange.response_headers.get(b":status"))
+/// The status the filters left in `:status` when the response's headers
+/// went out (an edit after that reaches no client, headers.rs).
+fn sent_status(exchange: &HttpExchange, status: StatusCode) -> StatusCode {
+    (exchange.response_headers.sent_pseudo(b":status"))
         .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok())
         .and_then(|s| StatusCode::from_u16(s).ok())
         .unwrap_or(status)
@@ -295,4 +334,27 @@ pub(super) async fn filter_whole_body(
     let (out, pumped) = tokio::join!(collect, pump);
     pumped?;
     Ok(Bytes::from(out))
+}
+
+/// The whole body if it is already here, one data frame and its end
+/// (most small answers, and every local `respond`), without waiting; the
+/// body as it was otherwise.
+fn whole_now(mut body: Body) -> (Option<Bytes>, Body) {
+    match body::peek(&mut body) {
+        body::Peeked::Next(Ok(frame)) if frame.is_data() => {
+            let data = frame.into_data().unwrap_or_default();
+            match body::peek(&mut body) {
+                body::Peeked::Ended => (Some(data), body),
+                body::Peeked::Next(next) => {
+                    let rest = body::prepended(next, body);
+                    (None, body::prepended(Ok(Frame::data(data)), rest))
+                }
+                body::Peeked::NotYet => (None, body::prepended(Ok(Frame::data(data)), body)),
+            }
+        }
+        body::Peeked::Next(other) => (None, body::prepended(other, body)),
+        // Over before a frame: an empty body, as the usual path has it.
+        body::Peeked::Ended => (None, body::empty()),
+        body::Peeked::NotYet => (None, body),
+    }
 }
