@@ -12,10 +12,12 @@
 //!   body, and the headers it edits from the body are the ones sent, on the
 //!   request (to the upstream) and on the response (to the client);
 //! - `response.code_details` says whether the answer came from the upstream
-//!   (`via_upstream`) or a local reply (its details).
+//!   (`via_upstream`) or a local reply (its details);
+//! - a response that comes whole, whose callbacks the host makes in one
+//!   guest call, meets the filter as one whose body comes later.
 
 use crate::common::client;
-use crate::common::gateway::{send, with_upstream};
+use crate::common::gateway::{get, metric, send, with_upstream};
 
 const ORIGIN: &str = "http://app.example.com";
 
@@ -173,4 +175,46 @@ routes:
     assert!(upstream.received("/json/plain")[0]
         .get("x-user-id")
         .is_none());
+}
+
+/// On a route of one filter, a response whose body came with its head has
+/// its response callbacks and the stream's end made in one guest call
+/// (batch.rs); the filter must see nothing of it: the same answer as when
+/// the body comes later and the host makes each call alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_response_meets_its_filter_as_one_that_comes_in_pieces() {
+    let (_up, gw) = with_upstream(
+        "backend",
+        r#"
+listen: "{listen}"
+admin: "{admin}"
+plugins:
+  - {name: body, wasm: "{wasm:http_body}"}
+upstreams: [{name: backend, nodes: [{address: "{backend}"}]}]
+routes: [{name: all, plugins: [{plugin: body}], upstream: backend}]
+"#,
+    )
+    .await;
+    let c = client();
+    let series = r#"wasmgate_plugin_call_seconds_count{plugin="body",route="all"}"#;
+    // A first request makes the series (and the instance).
+    assert_eq!(get(&c, &gw.url("/secret")).await.status, 200);
+    let before = metric(&c, &gw, series).await;
+    let whole = get(&c, &gw.url("/secret")).await;
+    let after = metric(&c, &gw, series).await;
+    let late = get(&c, &gw.url("/secret/late")).await;
+    let last = metric(&c, &gw, series).await;
+    for reply in [&whole, &late] {
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.text(), "Original message body (24 bytes) redacted.\n");
+    }
+    // The request's guest call (context and headers) and the response's one.
+    assert_eq!(after - before, 2.0, "guest calls for a whole response");
+    // Apart: the response's headers, its body (in one or more calls) and
+    // the stream's end each alone.
+    assert!(
+        last - after >= 4.0,
+        "guest calls for a late body: {}",
+        last - after
+    );
 }

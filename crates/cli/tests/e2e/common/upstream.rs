@@ -258,6 +258,18 @@ async fn answer(
             full(vec![if allow { 2u8 } else { 1u8 }])
         }
         "/secret" => full("this has a secret inside"),
+        // The same body, 100 ms after the head (a channel the sender
+        // fills late): the gateway cannot have it with the head.
+        "/secret/late" => {
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let _ = tx
+                    .send(Ok(Frame::data(Bytes::from("this has a secret inside"))))
+                    .await;
+            });
+            StreamBody::new(Receiver(rx)).boxed()
+        }
         "/v1/chat/completions" => {
             let (body, streamed) = openai_chat(&body);
             let mut response = Response::new(body);
