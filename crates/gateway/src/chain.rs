@@ -404,16 +404,14 @@ impl Chain {
     /// A response whose body is all here (`data`) through the chain's one
     /// filter, its headers, body and end callbacks in one guest call as far
     /// as each goes on (batch.rs); where one stops, the request goes on as
-    /// after that callback alone.
+    /// after that callback alone. Only where [`Chain::takes_whole_responses`].
     pub async fn response_whole(
         &mut self,
         exchange: &mut Box<HttpExchange>,
         data: Vec<u8>,
     ) -> Result<WholeResponse, Stop> {
         let started = self.clock();
-        let Some(link) = &mut self.links[0] else {
-            return Ok(WholeResponse::Headers(data));
-        };
+        let link = (self.links[0].as_mut()).expect("takes_whole_responses: the chain's one filter");
         let result = link.stream.on_response_whole(exchange, data).await;
         let out = match result {
             Ok(Whole::Headers(flow, data)) => {
