@@ -134,6 +134,15 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     assert!(matches!(served.await.unwrap(), Served::Closed));
 }
 
+/// The two answers of a pipelined pair, each after its status line.
+fn two_answers(answer: &str) -> (&str, &str) {
+    let (_, rest) = answer
+        .split_once("HTTP/1.1 200 OK\r\n")
+        .expect("a first answer");
+    rest.split_once("HTTP/1.1 200 OK\r\n")
+        .expect("a second answer")
+}
+
 #[tokio::test]
 async fn chunked_bodies_both_ways() {
     let (port, _, _) = server(Duration::from_secs(5)).await;
@@ -142,12 +151,7 @@ async fn chunked_bodies_both_ways() {
         b"POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nx-sum: 1\r\n\r\nGET /stream HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
     )
     .await;
-    let (echo, stream) = answer
-        .split_once("HTTP/1.1 200 OK\r\n")
-        .unwrap()
-        .1
-        .split_once("HTTP/1.1 ")
-        .unwrap();
+    let (echo, stream) = two_answers(&answer);
     assert!(echo.ends_with("\r\n\r\nabcde"), "{answer}");
     assert!(
         stream.contains("transfer-encoding: chunked\r\n"),
@@ -167,12 +171,7 @@ async fn trailers_go_to_a_client_that_takes_them_and_only_those_declared() {
         b"GET /trailers HTTP/1.1\r\nte: trailers\r\n\r\nGET /trailers HTTP/1.1\r\nconnection: close\r\n\r\n",
     )
     .await;
-    let (taken, not_taken) = answer
-        .split_once("HTTP/1.1 200 OK")
-        .unwrap()
-        .1
-        .split_once("HTTP/1.1 200 OK")
-        .unwrap();
+    let (taken, not_taken) = two_answers(&answer);
     assert!(
         taken.ends_with("4\r\ndata\r\n0\r\nx-sum: 42\r\n\r\n"),
         "{answer}"
